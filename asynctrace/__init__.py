@@ -1,0 +1,70 @@
+"""asynctrace: make PyTorch's asynchrony visible and checkable.
+
+Capture (``trace``, ``Benchmark``, ``range``, ``expect_syncs``) needs torch and is imported on first
+use; analysis (``load``, ``analyze``) never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from asynctrace.errors import (
+    AsyncTraceError,
+    AsyncTraceWarning,
+    CaptureError,
+    TraceFormatError,
+    UnexpectedSyncError,
+)
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from asynctrace.analysis.report import Report, analyze
+    from asynctrace.capture.benchmark import Benchmark
+    from asynctrace.capture.ranges import range
+    from asynctrace.capture.session import Session, trace
+    from asynctrace.capture.syncs import expect_syncs
+    from asynctrace.trace.load import load
+
+__all__ = [
+    "AsyncTraceError",
+    "AsyncTraceWarning",
+    "Benchmark",
+    "CaptureError",
+    "Report",
+    "Session",
+    "TraceFormatError",
+    "UnexpectedSyncError",
+    "__version__",
+    "analyze",
+    "expect_syncs",
+    "load",
+    "range",
+    "trace",
+]
+
+# Lazy so that ``import asynctrace`` stays cheap and torch-free until capture is used.
+_LAZY: dict[str, str] = {
+    "Benchmark": "asynctrace.capture.benchmark",
+    "range": "asynctrace.capture.ranges",
+    "Session": "asynctrace.capture.session",
+    "trace": "asynctrace.capture.session",
+    "expect_syncs": "asynctrace.capture.syncs",
+    "load": "asynctrace.trace.load",
+    "Report": "asynctrace.analysis.report",
+    "analyze": "asynctrace.analysis.report",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'asynctrace' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

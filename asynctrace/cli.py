@@ -1,0 +1,69 @@
+"""The ``asynctrace`` command line: a thin layer over the library.
+
+Each subcommand lives in ``asynctrace._commands.<name>`` with two functions,
+``add_arguments(parser)`` and ``run(args) -> int``, imported only when that subcommand runs so
+that ``asynctrace report`` never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from asynctrace import __version__
+from asynctrace.errors import AsyncTraceError
+
+__all__ = ["main"]
+
+#: name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("asynctrace._commands.demo", "run the book's asynchronous-computation experiments"),
+    "report": ("asynctrace._commands.report", "analyse traces or session records (text or JSON)"),
+    "check": ("asynctrace._commands.check", "run a script and report its hidden synchronizations"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="asynctrace",
+        description="Make PyTorch's asynchrony visible: capture, analyse and show it.",
+    )
+    parser.add_argument("--version", action="version", version=f"asynctrace {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name != module:
+                raise
+            continue
+        mod.add_arguments(p)
+        p.set_defaults(_module=mod)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``asynctrace`` console script; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None or not hasattr(args, "_module"):
+        parser.print_help()
+        return 2
+    try:
+        status: int = args._module.run(args)
+    except AsyncTraceError as e:
+        print(f"asynctrace {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"asynctrace {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    return status
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

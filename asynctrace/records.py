@@ -1,0 +1,162 @@
+"""The records a capture session writes: one JSON-lines file per session and rank.
+
+Layout (one JSON object per line, each with a ``type``):
+
+1. ``{"type": "header", ...}`` — :class:`SessionHeader`: who, where, which device, clock alignment.
+2. ``{"type": "step", ...}`` — one :class:`StepRecord` per completed step, in step order.
+3. ``{"type": "sync", ...}`` — :class:`SyncSite` rows, one per synchronizing source line.
+4. ``{"type": "summary", ...}`` — :class:`SessionSummary`, written last.
+
+A file is written to ``<name>.tmp`` while the session runs and renamed when it ends, so a
+complete file always has its summary line; a reader accepts a file without one (a killed run)
+and says so. All times are integer nanoseconds; device figures are ``null`` where the device
+cannot measure them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from asynctrace.errors import TraceFormatError
+
+__all__ = [
+    "RECORDS_SCHEMA",
+    "RECORDS_SUFFIX",
+    "RECORDS_VERSION",
+    "Records",
+    "SessionHeader",
+    "SessionSummary",
+    "StepRecord",
+    "SyncSite",
+    "read_records",
+]
+
+RECORDS_SCHEMA = "asynctrace.records"
+RECORDS_VERSION = 1
+RECORDS_SUFFIX = ".records.jsonl"
+
+
+class SessionHeader(msgspec.Struct, frozen=True, kw_only=True, tag="header", tag_field="type"):
+    schema: str = RECORDS_SCHEMA
+    version: int = RECORDS_VERSION
+    name: str
+    host: str
+    pid: int
+    rank: int | None = None
+    world_size: int | None = None
+    #: "cuda", "rocm", "cpu", "fake", ...
+    device_kind: str
+    #: human name, e.g. "NVIDIA H200" or the CPU model
+    device_name: str
+    #: True where device work runs asynchronously to the host (CUDA/ROCm); False on CPU
+    asynchronous: bool
+    torch_version: str | None = None
+    started_unix_ns: int
+    #: how host and device clocks were aligned, and the offset found (device minus host)
+    clock_method: str = "none"
+    clock_offset_ns: int = 0
+    clock_uncertainty_ns: int = 0
+
+
+class StepRecord(msgspec.Struct, frozen=True, kw_only=True, tag="step", tag_field="type"):
+    step: int
+    #: host time of the step's start, ns since the session started
+    start_ns: int
+    frontend_ns: int
+    data_wait_ns: int = 0
+    device_ns: int | None = None
+    run_ahead_ns: int | None = None
+    in_flight: int = 0
+    sync_count: int = 0
+    sync_wait_ns: int = 0
+    mem_allocated_bytes: int | None = None
+    mem_reserved_bytes: int | None = None
+
+
+class SyncSite(msgspec.Struct, frozen=True, kw_only=True, tag="sync", tag_field="type"):
+    #: "file.py:123"
+    site: str
+    #: what synchronized, e.g. "aten::_local_scalar_dense" or "cudaStreamSynchronize"
+    op: str
+    count: int
+    wait_ns: int = 0
+    steps: int = 0
+    stack: list[str] = msgspec.field(default_factory=list)
+
+
+class SessionSummary(msgspec.Struct, frozen=True, kw_only=True, tag="summary", tag_field="type"):
+    steps: int
+    wall_ns: int
+    #: steps whose device figures were still pending at exit and were waited for then
+    collected_at_exit: int = 0
+    verdict: str | None = None
+    notes: list[str] = msgspec.field(default_factory=list)
+    #: True when the session ended with an exception in user code
+    error: str | None = None
+
+
+_Line = SessionHeader | StepRecord | SyncSite | SessionSummary
+_decoder = msgspec.json.Decoder(_Line)
+
+
+class Records(msgspec.Struct, frozen=True, kw_only=True):
+    """A session's records as read back from disk."""
+
+    path: str
+    header: SessionHeader
+    steps: list[StepRecord]
+    syncs: list[SyncSite]
+    summary: SessionSummary | None
+    #: False when the file had no summary line (the writer was killed)
+    complete: bool
+
+
+def read_records(path: str | Path) -> Records:
+    """Read a records file; raise :class:`TraceFormatError` if it is not one."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise TraceFormatError(str(p), f"cannot read: {e.strerror or e}") from None
+    header: SessionHeader | None = None
+    steps: list[StepRecord] = []
+    syncs: list[SyncSite] = []
+    summary: SessionSummary | None = None
+    for lineno, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = _decoder.decode(line)
+        except msgspec.DecodeError as e:
+            raise TraceFormatError(
+                str(p), f"line {lineno}: not an asynctrace record ({e})"
+            ) from None
+        if isinstance(obj, SessionHeader):
+            if header is not None:
+                raise TraceFormatError(str(p), f"line {lineno}: second header")
+            if obj.schema != RECORDS_SCHEMA or obj.version > RECORDS_VERSION:
+                raise TraceFormatError(
+                    str(p),
+                    f"records schema {obj.schema} v{obj.version} is newer than this asynctrace",
+                )
+            header = obj
+        elif header is None:
+            raise TraceFormatError(str(p), "records file does not start with a header line")
+        elif isinstance(obj, StepRecord):
+            steps.append(obj)
+        elif isinstance(obj, SyncSite):
+            syncs.append(obj)
+        else:
+            summary = obj
+    if header is None:
+        raise TraceFormatError(str(p), "empty records file")
+    return Records(
+        path=str(p),
+        header=header,
+        steps=steps,
+        syncs=syncs,
+        summary=summary,
+        complete=summary is not None,
+    )

@@ -1,0 +1,30 @@
+"""Shared fixtures: where the real traces are, and a guard against leaked global state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_TRACES = ROOT.parent / "shared" / "traces"
+KINETO_DIR = SHARED_TRACES / "kineto"
+NSYS_DIR = SHARED_TRACES / "nsys"
+
+
+def shared_trace(kind: str, name: str) -> Path:
+    """Path of a real trace under ../shared/traces, or skip the test with the reason."""
+    path = SHARED_TRACES / kind / name
+    if not path.exists():
+        pytest.skip(f"real trace {path} not available (../shared/traces is absent on a user's clone)")
+    return path
+
+
+@pytest.fixture
+def kineto_trace():  # type: ignore[no-untyped-def]
+    return lambda name: shared_trace("kineto", name)
+
+
+@pytest.fixture
+def nsys_trace():  # type: ignore[no-untyped-def]
+    return lambda name: shared_trace("nsys", name)
