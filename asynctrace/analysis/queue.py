@@ -1,0 +1,169 @@
+"""Queue depth and in-flight operations per stream, as step functions over time.
+
+The **queue depth** of a stream at time t counts the activities whose launch call started at or
+before t and which have not started on the device by t; at equal timestamps a device start is
+applied before a launch. **In flight** counts activities launched and not yet finished (at equal
+timestamps a device end is applied before a launch).
+
+How things count:
+
+* A graph launch counts **one per activity**: every kernel of the graph enters the queue when
+  the ``cudaGraphLaunch`` call starts and leaves it when that kernel starts. This is what fills
+  the device's launch queue, and it matches the per-kernel launch delays.
+* Only matched activities count (an unmatched one has no launch time); the report states how
+  many were unmatched.
+* An activity recorded as starting before its launch call started (clock skew between host and
+  device timelines) is taken to start when the call started, so depth never goes negative.
+
+Everything is vectorised: one sort and one cumulative sum per stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from asynctrace.analysis.launches import LaunchLinks
+from asynctrace.trace.model import Trace
+
+__all__ = [
+    "DEFAULT_QUEUE_CAP",
+    "QueueSeries",
+    "StreamQueue",
+    "depth_max_between",
+    "queue_series",
+    "queue_stats",
+    "stream_groups",
+]
+
+I64 = npt.NDArray[np.int64]
+
+#: outstanding launches at which real CUDA traces plateau (the launch queue is full)
+DEFAULT_QUEUE_CAP = 1022
+
+
+@dataclass(frozen=True, eq=False)
+class QueueSeries:
+    """A step function: ``value[i]`` holds from ``time_ns[i]`` to ``time_ns[i+1]`` (0 before)."""
+
+    time_ns: I64
+    value: I64
+
+
+class StreamQueue(msgspec.Struct, frozen=True, kw_only=True):
+    """Queue figures of one stream."""
+
+    #: highest queue depth reached
+    max: int
+    #: time-weighted mean depth from the stream's first launch to its last device start
+    mean: float
+    #: time with depth ≥ the cap (default 1022)
+    time_at_cap_ns: int
+    #: highest number of activities launched and not finished
+    in_flight_max: int
+    #: matched activities on the stream (the ones counted here)
+    activities: int
+
+
+def stream_groups(trace: Trace) -> tuple[npt.NDArray[np.intp], list[str]]:
+    """Group activities by stream: (group index per activity, key of each group).
+
+    The key is the stream id as a string, or ``"device:stream"`` when the trace has activities
+    on more than one device (stream ids are per device).
+    """
+    act = trace.activities
+    if len(act) == 0:
+        return np.empty(0, dtype=np.intp), []
+    multi_device = len(np.unique(act.device)) > 1
+    pairs = np.stack([act.device.astype(np.int64), act.stream], axis=1)
+    uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
+    keys = [f"{d}:{s}" if multi_device else str(s) for d, s in uniq.tolist()]
+    return inv.reshape(-1).astype(np.intp), keys
+
+
+def _step_function(on: I64, off: I64) -> QueueSeries:
+    """Count of intervals [on, off) open at each time; an 'off' at t applies before an 'on' at t."""
+    times = np.concatenate([on, off])
+    deltas = np.concatenate([np.ones(len(on), np.int64), -np.ones(len(off), np.int64)])
+    order = np.lexsort((deltas, times))
+    t = times[order]
+    depth = np.cumsum(deltas[order])
+    if len(t) == 0:
+        return QueueSeries(t, depth)
+    last = np.r_[t[1:] != t[:-1], True]
+    return QueueSeries(t[last], depth[last])
+
+
+def _effective_times(trace: Trace, links: LaunchLinks) -> tuple[I64, I64, I64]:
+    """Launch start, device start, device end per activity, skew-corrected (matched rows only)."""
+    act = trace.activities
+    launch = links.launch_start_ns
+    start = np.maximum(act.start_ns, launch)
+    end = np.maximum(act.start_ns + act.dur_ns, start)
+    return launch, start, end
+
+
+def queue_series(trace: Trace, links: LaunchLinks) -> dict[str, tuple[QueueSeries, QueueSeries]]:
+    """Per stream key: (queue depth, in flight) step functions."""
+    groups, keys = stream_groups(trace)
+    launch, start, end = _effective_times(trace, links)
+    matched = links.matched
+    out: dict[str, tuple[QueueSeries, QueueSeries]] = {}
+    for g, key in enumerate(keys):
+        sel = (groups == g) & matched
+        out[key] = (
+            _step_function(launch[sel], start[sel]),
+            _step_function(launch[sel], end[sel]),
+        )
+    return out
+
+
+def _stats(depth: QueueSeries, flight: QueueSeries, n: int, cap: int) -> StreamQueue:
+    t, v = depth.time_ns, depth.value
+    if len(t) == 0:
+        return StreamQueue(max=0, mean=0.0, time_at_cap_ns=0, in_flight_max=0, activities=0)
+    seg = np.diff(t)
+    held = v[:-1]
+    window = int(t[-1] - t[0])
+    mean = float(np.dot(held, seg)) / window if window > 0 else 0.0
+    return StreamQueue(
+        max=int(max(v.max(), 0)),
+        mean=mean,
+        time_at_cap_ns=int(seg[held >= cap].sum()),
+        in_flight_max=int(max(flight.value.max(), 0)) if len(flight.value) else 0,
+        activities=n,
+    )
+
+
+def queue_stats(
+    trace: Trace,
+    links: LaunchLinks,
+    *,
+    cap: int = DEFAULT_QUEUE_CAP,
+    series: dict[str, tuple[QueueSeries, QueueSeries]] | None = None,
+) -> dict[str, StreamQueue]:
+    """Queue figures per stream key (see :func:`stream_groups`)."""
+    if series is None:
+        series = queue_series(trace, links)
+    groups, keys = stream_groups(trace)
+    matched = links.matched
+    out: dict[str, StreamQueue] = {}
+    for g, key in enumerate(keys):
+        n = int(np.count_nonzero((groups == g) & matched))
+        depth, flight = series[key]
+        out[key] = _stats(depth, flight, n, cap)
+    return out
+
+
+def depth_max_between(series: QueueSeries, start_ns: int, end_ns: int) -> int:
+    """Highest value of a step function over [start_ns, end_ns)."""
+    t, v = series.time_ns, series.value
+    i0 = int(np.searchsorted(t, start_ns, side="right")) - 1
+    i1 = int(np.searchsorted(t, end_ns, side="left"))
+    best = int(v[i0]) if i0 >= 0 else 0
+    if i1 > i0 + 1:
+        best = max(best, int(v[i0 + 1 : i1].max()))
+    return best

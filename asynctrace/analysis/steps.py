@@ -1,0 +1,231 @@
+"""The per-step split: host (frontend) time vs device time, syncs, run-ahead, queue.
+
+Steps are, in order of preference: the ``ProfilerStep#N`` ranges; else NVTX ranges named like
+steps; else user annotations named like steps (outermost ones only); else the whole trace as one
+step. Every step is kept, the last one included, at ns precision.
+
+A device activity belongs to the step in which its **launch call started** (so work queued in
+step N and executed during step N+1 is N's). Unmatched activities belong to no step.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from asynctrace.analysis.launches import LaunchLinks
+from asynctrace.analysis.queue import QueueSeries, depth_max_between
+from asynctrace.trace.model import RangeKind, RuntimeKind, Trace
+
+__all__ = [
+    "SYNC_KINDS",
+    "StepFigures",
+    "StepWindow",
+    "split_steps",
+    "step_windows",
+    "union_length",
+]
+
+I64 = npt.NDArray[np.int64]
+
+#: runtime kinds whose calls block the host until device work completes
+SYNC_KINDS: tuple[RuntimeKind, ...] = (RuntimeKind.SYNC, RuntimeKind.BLOCKING_MEMCPY)
+
+_STEP_NAME = re.compile(r"(?i)(?:^|[^a-z])step(?:[^a-z]|$)|profilerstep")
+_LAST_INT = re.compile(r"(\d+)(?!.*\d)")
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    step: int
+    start_ns: int
+    end_ns: int
+    name: str
+    #: "profiler", "nvtx", "annotation" or "trace" (the whole trace as one step)
+    source: str
+
+
+class StepFigures(msgspec.Struct, frozen=True, kw_only=True):
+    """One step's figures (definitions in docs/analysis.md)."""
+
+    step: int
+    name: str
+    start_ns: int
+    end_ns: int
+    #: host span of the step
+    cpu_ns: int
+    #: activities attributed to the step (through their launch call)
+    activities: int
+    #: first start and last end of those activities; None when there are none
+    device_start_ns: int | None
+    device_end_ns: int | None
+    #: device window length (device_end − device_start), 0 when no activity
+    device_ns: int
+    #: union of the step's activities
+    gpu_busy_ns: int
+    #: device window − busy
+    gpu_idle_ns: int
+    #: synchronizing host calls that started in the step
+    sync_count: int
+    #: host time inside synchronizing calls, within the step (overlaps counted once)
+    sync_wait_ns: int
+    #: device end of the step's last activity − host end of the step; None without activities
+    run_ahead_ns: int | None
+    #: highest queue depth of any stream during the step's host span
+    queue_max: int
+    #: steps (this one included) whose device work was unfinished when this step's host part ended
+    in_flight_steps: int
+
+
+def union_length(start: I64, end: I64) -> int:
+    """Total length covered by the intervals [start, end) (vectorised)."""
+    if len(start) == 0:
+        return 0
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    reach = np.maximum.accumulate(e)
+    prev = np.concatenate([[s[0]], reach[:-1]])
+    return int(np.maximum(e - np.maximum(s, prev), 0).sum())
+
+
+def _step_number(name: str, fallback: int) -> int:
+    m = _LAST_INT.search(name)
+    return int(m.group(1)) if m else fallback
+
+
+def _outermost(idx: npt.NDArray[np.intp], start: I64, end: I64) -> list[int]:
+    kept: list[int] = []
+    reach = -(2**62)
+    for i in idx[np.argsort(start[idx], kind="stable")].tolist():
+        if start[i] >= reach:
+            kept.append(i)
+            reach = int(end[i])
+    return kept
+
+
+def step_windows(trace: Trace) -> list[StepWindow]:
+    """The trace's steps, by start time (see the module doc for the order of preference)."""
+    r = trace.ranges
+    end = r.start_ns + r.dur_ns
+    prof = np.flatnonzero(r.kind == RangeKind.STEP)
+    if len(prof):
+        order = prof[np.argsort(r.start_ns[prof], kind="stable")]
+        return [
+            StepWindow(
+                step=int(r.step[i]) if r.step[i] >= 0 else _step_number(trace.name_of(int(r.name[i])), k),
+                start_ns=int(r.start_ns[i]),
+                end_ns=int(end[i]),
+                name=trace.name_of(int(r.name[i])),
+                source="profiler",
+            )
+            for k, i in enumerate(order.tolist())
+        ]
+    steplike = np.array(
+        [bool(_STEP_NAME.search(s)) for s in trace.strings] or [False], dtype=bool
+    )
+    for kind, source in ((RangeKind.NVTX, "nvtx"), (RangeKind.ANNOTATION, "annotation")):
+        cand = np.flatnonzero((r.kind == kind) & steplike[r.name] if len(r) else np.zeros(0, bool))
+        if len(cand):
+            return [
+                StepWindow(
+                    step=_step_number(trace.name_of(int(r.name[i])), k),
+                    start_ns=int(r.start_ns[i]),
+                    end_ns=int(end[i]),
+                    name=trace.name_of(int(r.name[i])),
+                    source=source,
+                )
+                for k, i in enumerate(_outermost(cand, r.start_ns, end))
+            ]
+    host = [t for t in (trace.ranges, trace.runtime, trace.python_frames) if len(t)]
+    if not host and len(trace.activities):
+        host = [trace.activities]
+    if not host:
+        return []
+    lo = min(int(t.start_ns.min()) for t in host)
+    hi = max(int((t.start_ns + t.dur_ns).max()) for t in host)
+    return [StepWindow(step=0, start_ns=lo, end_ns=hi, name="whole trace", source="trace")]
+
+
+def split_steps(
+    trace: Trace,
+    links: LaunchLinks,
+    *,
+    windows: list[StepWindow] | None = None,
+    queues: Mapping[str, tuple[QueueSeries, QueueSeries]] | None = None,
+) -> list[StepFigures]:
+    """Figures of every step; ``queues`` (from :func:`~asynctrace.analysis.queue.queue_series`)
+    gives ``queue_max``, 0 without it."""
+    if windows is None:
+        windows = step_windows(trace)
+    act = trace.activities
+    m = np.flatnonzero(links.matched)
+    launch = links.launch_start_ns[m]
+    order = np.argsort(launch, kind="stable")
+    by_launch = m[order]
+    launch_sorted = launch[order]
+    a_start = act.start_ns
+    a_end = act.start_ns + act.dur_ns
+
+    rt = trace.runtime
+    is_sync = np.isin(rt.kind, np.array([int(k) for k in SYNC_KINDS], dtype=np.uint8))
+    s_start = rt.start_ns[is_sync]
+    s_end = s_start + rt.dur_ns[is_sync]
+    s_order = np.argsort(s_start, kind="stable")
+    s_start, s_end = s_start[s_order], s_end[s_order]
+
+    out: list[StepFigures] = []
+    for w in windows:
+        i0, i1 = np.searchsorted(launch_sorted, [w.start_ns, w.end_ns], side="left")
+        sel = by_launch[i0:i1]
+        if len(sel):
+            dev_start: int | None = int(a_start[sel].min())
+            dev_end: int | None = int(a_end[sel].max())
+            busy = union_length(a_start[sel], a_end[sel])
+        else:
+            dev_start = dev_end = None
+            busy = 0
+        window = (dev_end - dev_start) if dev_start is not None and dev_end is not None else 0
+        j1 = int(np.searchsorted(s_start, w.end_ns, side="left"))
+        j0 = int(np.searchsorted(s_start, w.start_ns, side="left"))
+        overlap = np.flatnonzero(s_end[:j1] > w.start_ns)
+        wait = union_length(
+            np.maximum(s_start[overlap], w.start_ns), np.minimum(s_end[overlap], w.end_ns)
+        )
+        qmax = 0
+        if queues:
+            qmax = max(depth_max_between(d, w.start_ns, w.end_ns) for d, _ in queues.values())
+        out.append(
+            StepFigures(
+                step=w.step,
+                name=w.name,
+                start_ns=w.start_ns,
+                end_ns=w.end_ns,
+                cpu_ns=w.end_ns - w.start_ns,
+                activities=len(sel),
+                device_start_ns=dev_start,
+                device_end_ns=dev_end,
+                device_ns=window,
+                gpu_busy_ns=busy,
+                gpu_idle_ns=window - busy,
+                sync_count=j1 - j0,
+                sync_wait_ns=wait,
+                run_ahead_ns=None if dev_end is None else dev_end - w.end_ns,
+                queue_max=qmax,
+                in_flight_steps=0,
+            )
+        )
+    # in flight at each step's host end: steps so far whose device work ends after it
+    dev_ends = np.array(
+        [f.device_end_ns if f.device_end_ns is not None else -(2**62) for f in out], np.int64
+    )
+    return [
+        msgspec.structs.replace(
+            f, in_flight_steps=int(np.count_nonzero(dev_ends[: k + 1] > f.end_ns))
+        )
+        for k, f in enumerate(out)
+    ]

@@ -1,0 +1,136 @@
+"""Synchronizing host calls: each one with its wait, step, thread and Python call site.
+
+A sync is a runtime call of kind ``SYNC`` (stream/device/event synchronize) or
+``BLOCKING_MEMCPY``. Device-side ``cuda_sync`` records (``Trace.device_syncs``) describe the same
+waits and are not counted again.
+
+Where the trace has Python frames (``with_stack=True``) a sync's **site** is the innermost user
+frame on the same thread that encloses the call, written ``file:line``; frames under ``torch/``,
+``site-packages``, ``<built-in>`` and asynctrace itself are not user frames. Without frames the
+site is empty and calls aggregate by API name only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import msgspec
+import numpy as np
+
+from asynctrace.analysis.steps import SYNC_KINDS, StepWindow
+from asynctrace.trace.model import Trace
+
+__all__ = ["SyncCall", "SyncSiteStats", "SyncSummary", "find_syncs", "is_user_frame", "site_of"]
+
+_FRAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\)")
+_NOT_USER = ("torch/", "torch\\", "site-packages", "<built-in>", "asynctrace")
+
+
+class SyncCall(msgspec.Struct, frozen=True, kw_only=True):
+    op: str
+    start_ns: int
+    dur_ns: int
+    pid: int
+    tid: int
+    #: the step whose host span contains the call's start, None if none does
+    step: int | None
+    #: "file.py:123", "" when the trace has no user frame for it
+    site: str
+
+
+class SyncSiteStats(msgspec.Struct, frozen=True, kw_only=True):
+    site: str
+    op: str
+    count: int
+    total_ns: int
+    #: distinct steps in which the site synchronized
+    steps: int
+
+
+class SyncSummary(msgspec.Struct, frozen=True, kw_only=True):
+    count: int
+    total_ns: int
+    #: by (site, op), largest total first
+    sites: list[SyncSiteStats]
+    calls: list[SyncCall] = msgspec.field(default_factory=list)
+    #: device-side sync records in the trace (not counted in ``count``)
+    device_records: int = 0
+
+
+def is_user_frame(name: str) -> bool:
+    return not any(marker in name for marker in _NOT_USER)
+
+
+def site_of(frame_name: str) -> str:
+    """``path/file.py(123): fn`` → ``path/file.py:123`` (the name itself if it has no line)."""
+    m = _FRAME.match(frame_name)
+    return f"{m.group('file')}:{m.group('line')}" if m else frame_name
+
+
+def find_syncs(trace: Trace, *, windows: Sequence[StepWindow] = ()) -> SyncSummary:
+    """Every synchronizing call, attributed to a step and a user call site."""
+    rt = trace.runtime
+    is_sync = np.isin(rt.kind, np.array([int(k) for k in SYNC_KINDS], dtype=np.uint8))
+    idx = np.flatnonzero(is_sync)
+    py = trace.python_frames
+    user_name = np.array([is_user_frame(s) for s in trace.strings] or [False], dtype=bool)
+    if len(py):
+        user = user_name[py.name]
+        f_start = py.start_ns[user]
+        f_end = f_start + py.dur_ns[user]
+        f_pid, f_tid, f_name = py.pid[user], py.tid[user], py.name[user]
+    w_start = np.array([w.start_ns for w in windows], np.int64)
+    w_end = np.array([w.end_ns for w in windows], np.int64)
+    calls: list[SyncCall] = []
+    for i in idx.tolist():
+        start, dur = int(rt.start_ns[i]), int(rt.dur_ns[i])
+        pid, tid = int(rt.pid[i]), int(rt.tid[i])
+        site = ""
+        if len(py):
+            # frames are sorted by start: only those starting at or before the call can enclose it
+            k = int(np.searchsorted(f_start, start, side="right"))
+            enc = np.flatnonzero(
+                (f_end[:k] >= start + dur) & (f_tid[:k] == tid) & (f_pid[:k] == pid)
+            )
+            if len(enc):
+                # innermost = latest start, then earliest end (a child can share its parent's start)
+                best = enc[np.lexsort((-f_end[enc], f_start[enc]))[-1]]
+                site = site_of(trace.name_of(int(f_name[best])))
+        step: int | None = None
+        if len(windows):
+            inside = np.flatnonzero((w_start <= start) & (start < w_end))
+            if len(inside):
+                step = windows[int(inside[-1])].step
+        calls.append(
+            SyncCall(
+                op=trace.name_of(int(rt.name[i])),
+                start_ns=start,
+                dur_ns=dur,
+                pid=pid,
+                tid=tid,
+                step=step,
+                site=site,
+            )
+        )
+    groups: dict[tuple[str, str], list[SyncCall]] = {}
+    for c in calls:
+        groups.setdefault((c.site, c.op), []).append(c)
+    sites = [
+        SyncSiteStats(
+            site=site,
+            op=op,
+            count=len(cs),
+            total_ns=sum(c.dur_ns for c in cs),
+            steps=len({c.step for c in cs if c.step is not None}),
+        )
+        for (site, op), cs in groups.items()
+    ]
+    sites.sort(key=lambda s: (-s.total_ns, -s.count, s.site, s.op))
+    return SyncSummary(
+        count=len(calls),
+        total_ns=sum(c.dur_ns for c in calls),
+        sites=sites,
+        calls=calls,
+        device_records=len(trace.device_syncs),
+    )

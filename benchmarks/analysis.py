@@ -1,0 +1,166 @@
+"""Trace analysis speed and memory: asynctrace vs HolisticTraceAnalysis, side by side in one run.
+
+Each measurement runs in a fresh process; we report its wall time and peak RSS (``ru_maxrss`` of
+that child, from ``os.wait4``). asynctrace runs ``asynctrace report FILE --json`` end to end
+(import, load, every analysis, JSON out). HolisticTraceAnalysis (HTA) runs ``TraceAnalysis`` on the
+same file plus queue length summary, kernel launch stats, temporal and idle breakdowns. HTA needs
+``pandas<3``, so it lives in its own virtual environment::
+
+    python3 -m venv /tmp/hta-venv && /tmp/hta-venv/bin/pip install holistictraceanalysis==0.5.0 'pandas<3'
+    python benchmarks/make_large_trace.py ../shared/traces/kineto/hta_a100_16ranks_rank0_graphlaunch.json.gz \
+        /tmp/large_400mb.json --target-mb 400
+    python benchmarks/analysis.py --hta-python /tmp/hta-venv/bin/python --extra /tmp/large_400mb.json
+
+Pass ``--no-hta`` to time asynctrace alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "traces" / "kineto"
+DEFAULT_FILES = [
+    "kineto_2021_resnet50_barelist.json.gz",
+    "hta_a100_16ranks_rank0_graphlaunch.json.gz",
+    "hta_v100_ns_resolution_rank0.json.gz",
+    "tracelens_b200_compile_culaunchkernelex.json.gz",
+    "hta_a100_nccl_launchkernelexc.json.gz",
+]
+
+HTA_SCRIPT = r"""
+import sys, warnings, logging
+warnings.filterwarnings("ignore")
+logging.disable(logging.CRITICAL)
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir=sys.argv[1])
+a.get_queue_length_summary(ranks=None)
+a.get_cuda_kernel_launch_stats(visualize=False)
+a.get_temporal_breakdown(visualize=False)
+a.get_idle_time_breakdown(visualize=False)
+"""
+
+
+@dataclass
+class Run:
+    tool: str
+    file: str
+    raw_mb: float
+    wall_s: float
+    peak_rss_mb: float
+    ok: bool
+    error: str = ""
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.raw_mb / self.wall_s if self.wall_s else 0.0
+
+
+def raw_size(path: Path) -> int:
+    if path.suffix != ".gz":
+        return path.stat().st_size
+    n = 0
+    with gzip.open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            n += len(chunk)
+    return n
+
+
+def measure(cmd: list[str], *, timeout_s: float) -> tuple[float, float, bool, str]:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = t0 + timeout_s
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() > deadline:
+            proc.kill()
+            pid, status, usage = os.wait4(proc.pid, 0)
+            return time.perf_counter() - t0, usage.ru_maxrss / 1024, False, "timeout"
+        time.sleep(0.005)
+    wall = time.perf_counter() - t0
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    ok = os.waitstatus_to_exitcode(status) == 0
+    return wall, usage.ru_maxrss / 1024, ok, "" if ok else err.strip().splitlines()[-1:][0][:200]
+
+
+def run_ours(path: Path, raw_mb: float, timeout_s: float) -> Run:
+    cmd = [sys.executable, "-m", "asynctrace", "report", str(path), "--json"]
+    wall, rss, ok, err = measure(cmd, timeout_s=timeout_s)
+    return Run("asynctrace", path.name, raw_mb, wall, rss, ok, err)
+
+
+def run_hta(path: Path, raw_mb: float, hta_python: str, timeout_s: float) -> Run:
+    with tempfile.TemporaryDirectory(prefix="hta-") as d:
+        os.symlink(path.resolve(), Path(d) / path.name)
+        wall, rss, ok, err = measure([hta_python, "-c", HTA_SCRIPT, d], timeout_s=timeout_s)
+    return Run("HTA", path.name, raw_mb, wall, rss, ok, err)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="asynctrace vs HolisticTraceAnalysis on the same traces")
+    ap.add_argument("files", nargs="*", type=Path, help="traces (default: the largest shared ones)")
+    ap.add_argument("--extra", nargs="*", type=Path, default=[], help="more traces, e.g. a 400 MB one")
+    ap.add_argument("--hta-python", default=shutil.which("python3") or "python3")
+    ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per tool and file; medians reported")
+    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--json", type=Path, help="also write the raw runs here")
+    a = ap.parse_args(argv)
+    files = list(a.files) or [SHARED / f for f in DEFAULT_FILES if (SHARED / f).exists()]
+    files += a.extra
+    if not files:
+        print("no traces found (../shared/traces is absent); pass files", file=sys.stderr)
+        return 2
+    print(f"# {platform.node()} {platform.machine()} {os.cpu_count()} cpus, python {platform.python_version()}, "
+          f"{time.strftime('%Y-%m-%d')}")
+    runs: list[Run] = []
+    header = f"{'file':48} {'raw MB':>7} | {'ours s':>7} {'ours MB/s':>9} {'ours RSS':>8} | {'HTA s':>7} {'HTA RSS':>8} | {'speedup':>7} {'RSS/raw':>7}"
+    print(header)
+    for path in files:
+        raw_mb = raw_size(path) / 1e6
+        ours: list[Run] = []
+        theirs: list[Run] = []
+        for i in range(a.repeat):
+            # alternate the order so neither tool always runs on a warm page cache
+            order = ["ours", "hta"] if i % 2 == 0 else ["hta", "ours"]
+            for tool in order:
+                if tool == "ours":
+                    ours.append(run_ours(path, raw_mb, a.timeout))
+                elif not a.no_hta:
+                    theirs.append(run_hta(path, raw_mb, a.hta_python, a.timeout))
+        runs += ours + theirs
+        o = sorted(ours, key=lambda r: r.wall_s)[len(ours) // 2]
+        line = f"{path.name[:48]:48} {raw_mb:7.1f} | {o.wall_s:7.2f} {o.mb_per_s:9.0f} {o.peak_rss_mb:7.0f}M |"
+        if theirs:
+            h = sorted(theirs, key=lambda r: r.wall_s)[len(theirs) // 2]
+            hs = f"{h.wall_s:7.2f} {h.peak_rss_mb:7.0f}M" if h.ok else f"{'fail':>7} {'':>8}"
+            speed = f"{h.wall_s / o.wall_s:6.1f}x" if h.ok and o.ok else "-"
+            line += f" {hs} | {speed:>7}"
+        else:
+            line += f" {'':7} {'':8} | {'':7}"
+        line += f" {o.peak_rss_mb / raw_mb:7.2f}" if raw_mb else ""
+        if not o.ok:
+            line += f"  (asynctrace failed: {o.error})"
+        if theirs and not theirs[0].ok:
+            line += f"  (HTA failed: {theirs[0].error})"
+        print(line, flush=True)
+    if a.json:
+        a.json.write_text(json.dumps([asdict(r) for r in runs], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
