@@ -16,7 +16,9 @@ def shared_trace(kind: str, name: str) -> Path:
     """Path of a real trace under ../shared/traces, or skip the test with the reason."""
     path = SHARED_TRACES / kind / name
     if not path.exists():
-        pytest.skip(f"real trace {path} not available (../shared/traces is absent on a user's clone)")
+        pytest.skip(
+            f"real trace {path} not available (../shared/traces is absent on a user's clone)"
+        )
     return path
 
 

@@ -123,16 +123,18 @@ def link_launches(trace: Trace) -> LaunchLinks:
         return LaunchLinks(none, zeros, zeros.copy())
     l_pid = rt.pid[l_idx]
     l_corr = rt.correlation[l_idx]
-    a_pid = act.pid.copy()
+    a_pid = act.pid
     a_corr = act.correlation
     launch_pids = np.unique(l_pid)
     if len(launch_pids) == 1:
-        a_pid[~np.isin(a_pid, launch_pids)] = launch_pids[0]
-    # Factorise (pid, correlation) pairs into one int64 key without overflow.
-    pids, pid_inv = np.unique(np.concatenate([l_pid, a_pid]), return_inverse=True)
-    corrs, corr_inv = np.unique(np.concatenate([l_corr, a_corr]), return_inverse=True)
-    key = pid_inv.astype(np.int64) * len(corrs) + corr_inv.astype(np.int64)
-    l_key, a_key = key[: len(l_idx)], key[len(l_idx) :]
+        # one launching process (the common case): the correlation id alone is the key
+        l_key, a_key = l_corr, a_corr
+    else:
+        # Factorise (pid, correlation) pairs into one int64 key without overflow.
+        _pids, pid_inv = np.unique(np.concatenate([l_pid, a_pid]), return_inverse=True)
+        corrs, corr_inv = np.unique(np.concatenate([l_corr, a_corr]), return_inverse=True)
+        key = pid_inv.astype(np.int64) * len(corrs) + corr_inv.astype(np.int64)
+        l_key, a_key = key[: len(l_idx)], key[len(l_idx) :]
     # Duplicate launch rows for one key (some exports write two): the earliest start wins.
     order = np.lexsort((rt.start_ns[l_idx], l_key))
     sorted_key = l_key[order]

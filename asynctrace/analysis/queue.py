@@ -77,10 +77,18 @@ def stream_groups(trace: Trace) -> tuple[npt.NDArray[np.intp], list[str]]:
     act = trace.activities
     if len(act) == 0:
         return np.empty(0, dtype=np.intp), []
-    multi_device = len(np.unique(act.device)) > 1
-    pairs = np.stack([act.device.astype(np.int64), act.stream], axis=1)
-    uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
-    keys = [f"{d}:{s}" if multi_device else str(s) for d, s in uniq.tolist()]
+    devices, dev_inv = np.unique(act.device, return_inverse=True)
+    streams, stream_inv = np.unique(act.stream, return_inverse=True)
+    # one 1-D key per (device, stream): much faster than np.unique(axis=0) on millions of rows
+    pair = dev_inv.astype(np.int64) * len(streams) + stream_inv.astype(np.int64)
+    uniq, inv = np.unique(pair, return_inverse=True)
+    multi_device = len(devices) > 1
+    keys = [
+        f"{devices[p // len(streams)]}:{streams[p % len(streams)]}"
+        if multi_device
+        else str(streams[p % len(streams)])
+        for p in uniq.tolist()
+    ]
     return inv.reshape(-1).astype(np.intp), keys
 
 
@@ -106,14 +114,19 @@ def _effective_times(trace: Trace, links: LaunchLinks) -> tuple[I64, I64, I64]:
     return launch, start, end
 
 
-def queue_series(trace: Trace, links: LaunchLinks) -> dict[str, tuple[QueueSeries, QueueSeries]]:
+def queue_series(
+    trace: Trace,
+    links: LaunchLinks,
+    *,
+    groups: tuple[npt.NDArray[np.intp], list[str]] | None = None,
+) -> dict[str, tuple[QueueSeries, QueueSeries]]:
     """Per stream key: (queue depth, in flight) step functions."""
-    groups, keys = stream_groups(trace)
+    group_of, keys = groups if groups is not None else stream_groups(trace)
     launch, start, end = _effective_times(trace, links)
     matched = links.matched
     out: dict[str, tuple[QueueSeries, QueueSeries]] = {}
     for g, key in enumerate(keys):
-        sel = (groups == g) & matched
+        sel = (group_of == g) & matched
         out[key] = (
             _step_function(launch[sel], start[sel]),
             _step_function(launch[sel], end[sel]),
@@ -144,15 +157,18 @@ def queue_stats(
     *,
     cap: int = DEFAULT_QUEUE_CAP,
     series: dict[str, tuple[QueueSeries, QueueSeries]] | None = None,
+    groups: tuple[npt.NDArray[np.intp], list[str]] | None = None,
 ) -> dict[str, StreamQueue]:
     """Queue figures per stream key (see :func:`stream_groups`)."""
+    if groups is None:
+        groups = stream_groups(trace)
     if series is None:
-        series = queue_series(trace, links)
-    groups, keys = stream_groups(trace)
-    matched = links.matched
+        series = queue_series(trace, links, groups=groups)
+    group_of, keys = groups
+    counts = np.bincount(group_of[links.matched], minlength=len(keys))
     out: dict[str, StreamQueue] = {}
     for g, key in enumerate(keys):
-        n = int(np.count_nonzero((groups == g) & matched))
+        n = int(counts[g])
         depth, flight = series[key]
         out[key] = _stats(depth, flight, n, cap)
     return out

@@ -117,7 +117,9 @@ def step_windows(trace: Trace) -> list[StepWindow]:
         order = prof[np.argsort(r.start_ns[prof], kind="stable")]
         return [
             StepWindow(
-                step=int(r.step[i]) if r.step[i] >= 0 else _step_number(trace.name_of(int(r.name[i])), k),
+                step=int(r.step[i])
+                if r.step[i] >= 0
+                else _step_number(trace.name_of(int(r.name[i])), k),
                 start_ns=int(r.start_ns[i]),
                 end_ns=int(end[i]),
                 name=trace.name_of(int(r.name[i])),
@@ -125,9 +127,7 @@ def step_windows(trace: Trace) -> list[StepWindow]:
             )
             for k, i in enumerate(order.tolist())
         ]
-    steplike = np.array(
-        [bool(_STEP_NAME.search(s)) for s in trace.strings] or [False], dtype=bool
-    )
+    steplike = np.array([bool(_STEP_NAME.search(s)) for s in trace.strings] or [False], dtype=bool)
     for kind, source in ((RangeKind.NVTX, "nvtx"), (RangeKind.ANNOTATION, "annotation")):
         cand = np.flatnonzero((r.kind == kind) & steplike[r.name] if len(r) else np.zeros(0, bool))
         if len(cand):
@@ -141,13 +141,15 @@ def step_windows(trace: Trace) -> list[StepWindow]:
                 )
                 for k, i in enumerate(_outermost(cand, r.start_ns, end))
             ]
-    host = [t for t in (trace.ranges, trace.runtime, trace.python_frames) if len(t)]
+    host: list[tuple[I64, I64]] = [
+        (t.start_ns, t.dur_ns) for t in (trace.ranges, trace.runtime, trace.python_frames) if len(t)
+    ]
     if not host and len(trace.activities):
-        host = [trace.activities]
+        host = [(trace.activities.start_ns, trace.activities.dur_ns)]
     if not host:
         return []
-    lo = min(int(t.start_ns.min()) for t in host)
-    hi = max(int((t.start_ns + t.dur_ns).max()) for t in host)
+    lo = min(int(s.min()) for s, _ in host)
+    hi = max(int((s + d).max()) for s, d in host)
     return [StepWindow(step=0, start_ns=lo, end_ns=hi, name="whole trace", source="trace")]
 
 

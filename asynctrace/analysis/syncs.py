@@ -6,7 +6,7 @@ waits and are not counted again.
 
 Where the trace has Python frames (``with_stack=True``) a sync's **site** is the innermost user
 frame on the same thread that encloses the call, written ``file:line``; frames under ``torch/``,
-``site-packages``, ``<built-in>`` and asynctrace itself are not user frames. Without frames the
+``site-packages``, built-ins (``<built-in ...>``) and asynctrace itself are not user frames. Without frames the
 site is empty and calls aggregate by API name only.
 """
 
@@ -24,7 +24,7 @@ from asynctrace.trace.model import Trace
 __all__ = ["SyncCall", "SyncSiteStats", "SyncSummary", "find_syncs", "is_user_frame", "site_of"]
 
 _FRAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\)")
-_NOT_USER = ("torch/", "torch\\", "site-packages", "<built-in>", "asynctrace")
+_NOT_USER = ("torch/", "torch\\", "site-packages", "<built-in", "asynctrace")
 
 
 class SyncCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,7 +59,8 @@ class SyncSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def is_user_frame(name: str) -> bool:
-    return not any(marker in name for marker in _NOT_USER)
+    """A frame of the user's code: a ``file(line)`` outside torch, site-packages, asynctrace."""
+    return _FRAME.match(name) is not None and not any(marker in name for marker in _NOT_USER)
 
 
 def site_of(frame_name: str) -> str:
@@ -113,6 +114,8 @@ def find_syncs(trace: Trace, *, windows: Sequence[StepWindow] = ()) -> SyncSumma
                 site=site,
             )
         )
+    # a stable order whatever order the rows came in (ties in start time included)
+    calls.sort(key=lambda c: (c.start_ns, c.pid, c.tid, c.op, c.dur_ns))
     groups: dict[tuple[str, str], list[SyncCall]] = {}
     for c in calls:
         groups.setdefault((c.site, c.op), []).append(c)

@@ -1,13 +1,125 @@
-"""The per-minibatch synchronization verdict (interface; the judgement is being written)."""
+"""The per-minibatch synchronization verdict, from a run's step records (pure; no torch).
+
+The book's advice is to synchronize once per minibatch. :func:`judge_steps` says whether a run
+did, from the figures a capture session records per step (:class:`~asynctrace.records.StepRecord`):
+
+``never-synchronized``
+    The queue runs away: over the window, in-flight steps or run-ahead grow (a significant
+    Mann–Kendall trend whose Theil–Sen growth over the window is at least one step of in-flight
+    work, or one median step of run-ahead), or in-flight steps sit at
+    :data:`SATURATED_IN_FLIGHT` or more (the launch queue is full and the host is throttled).
+``over-synchronized``
+    The median step has more than ``max_syncs_per_step`` syncs.
+``input-bound``
+    Over the window, waiting for data takes at least :data:`INPUT_BOUND_FRACTION` of the steps'
+    frontend time.
+``memory-creep``
+    Allocated memory at step end has a significant increasing trend growing at least
+    :data:`MEM_CREEP_MIN_BYTES` and :data:`MEM_CREEP_MIN_FRACTION` of its median over the window.
+``synchronized``
+    None of the above on an asynchronous device: the queue stays bounded.
+``cpu-synchronous``
+    The device runs synchronously (CPU): nothing can run ahead. Over-sync (from the lint),
+    input-bound and memory creep are still reported and take the headline when present.
+``too-few-steps``
+    Fewer than :data:`MIN_TREND_STEPS` steps and nothing else found.
+
+Trends are judged on the last ``window`` steps (default :data:`WINDOW_STEPS`) by the
+Mann–Kendall test (tie-corrected variance, continuity correction) at ``|Z| >=``
+:data:`TREND_Z` (two-sided p < 0.01), with the Theil–Sen slope (median of pairwise slopes) for
+how much — never by one sample, so one slow step or one allocator spike does not flip a verdict.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from statistics import median
+from typing import Any
 
 from asynctrace.records import StepRecord, SyncSite
 
-__all__ = ["Verdict", "judge_steps"]
+__all__ = [
+    "INPUT_BOUND_FRACTION",
+    "MAX_SYNCS_PER_STEP",
+    "MEM_CREEP_MIN_BYTES",
+    "MEM_CREEP_MIN_FRACTION",
+    "MIN_TREND_STEPS",
+    "SATURATED_IN_FLIGHT",
+    "TREND_Z",
+    "WINDOW_STEPS",
+    "Trend",
+    "Verdict",
+    "judge_step",
+    "judge_steps",
+    "trend",
+]
+
+#: steps (the most recent) a verdict looks at
+WINDOW_STEPS = 64
+#: fewest steps (with the figure present) for a trend test
+MIN_TREND_STEPS = 8
+#: Mann–Kendall |Z| for a significant trend: two-sided p < 0.01
+TREND_Z = 2.576
+#: the book's budget: one sync per minibatch
+MAX_SYNCS_PER_STEP = 1
+#: data wait / frontend time at or above which a run is input-bound
+INPUT_BOUND_FRACTION = 0.20
+#: median in-flight steps at or above which the queue is full
+SATURATED_IN_FLIGHT = 2
+#: growth of allocated memory over the window below which a trend is not called creep
+MEM_CREEP_MIN_BYTES = 1 << 20
+MEM_CREEP_MIN_FRACTION = 0.01
+
+_CODES = (
+    "never-synchronized",
+    "over-synchronized",
+    "input-bound",
+    "memory-creep",
+)
+
+
+@dataclass(frozen=True)
+class Trend:
+    """A Mann–Kendall test and Theil–Sen slope of a series against its index."""
+
+    n: int
+    #: Mann–Kendall statistic and its normal score (continuity-corrected, tie-corrected)
+    s: int
+    z: float
+    #: Theil–Sen slope: median of pairwise slopes, per step
+    slope: float
+
+    @property
+    def increasing(self) -> bool:
+        return self.z >= TREND_Z and self.slope > 0
+
+    @property
+    def growth(self) -> float:
+        """Growth over the series by the robust slope: slope × (n − 1)."""
+        return self.slope * (self.n - 1)
+
+
+def trend(values: Sequence[float]) -> Trend:
+    """Mann–Kendall + Theil–Sen for ``values`` at equally spaced steps (O(n²); n is a window)."""
+    xs = [float(v) for v in values]
+    n = len(xs)
+    s = 0
+    slopes: list[float] = []
+    for i in range(n):
+        vi = xs[i]
+        for j in range(i + 1, n):
+            d = xs[j] - vi
+            s += (d > 0) - (d < 0)
+            slopes.append(d / (j - i))
+    counts: dict[float, int] = {}
+    for v in xs:
+        counts[v] = counts.get(v, 0) + 1
+    var = (n * (n - 1) * (2 * n + 5) - sum(t * (t - 1) * (2 * t + 5) for t in counts.values())) / 18
+    # continuity correction: S moves in steps of 2, so shrink it by 1 toward 0
+    z = 0.0 if var <= 0 or s == 0 else (s - 1 if s > 0 else s + 1) / math.sqrt(var)
+    return Trend(n=n, s=s, z=z, slope=float(median(slopes)) if slopes else 0.0)
 
 
 @dataclass(frozen=True)
@@ -18,6 +130,65 @@ class Verdict:
     message: str
     #: every finding, the headline first (a run can be input-bound and creeping at once)
     findings: tuple[str, ...] = ()
+    #: the codes of every finding, in the same order
+    codes: tuple[str, ...] = ()
+    #: steps judged (the window)
+    steps: int = 0
+    #: median syncs per step in the window
+    syncs_per_step: float = 0.0
+    #: data wait / frontend time over the window
+    data_wait_fraction: float = 0.0
+    #: Theil–Sen slopes per step over the window (None where the figure is missing)
+    in_flight_slope: float | None = None
+    run_ahead_slope_ns: float | None = None
+    mem_slope_bytes: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["findings"] = list(self.findings)
+        d["codes"] = list(self.codes)
+        return d
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _fmt_ns(n: float) -> str:
+    if abs(n) >= 1e6:
+        return f"{n / 1e6:.1f} ms"
+    return f"{n / 1e3:.1f} µs"
+
+
+def _fmt_sites(sites: Sequence[SyncSite], limit: int = 3) -> str:
+    if not sites:
+        return "unrecorded sites"
+    ranked = sorted(sites, key=lambda s: (-s.count, s.site))
+    shown = ", ".join(f"{s.site} ({s.op} ×{s.count})" for s in ranked[:limit])
+    if len(ranked) > limit:
+        shown += f" and {len(ranked) - limit} more"
+    return shown
+
+
+def judge_step(
+    step: StepRecord,
+    *,
+    max_syncs_per_step: int = MAX_SYNCS_PER_STEP,
+    input_bound_fraction: float = INPUT_BOUND_FRACTION,
+) -> tuple[str, ...]:
+    """The codes one step earns on its own: "over-synchronized", "input-bound", or none.
+
+    Growth (runaway queue, memory creep) needs many steps: see :func:`judge_steps`.
+    """
+    codes: list[str] = []
+    if step.sync_count > max_syncs_per_step:
+        codes.append("over-synchronized")
+    if step.frontend_ns > 0 and step.data_wait_ns >= input_bound_fraction * step.frontend_ns:
+        codes.append("input-bound")
+    return tuple(codes)
 
 
 def judge_steps(
@@ -25,12 +196,98 @@ def judge_steps(
     *,
     asynchronous: bool,
     sync_sites: Sequence[SyncSite] = (),
+    window: int = WINDOW_STEPS,
+    max_syncs_per_step: int = MAX_SYNCS_PER_STEP,
+    input_bound_fraction: float = INPUT_BOUND_FRACTION,
 ) -> Verdict:
-    """Judge a run from its step records (pure)."""
-    if not asynchronous:
-        return Verdict(
-            "cpu-synchronous",
-            "the CPU backend executes synchronously: device time equals frontend time, "
-            "nothing runs ahead",
+    """Judge a run from its step records (pure); thresholds are the module's constants."""
+    if window < MIN_TREND_STEPS:
+        raise ValueError(f"window must be at least {MIN_TREND_STEPS} steps, got {window}")
+    recent = list(steps[-window:])
+    n = len(recent)
+    found: dict[str, str] = {}
+
+    syncs_per_step = float(median(s.sync_count for s in recent)) if recent else 0.0
+    frontend = sum(s.frontend_ns for s in recent)
+    data_fraction = min(1.0, sum(s.data_wait_ns for s in recent) / frontend) if frontend else 0.0
+
+    in_flight: Trend | None = None
+    run_ahead: Trend | None = None
+    if asynchronous and n >= MIN_TREND_STEPS:
+        in_flight = trend([float(s.in_flight) for s in recent])
+        ra = [float(s.run_ahead_ns) for s in recent if s.run_ahead_ns is not None]
+        run_ahead = trend(ra) if len(ra) >= MIN_TREND_STEPS else None
+        step_ns = median(s.frontend_ns for s in recent)
+        in_flight_median = median(s.in_flight for s in recent)
+        grows_in_flight = in_flight.increasing and in_flight.growth >= 1
+        grows_run_ahead = (
+            run_ahead is not None and run_ahead.increasing and run_ahead.growth >= step_ns
         )
-    return Verdict("too-few-steps", "no verdict yet")
+        if grows_in_flight or grows_run_ahead or in_flight_median >= SATURATED_IN_FLIGHT:
+            first, last = recent[0], recent[-1]
+            detail = f"in flight {first.in_flight} → {last.in_flight} steps"
+            if first.run_ahead_ns is not None and last.run_ahead_ns is not None:
+                detail += (
+                    f", run-ahead {_fmt_ns(first.run_ahead_ns)} → {_fmt_ns(last.run_ahead_ns)}"
+                )
+            found["never-synchronized"] = (
+                "never synchronized: in-flight steps, run-ahead and memory grow — "
+                f"sync once per minibatch ({detail} over the last {n} steps)"
+            )
+
+    if n and syncs_per_step > max_syncs_per_step:
+        would = "" if asynchronous else " (each would block the host on an accelerator)"
+        found["over-synchronized"] = (
+            f"over-synchronized: {syncs_per_step:g} syncs per step at "
+            f"{_fmt_sites(sync_sites)}{would}"
+        )
+
+    if frontend and data_fraction >= input_bound_fraction:
+        found["input-bound"] = f"input-bound: waiting for data {data_fraction:.0%} of the step"
+
+    mem = [float(s.mem_allocated_bytes) for s in recent if s.mem_allocated_bytes is not None]
+    mem_trend = trend(mem) if len(mem) >= MIN_TREND_STEPS else None
+    if (
+        mem_trend is not None
+        and mem_trend.increasing
+        and mem_trend.growth >= max(MEM_CREEP_MIN_BYTES, MEM_CREEP_MIN_FRACTION * median(mem))
+    ):
+        found["memory-creep"] = (
+            "memory creep: allocated memory grows step over step "
+            f"(+{_fmt_bytes(mem_trend.growth)} over the last {len(mem)} steps, "
+            f"{_fmt_bytes(mem_trend.slope)}/step)"
+        )
+
+    codes = [c for c in _CODES if c in found]
+    findings = [found[c] for c in codes]
+    if not asynchronous:
+        codes.append("cpu-synchronous")
+        findings.append(
+            "the CPU backend executes synchronously: device time equals frontend time, "
+            "nothing runs ahead"
+        )
+    elif not codes:
+        if n < MIN_TREND_STEPS:
+            codes.append("too-few-steps")
+            findings.append(f"too few steps for a verdict: {n} (a trend needs {MIN_TREND_STEPS})")
+        elif syncs_per_step >= 1:
+            codes.append("synchronized")
+            findings.append("synchronized once per step (bounded queue)")
+        else:
+            codes.append("synchronized")
+            findings.append(
+                "bounded queue: in-flight steps and run-ahead stay flat, though no sync was "
+                "seen (sync detection off, or something else bounds the queue)"
+            )
+    return Verdict(
+        code=codes[0],
+        message=findings[0],
+        findings=tuple(findings),
+        codes=tuple(codes),
+        steps=n,
+        syncs_per_step=syncs_per_step,
+        data_wait_fraction=data_fraction,
+        in_flight_slope=in_flight.slope if in_flight is not None else None,
+        run_ahead_slope_ns=run_ahead.slope if run_ahead is not None else None,
+        mem_slope_bytes=mem_trend.slope if mem_trend is not None else None,
+    )

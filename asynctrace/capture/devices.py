@@ -134,6 +134,8 @@ class CudaDevice:
         self._clock = clock
         self.kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
         self.name = torch.cuda.get_device_name(self._index)
+        # torch.cuda.Event is untyped for mypy; bound once, which also saves a look-up per record
+        self._event_cls: Any = torch.cuda.Event
         self._ref: Any = None
         self._ref_host_ns = 0
 
@@ -146,14 +148,15 @@ class CudaDevice:
         with torch.cuda.device(self._index):
             torch.cuda.current_stream().synchronize()
             for _ in range(rounds):
-                ev = torch.cuda.Event(enable_timing=True)
+                ev = self._event_cls(enable_timing=True)
                 before = self._clock()
                 ev.record()
                 ev.synchronize()
                 after = self._clock()
                 if best is None or after - before < best[0]:
                     best = (after - before, after, ev)
-        assert best is not None
+        if best is None:
+            raise ValueError(f"align() needs rounds >= 1, got {rounds}")
         self._ref = best[2]
         self._ref_host_ns = best[1]
         return ClockAlignment(
@@ -163,7 +166,7 @@ class CudaDevice:
         )
 
     def record(self) -> Any:
-        ev = self._torch.cuda.Event(enable_timing=True)
+        ev = self._event_cls(enable_timing=True)
         ev.record()
         return ev
 
@@ -177,9 +180,22 @@ class CudaDevice:
         if self._ref is None:
             self.align()
         # elapsed_time has ~0.5 µs resolution; float ms -> int ns once, here
-        return self._ref_host_ns + round(self._ref.elapsed_time(event) * 1e6)
+        elapsed_ms: float = self._ref.elapsed_time(event)
+        return self._ref_host_ns + round(elapsed_ms * 1e6)
 
     def memory(self) -> tuple[int, int] | None:
+        # torch.cuda.memory_allocated/reserved each flatten the whole allocator stats dict in
+        # Python (tens of µs); the session asks once per step, so read the nested dict once.
+        stats_fn = getattr(self._torch._C, "_cuda_memoryStats", None)
+        if stats_fn is not None:
+            try:
+                stats = stats_fn(self._index)
+                return (
+                    int(stats["allocated_bytes"]["all"]["current"]),
+                    int(stats["reserved_bytes"]["all"]["current"]),
+                )
+            except (KeyError, TypeError, RuntimeError):
+                pass
         cuda = self._torch.cuda
         return int(cuda.memory_allocated(self._index)), int(cuda.memory_reserved(self._index))
 
@@ -197,7 +213,7 @@ class FakeClock:
         self.now_ns += ns
 
 
-@dataclass
+@dataclass(slots=True)
 class _FakeEvent:
     index: int
     recorded_ns: int
@@ -208,8 +224,12 @@ class FakeDevice:
     """A scripted asynchronous device.
 
     ``executes(index, recorded_ns) -> executes_ns`` says when the ``index``-th recorded marker
-    executes on the device (host-clock ns). ``query`` compares that with the fake clock;
-    ``wait`` advances the clock to it, like a real blocking wait would.
+    executes on the device (host-clock ns); a marker never executes before it is recorded.
+    ``query`` compares that with the fake clock; ``wait`` advances the clock to it, like a real
+    blocking wait would. Like one real stream, a script should execute markers in the order they
+    were recorded (non-decreasing times); the session relies on that.
+
+    ``recorded``, ``queries`` and ``waits`` count calls, so tests can check that nothing waited.
     """
 
     kind = "fake"
@@ -259,23 +279,42 @@ class FakeDevice:
 
 
 def get_device(device: str | Device | None = None) -> Device:
-    """The device layer for ``device``: a Device passes through; None picks CUDA if available."""
+    """The device layer for ``device``.
+
+    A :class:`Device` passes through; ``None`` picks CUDA/ROCm when torch sees one, else the CPU;
+    a string is a torch device spec (``"cuda"``, ``"cuda:1"``, ``"cpu"``; ``"rocm"`` means the
+    HIP build's ``cuda``). Raises :class:`~asynctrace.errors.CaptureError` for anything else.
+    """
+    from asynctrace.errors import CaptureError
+
     if device is not None and not isinstance(device, str):
+        if not isinstance(device, Device):
+            raise CaptureError(
+                f"device={device!r} is neither a device spec string nor an asynctrace Device "
+                "(kind, name, asynchronous, host_now_ns, align, record, query, wait, "
+                "executed_at_ns, memory)"
+            )
         return device
     import torch
 
     spec = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(spec)
+    if spec == "rocm" or spec.startswith("rocm:"):
+        spec = "cuda" + spec[4:]
+    try:
+        dev = torch.device(spec)
+    except (RuntimeError, ValueError) as e:
+        raise CaptureError(f"device={spec!r} is not a torch device spec ({e})") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            from asynctrace.errors import CaptureError
-
             raise CaptureError(
-                f"device {spec!r} asked for, but torch {torch.__version__} sees no CUDA/ROCm device"
+                f"device {spec!r} asked for, but torch {torch.__version__} sees no CUDA/ROCm "
+                "device; pass device='cpu' or leave device unset"
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise CaptureError(
+                f"device {spec!r} asked for, but torch sees {torch.cuda.device_count()} device(s)"
             )
         return CudaDevice(dev.index)
     if dev.type == "cpu":
         return CpuDevice()
-    from asynctrace.errors import CaptureError
-
     raise CaptureError(f"device type {dev.type!r} is not supported yet (cuda, rocm and cpu are)")

@@ -180,7 +180,7 @@ class Range:
     the innermost entry); as a decorator each call is independent, on any thread.
     """
 
-    __slots__ = ("_handle", "_rf", "color", "name")
+    __slots__ = ("_handle", "_open", "_rf", "color", "name")
 
     def __init__(self, name: str, *, color: int | None = None) -> None:
         if not name:
@@ -190,15 +190,18 @@ class Range:
         s = _state
         h = s.cached(name, color) if s is not None else None
         self._handle = h if h is not None else _handle(name, color=color)
-        # one entry per open __enter__: the record_function opened for it, or None
-        self._rf: list[Any] = []
+        self._open = 0
+        # (entry index, record_function) for entries made while a profiler was active
+        self._rf: list[tuple[int, Any]] | None = None
 
     def __enter__(self) -> Range:
-        rf: Any = None
         if _profiler_enabled():
-            rf = torch.autograd.profiler.record_function(self.name)
+            rf: Any = torch.autograd.profiler.record_function(self.name)
             rf.__enter__()
-        self._rf.append(rf)
+            if self._rf is None:
+                self._rf = []
+            self._rf.append((self._open, rf))
+        self._open += 1
         h = self._handle
         s = _state or _nvtx()
         if h.attributes is not None:
@@ -215,9 +218,10 @@ class Range:
         try:
             _pop()
         finally:
-            rf = self._rf.pop() if self._rf else None
-            if rf is not None:
-                rf.__exit__(exc_type, exc, tb)
+            self._open -= 1
+            rfs = self._rf
+            if rfs and rfs[-1][0] == self._open:
+                rfs.pop()[1].__exit__(exc_type, exc, tb)
 
     def __call__(self, fn: Callable[_P, _R]) -> Callable[_P, _R]:
         name = self.name

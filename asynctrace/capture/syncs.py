@@ -1,43 +1,644 @@
-"""Synchronization detection (interface; the detection itself is being written).
+"""Synchronization detection: CUDA hooks, a CPU lint, and :func:`expect_syncs`.
 
 A :class:`SyncDetector` watches for host-device synchronizations while started and calls
-``on_sync`` with a :class:`SyncEvent` for each one. The capture session owns one per session.
+``on_sync`` with a :class:`SyncEvent` for each one. The capture session owns one per session;
+:func:`expect_syncs` starts its own.
+
+Two ways of seeing a sync (the full table is in ``docs/finding-syncs.md``):
+
+``"cuda"`` — real synchronizations on a CUDA/ROCm device, through torch's own hooks:
+  ``torch.cuda.set_sync_debug_mode("warn")`` makes torch warn at every implicit sync
+  (``.item()``, blocking copies, ``nonzero`` …); we catch those warnings with the Python frames
+  that caused them. Explicit syncs (``torch.cuda.synchronize``, ``Stream.synchronize``,
+  ``Event.synchronize``, ``torch.accelerator.synchronize``) are wrapped and timed. Printing a
+  device tensor is wrapped too, so one ``print`` counts once instead of once per copy it makes.
+
+``"lint"`` — works on CPU, for CI without a GPU: a ``TorchDispatchMode`` flags the aten ops that
+  *would* synchronize on an accelerator (scalar reads, data-dependent shapes, copies to the
+  host). Some host reads never reach the dispatcher (``tolist``, ``numpy``, ``cpu()`` of a CPU
+  tensor, ``repr``/``print``); those ``torch.Tensor`` methods are wrapped while the lint runs.
+
+What a "device tensor" is for the lint: scalar reads and data-dependent-shape ops are flagged
+whatever the tensor's device (the lint cannot know whether the tensor would live on the
+accelerator). Reads that fetch a whole tensor to the host (``.cpu()``, ``.numpy()``,
+``.tolist()``, ``repr``) are flagged for non-CPU tensors, and — with ``cpu_is_device=True``, the
+lint's default, since a CPU test stands in for a device run — for CPU tensors too.
+``.to("cpu")`` of a CPU tensor is never flagged: on CPU it is indistinguishable from the
+``batch.to(device)`` idiom, which is not a sync on a GPU.
+
+Every global setting ``start()`` changes (sync debug mode, warning filter and ``showwarning``,
+the wrapped torch functions, the dispatch mode) is shared by the active detectors, installed by
+the first and restored by the last ``stop()``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import contextlib
+import functools
+import os
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from types import FrameType, TracebackType
+from typing import Any, Literal, ParamSpec, TypeVar, cast
 
-__all__ = ["SyncDetector", "SyncEvent"]
+from asynctrace.errors import AsyncTraceWarning, CaptureError, UnexpectedSyncError
+
+__all__ = [
+    "DETECT_MODES",
+    "LINT_OPS",
+    "MAX_STACK_DEPTH",
+    "ExpectSyncs",
+    "SyncDetector",
+    "SyncEvent",
+    "expect_syncs",
+]
+
+#: the values ``SyncDetector(mode=...)`` and ``asynctrace.trace(detect_syncs=...)`` accept
+DETECT_MODES = ("auto", "cuda", "lint", "off")
+
+#: frames kept in :attr:`SyncEvent.stack`, from the site outwards
+MAX_STACK_DEPTH = 16
+
+#: aten ops the lint flags, with why each would synchronize on an accelerator
+LINT_OPS: dict[str, str] = {
+    "_local_scalar_dense": "reads a scalar to the host (.item(), bool(), float(), int(), if t:)",
+    "nonzero": "output shape depends on the data (nonzero, torch.where(cond), argwhere)",
+    "masked_select": "output shape depends on the data",
+    "_unique": "output shape depends on the data",
+    "_unique2": "output shape depends on the data (torch.unique)",
+    "unique_dim": "output shape depends on the data",
+    "unique_consecutive": "output shape depends on the data",
+    "unique_dim_consecutive": "output shape depends on the data",
+    "bincount": "output size depends on the data's maximum",
+    "repeat_interleave": "output size depends on the data unless output_size is given",
+    "equal": "returns a Python bool",
+    "allclose": "returns a Python bool",
+    "index": "boolean-mask indexing (x[mask]) computes nonzero",
+    "index_put_": "boolean-mask assignment (x[mask] = v) computes nonzero",
+    "index_put": "boolean-mask assignment computes nonzero",
+    "_index_put_impl_": "boolean-mask assignment computes nonzero",
+    "_to_copy": "copies a device tensor to the host",
+    "copy_": "copies a device tensor into a host tensor",
+}
+
+_SYNC_WARNING = "called a synchronizing CUDA operation"
+_HOST_DEVICE_TYPES = ("cpu", "meta")
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
 class SyncEvent:
-    #: what synchronized: "aten::_local_scalar_dense", "cudaStreamSynchronize", ...
+    #: what synchronized: "aten::_local_scalar_dense", "torch.cuda.synchronize", ...
     op: str
     #: innermost frame outside torch and asynctrace, "path/to/file.py:123"
     site: str
     #: frames, innermost first, as "file.py:123 in func"
     stack: tuple[str, ...] = ()
-    #: host time spent blocked, where known (0 where not measurable)
+    #: host time spent blocked, where known (0 where not measurable: lint, implicit CUDA syncs)
     wait_ns: int = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Where a sync comes from
+
+
+def _package_dir(module_file: str) -> str:
+    return os.path.dirname(os.path.abspath(module_file)) + os.sep
+
+
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_THIS_FILE = os.path.abspath(__file__)
+_WARNINGS_FILE = os.path.abspath(warnings.__file__) if warnings.__file__ else ""
+
+
+def _locate(
+    frame: FrameType | None, torch_dir: str, *, host: bool = False
+) -> tuple[str, tuple[str, ...]] | None:
+    """(site, stack) of the sync whose innermost Python frame is ``frame``.
+
+    None when the sync is asynctrace's own (the device layer waiting for its events): the
+    innermost frame outside torch and this module then belongs to asynctrace. None too for a
+    read of a host tensor made by torch's optimizers (``host``): they keep step counters on the
+    host on purpose (Adam's ``step.item()``), so on a GPU those reads are not syncs.
+    """
+    f = frame
+    while f is not None and f.f_code.co_filename in (_THIS_FILE, _WARNINGS_FILE):
+        f = f.f_back
+    optim_dir = torch_dir + "optim" + os.sep
+    while f is not None and f.f_code.co_filename.startswith(torch_dir):
+        if host and f.f_code.co_filename.startswith(optim_dir):
+            return None
+        f = f.f_back
+    if f is None or f.f_code.co_filename.startswith(_OWN_DIR):
+        return None
+    stack: list[str] = []
+    site = f"{f.f_code.co_filename}:{f.f_lineno}"
+    while f is not None and len(stack) < MAX_STACK_DEPTH:
+        stack.append(f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}")
+        f = f.f_back
+    return site, tuple(stack)
+
+
+# ---------------------------------------------------------------------------------------------
+# The process-wide hooks, shared by every active detector
+
+
+class _Hub:
+    """Installs the hooks while any detector needs them and fans events out to detectors."""
+
+    def __init__(self) -> None:
+        self.lint: list[SyncDetector] = []
+        self.cuda: list[SyncDetector] = []
+        self.local = threading.local()
+        self._torch_dir = ""
+        self._lint_mode: Any = None
+        self._patched: list[tuple[Any, str, bool, Any]] = []
+        self._cuda_restore: list[Callable[[], None]] = []
+
+    # -- state -------------------------------------------------------------------------------
+
+    def depth(self) -> int:
+        return int(getattr(self.local, "depth", 0))
+
+    @contextlib.contextmanager
+    def suppressed(self) -> Iterator[None]:
+        self.local.depth = self.depth() + 1
+        try:
+            yield
+        finally:
+            self.local.depth -= 1
+
+    def emit(
+        self, op: str, targets: list[SyncDetector], wait_ns: int = 0, *, host: bool = False
+    ) -> None:
+        if not targets:
+            return
+        located = _locate(sys._getframe(1), self._torch_dir, host=host)
+        if located is None:
+            return
+        event = SyncEvent(op, located[0], located[1], wait_ns)
+        for det in tuple(targets):
+            det.on_sync(event)
+
+    # -- attach / detach -----------------------------------------------------------------------
+
+    def attach(self, det: SyncDetector, kind: str) -> None:
+        import torch
+
+        self._torch_dir = _package_dir(torch.__file__)
+        if not self.lint and not self.cuda:
+            self._patch_tensor(torch)
+        if kind == "lint":
+            if not self.lint:
+                self._lint_mode = _make_lint_mode(self)
+                self._lint_mode.__enter__()
+            self.lint.append(det)
+        else:
+            if not self.cuda:
+                self._install_cuda(torch)
+            self.cuda.append(det)
+
+    def detach(self, det: SyncDetector, kind: str) -> None:
+        group = self.lint if kind == "lint" else self.cuda
+        if det in group:
+            group.remove(det)
+        if kind == "lint" and not self.lint and self._lint_mode is not None:
+            mode, self._lint_mode = self._lint_mode, None
+            mode.__exit__(None, None, None)
+        if kind == "cuda" and not self.cuda:
+            while self._cuda_restore:
+                self._cuda_restore.pop()()
+        if not self.lint and not self.cuda:
+            while self._patched:
+                owner, name, own, original = self._patched.pop()
+                if own:
+                    setattr(owner, name, original)
+                else:
+                    delattr(owner, name)
+
+    def _patch(self, owner: Any, name: str, wrapper: Callable[..., Any]) -> None:
+        own = name in owner.__dict__
+        original = owner.__dict__[name] if own else getattr(owner, name)
+        setattr(owner, name, wrapper(getattr(owner, name)))
+        self._patched.append((owner, name, own, original))
+
+    def _patch_tensor(self, torch: Any) -> None:
+        """Wrap the host reads that never reach the dispatcher (and dedupe ``print``)."""
+        hub = self
+
+        def host_read(op: str, lint_only: bool) -> Callable[[Callable[..., Any]], Any]:
+            def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+                @functools.wraps(original)
+                def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+                    if hub.depth():
+                        return original(self, *args, **kwargs)
+                    on_host = self.device.type in _HOST_DEVICE_TYPES
+                    targets = [d for d in hub.lint if not on_host or d.cpu_is_device]
+                    if not lint_only and not on_host:
+                        targets += hub.cuda
+                    hub.emit(op, targets)
+                    with hub.suppressed():
+                        return original(self, *args, **kwargs)
+
+                return method
+
+            return wrap
+
+        tensor = torch.Tensor
+        self._patch(tensor, "tolist", host_read("Tensor.tolist", lint_only=False))
+        self._patch(tensor, "numpy", host_read("Tensor.numpy", lint_only=True))
+        self._patch(tensor, "cpu", host_read("Tensor.cpu", lint_only=True))
+        self._patch(tensor, "__repr__", host_read("Tensor.__repr__", lint_only=False))
+
+    def _install_cuda(self, torch: Any) -> None:
+        hub = self
+        previous_mode = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("warn")
+        self._cuda_restore.append(lambda: torch.cuda.set_sync_debug_mode(previous_mode))
+
+        # "always" so every sync is seen (not once per line) and so that an "error" filter
+        # (pytest's filterwarnings=error) does not turn the user's sync into an exception.
+        warnings.filterwarnings("always", message=_SYNC_WARNING, category=UserWarning)
+        entry = warnings.filters[0]
+        previous_show = warnings.showwarning
+
+        def showwarning(
+            message: Warning | str,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: Any = None,
+            line: str | None = None,
+        ) -> None:
+            if issubclass(category, UserWarning) and _SYNC_WARNING in str(message):
+                if not hub.depth():
+                    hub.emit("cuda sync (sync debug mode)", hub.cuda)
+                return
+            previous_show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = showwarning
+
+        def restore_warnings() -> None:
+            if warnings.showwarning is showwarning:
+                warnings.showwarning = previous_show
+            filters = cast(list[Any], warnings.filters)
+            if entry in filters:
+                filters.remove(entry)
+                _filters_mutated()
+
+        self._cuda_restore.append(restore_warnings)
+
+        def timed(op: str) -> Callable[[Callable[..., Any]], Any]:
+            def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+                @functools.wraps(original)
+                def call(*args: Any, **kwargs: Any) -> Any:
+                    if hub.depth():
+                        return original(*args, **kwargs)
+                    start = time.perf_counter_ns()
+                    with hub.suppressed():
+                        result = original(*args, **kwargs)
+                    hub.emit(op, hub.cuda, time.perf_counter_ns() - start)
+                    return result
+
+                return call
+
+            return wrap
+
+        before = len(self._patched)
+        self._patch(torch.cuda, "synchronize", timed("torch.cuda.synchronize"))
+        self._patch(torch.cuda.Stream, "synchronize", timed("Stream.synchronize"))
+        self._patch(torch.cuda.Event, "synchronize", timed("Event.synchronize"))
+        accelerator = getattr(torch, "accelerator", None)
+        if accelerator is not None and hasattr(accelerator, "synchronize"):
+            self._patch(accelerator, "synchronize", timed("torch.accelerator.synchronize"))
+        mine = self._patched[before:]
+        del self._patched[before:]
+
+        def unpatch() -> None:
+            for owner, name, own, original in reversed(mine):
+                if own:
+                    setattr(owner, name, original)
+                else:
+                    delattr(owner, name)
+
+        self._cuda_restore.append(unpatch)
+
+
+def _filters_mutated() -> None:
+    # The C warnings module caches the filter list; removing an entry by hand must say so.
+    for name in ("_filters_mutated", "_filters_mutated_lock_held"):
+        fn = getattr(warnings, name, None)
+        if fn is not None:
+            fn()
+            return
+
+
+def _make_lint_mode(hub: _Hub) -> Any:
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    # torch's mode base class is untyped; subclassing it through Any keeps mypy strict elsewhere
+    mode_base: Any = TorchDispatchMode
+
+    aten = torch.ops.aten
+    scalar_reads = {aten._local_scalar_dense}
+    shape_ops = {
+        getattr(aten, n)
+        for n in (
+            "nonzero",
+            "masked_select",
+            "_unique",
+            "_unique2",
+            "unique_dim",
+            "unique_consecutive",
+            "unique_dim_consecutive",
+            "bincount",
+            "equal",
+            "allclose",
+        )
+    }
+    mask_ops = {aten.index, aten.index_put_, aten.index_put, aten._index_put_impl_}
+    mask_dtypes = (torch.bool, torch.uint8)
+
+    def is_mask_index(args: tuple[Any, ...]) -> bool:
+        indices = args[1] if len(args) > 1 else ()
+        return any(t is not None and t.dtype in mask_dtypes for t in indices)
+
+    def on_device(t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and t.device.type not in _HOST_DEVICE_TYPES
+
+    def to_host(device: Any) -> bool:
+        return device is not None and torch.device(device).type == "cpu"
+
+    class _LintMode(mode_base):  # type: ignore[misc]
+        def __torch_dispatch__(
+            self,
+            func: Any,
+            types: Any,
+            args: tuple[Any, ...] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
+            kwargs = kwargs or {}
+            if hub.depth() == 0:
+                packet = func.overloadpacket
+                flagged = (
+                    packet in scalar_reads
+                    or packet in shape_ops
+                    or (packet in mask_ops and is_mask_index(args))
+                    or (
+                        packet is aten.repeat_interleave
+                        and kwargs.get("output_size") is None
+                        and (len(args) < 2 or not isinstance(args[1], torch.Tensor))
+                    )
+                    or (
+                        packet is aten._to_copy
+                        and on_device(args[0])
+                        and to_host(kwargs.get("device"))
+                        and not kwargs.get("non_blocking", False)
+                    )
+                    or (
+                        packet is aten.copy_
+                        and len(args) > 1
+                        and not on_device(args[0])
+                        and on_device(args[1])
+                        and not (args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+                    )
+                )
+                if flagged:
+                    host = not (args and on_device(args[0]))
+                    hub.emit(f"aten::{packet.__name__}", hub.lint, host=host)
+            return func(*args, **kwargs)
+
+    return _LintMode()
+
+
+_hub = _Hub()
+
+
+# ---------------------------------------------------------------------------------------------
+# The detector
+
+
+def _resolve(mode: str) -> str:
+    if mode not in DETECT_MODES:
+        raise ValueError(f"sync detection mode must be one of {DETECT_MODES}, got {mode!r}")
+    if mode != "auto":
+        return mode
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "off"
 
 
 class SyncDetector:
     """Calls ``on_sync`` for each synchronization between ``start()`` and ``stop()``.
 
-    ``mode``: "auto" (CUDA hooks on CUDA, nothing on CPU), "cuda", "lint" (a TorchDispatchMode
-    that flags ops which would synchronize on an accelerator; works on CPU), "off".
-    ``stop()`` restores every global setting ``start()`` changed.
+    ``mode``: "auto" (CUDA hooks on CUDA, nothing on CPU: the session's default stays cheap),
+    "cuda", "lint" (a TorchDispatchMode that flags ops which would synchronize on an
+    accelerator; works on CPU, costs microseconds per op), "off".
+    ``cpu_is_device`` (lint only): count host reads of CPU tensors (``.cpu()``, ``.numpy()``,
+    ``.tolist()``, ``print``) as if the tensors lived on an accelerator.
+    The lint's dispatch mode sees the thread that started the first lint detector (and the
+    autograd threads it drives). ``stop()`` restores every global setting ``start()`` changed.
     """
 
-    def __init__(self, on_sync: Callable[[SyncEvent], None], *, mode: str = "auto") -> None:
+    def __init__(
+        self,
+        on_sync: Callable[[SyncEvent], None],
+        *,
+        mode: str = "auto",
+        cpu_is_device: bool = True,
+    ) -> None:
+        if mode not in DETECT_MODES:
+            raise ValueError(f"sync detection mode must be one of {DETECT_MODES}, got {mode!r}")
         self.on_sync = on_sync
         self.mode = mode
+        self.cpu_is_device = cpu_is_device
+        #: the mode actually running ("cuda", "lint" or "off"); None while stopped
+        self.active: str | None = None
 
     def start(self) -> None:
-        return None
+        if self.active is not None:
+            return
+        active = _resolve(self.mode)
+        if active == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise CaptureError(
+                    "sync detection mode 'cuda' needs a CUDA/ROCm device; "
+                    "use mode 'lint' to flag would-be syncs on CPU"
+                )
+        if active != "off":
+            _hub.attach(self, active)
+        self.active = active
 
     def stop(self) -> None:
+        active, self.active = self.active, None
+        if active in ("cuda", "lint"):
+            _hub.detach(self, active)
+
+    def __enter__(self) -> SyncDetector:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# expect_syncs
+
+_PER = ("step", "call", "total")
+_ACTIONS = ("raise", "warn")
+
+
+def _session_step() -> tuple[int, int] | None:
+    """(id of the current session, its current step index), or None outside a session."""
+    module = sys.modules.get("asynctrace.capture.session")
+    getter = getattr(module, "current_session", None) if module is not None else None
+    session = getter() if getter is not None else None
+    if session is None:
         return None
+    # the session's index of its open step (private to the capture core; no public name yet)
+    for attr in ("step_index", "_index"):
+        value = getattr(session, attr, None)
+        if isinstance(value, int):
+            return id(session), value
+    return None
+
+
+@dataclass
+class _Guard:
+    """The syncs seen during one entry of an :class:`ExpectSyncs`."""
+
+    per: str
+    #: bucket key -> events in that bucket
+    buckets: dict[Any, list[SyncEvent]] = field(default_factory=dict)
+
+    def add(self, event: SyncEvent) -> None:
+        key: Any = "all"
+        if self.per == "step":
+            where = _session_step()
+            if where is not None:
+                key = where
+        self.buckets.setdefault(key, []).append(event)
+
+
+class ExpectSyncs:
+    """What :func:`expect_syncs` returns: a context manager and a decorator."""
+
+    def __init__(self, max: int, per: str, action: str, mode: str, cpu_is_device: bool) -> None:
+        if not isinstance(max, int) or max < 0:
+            raise ValueError(f"expect_syncs(max=...) must be an int >= 0, got {max!r}")
+        if per not in _PER:
+            raise ValueError(f"expect_syncs(per=...) must be one of {_PER}, got {per!r}")
+        if action not in _ACTIONS:
+            raise ValueError(f"expect_syncs(action=...) must be one of {_ACTIONS}, got {action!r}")
+        if mode not in ("lint", "auto", "cuda"):
+            raise ValueError(f"expect_syncs(mode=...) must be 'lint' or 'auto', got {mode!r}")
+        self.max = max
+        self.per = per
+        self.action = action
+        self.mode = mode
+        self.cpu_is_device = cpu_is_device
+        self._open: list[tuple[_Guard, SyncDetector]] = []
+
+    def _detector_mode(self) -> str:
+        if self.mode != "auto":
+            return self.mode
+        import torch
+
+        # unlike a session's "auto", a guard that watched nothing on CPU would be useless
+        return "cuda" if torch.cuda.is_available() else "lint"
+
+    def __enter__(self) -> ExpectSyncs:
+        guard = _Guard(self.per)
+        det = SyncDetector(guard.add, mode=self._detector_mode(), cpu_is_device=self.cpu_is_device)
+        det.start()
+        self._open.append((guard, det))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        guard, det = self._open.pop()
+        det.stop()
+        if exc_type is not None:
+            return  # the body's own error says more than a sync count
+        message = self._excess_message(guard)
+        if message is None:
+            return
+        if self.action == "raise":
+            raise UnexpectedSyncError(message)
+        warnings.warn(message, AsyncTraceWarning, stacklevel=3)
+
+    def __call__(self, fn: Callable[_P, _R]) -> Callable[_P, _R]:
+        @functools.wraps(fn)
+        def guarded(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            with self:
+                return fn(*args, **kwargs)
+
+        return guarded
+
+    def _excess_message(self, guard: _Guard) -> str | None:
+        excess: dict[tuple[str, str], int] = {}
+        total = 0
+        for events in guard.buckets.values():
+            for event in events[self.max :]:
+                excess[event.site, event.op] = excess.get((event.site, event.op), 0) + 1
+                total += 1
+        if not excess:
+            return None
+        per = {
+            "step": "per step",
+            "call": "per call",
+            "total": "in total",
+        }[self.per]
+        lines = [
+            f"{total} unexpected host-device synchronization{'s' if total != 1 else ''} "
+            f"(at most {self.max} {per} allowed):"
+        ]
+        for (site, op), count in sorted(excess.items(), key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"  {site}: {op} ×{count}")
+        lines.append(
+            "Remove the sync (keep values on the device, log every N steps), or raise the "
+            "budget with expect_syncs(max=...)."
+        )
+        return "\n".join(lines)
+
+
+def expect_syncs(
+    max: int = 0,
+    per: Literal["step", "call", "total"] = "step",
+    *,
+    action: Literal["raise", "warn"] = "raise",
+    mode: Literal["lint", "auto"] = "lint",
+    cpu_is_device: bool = True,
+) -> ExpectSyncs:
+    """Allow at most ``max`` host-device synchronizations ``per`` step, call or in total.
+
+    A context manager and a decorator. At the end of the block (or call) it raises
+    :class:`~asynctrace.UnexpectedSyncError` — or warns :class:`~asynctrace.AsyncTraceWarning`
+    with ``action="warn"`` — naming the file:line and op of every sync beyond the budget.
+
+    ``per="step"`` counts per step of the enclosing ``asynctrace.trace`` session; outside a
+    session it counts per call of the decorated function (per block for a ``with``).
+    ``mode="lint"`` (default) flags the ops that would synchronize on an accelerator, on any
+    device, so the guard works in a CPU test; ``mode="auto"`` uses the CUDA hooks where CUDA is
+    available and the lint elsewhere. ``cpu_is_device``: see :class:`SyncDetector`.
+    """
+    return ExpectSyncs(max, per, action, mode, cpu_is_device)

@@ -1,0 +1,49 @@
+"""``asynctrace annotate TRACE -o OUT``: the trace plus an "asynctrace" overlay process.
+
+Open OUT in Perfetto UI, chrome://tracing or TensorBoard's trace viewer (docs/viewing.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from asynctrace.errors import TraceFormatError
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("trace", metavar="TRACE", help="a Kineto/Chrome trace (.json or .json.gz)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT",
+        help="where to write the annotated trace (gzip when it ends in .gz)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from asynctrace.analysis.report import analyze
+    from asynctrace.export.chrome import annotate_file
+    from asynctrace.trace.load import load
+
+    src = Path(args.trace)
+    out = Path(args.output)
+    if src.resolve() == out.resolve():
+        raise TraceFormatError(str(out), "OUT is TRACE: choose another file for the annotated trace")
+    if src.suffix == ".sqlite":
+        raise TraceFormatError(
+            str(src), "annotate writes Chrome traces; give it a Kineto/Chrome trace, not nsys"
+        )
+    trace = load(src)
+    report = analyze(trace)
+    annotate_file(src, out, trace=trace, report=report)
+    print(
+        f"wrote {out} ({len(report.steps)} steps, {report.syncs.count} syncs, "
+        f"{len(report.queue)} streams)",
+        file=sys.stdout,
+    )
+    return 0

@@ -1,0 +1,283 @@
+"""``asynctrace check script.py [args…]``: run a script unchanged and report its hidden syncs.
+
+The script runs as ``__main__`` (``sys.argv`` = the script and its arguments, its folder first on
+``sys.path``) inside ``asynctrace.trace(optimizer_steps=True, detect_syncs="lint")``: each
+``optimizer.step()`` ends a step, and every host-device synchronization — or, on CPU, every op
+that would synchronize on an accelerator — is counted per step with its file:line.
+
+Options go before the script; ``--max-syncs-per-step`` and ``--json`` are also recognised after
+it, unless a ``--`` comes first (everything after ``--`` belongs to the script).
+
+Exit status: the script's own when it fails; else 1 when a step had more syncs than
+``--max-syncs-per-step``; else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import runpy
+import sys
+import traceback
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from asynctrace.errors import AsyncTraceError
+
+__all__ = ["CheckResult", "add_arguments", "run", "split_trailing_options"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-syncs-per-step",
+        type=int,
+        metavar="N",
+        default=None,
+        help="exit with status 1 when any step synchronizes more than N times",
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--detect",
+        choices=("lint", "cuda", "auto"),
+        default="lint",
+        help="lint: ops that would sync on an accelerator, works on CPU (default); "
+        "cuda: torch's CUDA sync hooks; auto: cuda where available, else nothing",
+    )
+    parser.add_argument(
+        "--dir", default="traces", help="where the session records go (default: traces)"
+    )
+    parser.add_argument("script", help="the Python script to run")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+
+
+def split_trailing_options(args: Sequence[str]) -> tuple[list[str], int | None, bool]:
+    """Take ``--max-syncs-per-step N`` and ``--json`` out of the script's arguments.
+
+    Returns (the script's arguments, the budget found or None, whether --json was found).
+    Nothing after a ``--`` is taken; the ``--`` itself is dropped.
+    """
+    rest: list[str] = []
+    budget: int | None = None
+    as_json = False
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            rest.extend(args[i + 1 :])
+            break
+        if a == "--json":
+            as_json = True
+        elif a == "--max-syncs-per-step" or a.startswith("--max-syncs-per-step="):
+            if "=" in a:
+                value = a.split("=", 1)[1]
+            else:
+                if i + 1 >= len(args):
+                    raise AsyncTraceError("--max-syncs-per-step needs a number")
+                i += 1
+                value = args[i]
+            try:
+                budget = int(value)
+            except ValueError:
+                raise AsyncTraceError(
+                    f"--max-syncs-per-step needs a number, got {value!r}"
+                ) from None
+        else:
+            rest.append(a)
+        i += 1
+    return rest, budget, as_json
+
+
+class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``asynctrace check`` found; ``--json`` prints this."""
+
+    script: str
+    exit_code: int
+    #: the script's own status (0 when it ran to the end)
+    script_exit_code: int
+    device: str
+    asynchronous: bool
+    detect: str
+    steps: int
+    #: {site, op, count, steps, per_step, wait_ns, stack}, most frequent first
+    sync_sites: list[dict[str, Any]]
+    verdict: dict[str, Any]
+    max_syncs_per_step: int | None
+    #: steps with more syncs than the budget
+    over_budget_steps: int
+    max_syncs_in_a_step: int
+    records_path: str | None
+    notes: list[str] = msgspec.field(default_factory=list)
+
+
+def _display(site: str) -> str:
+    """``site`` relative to the current directory when it lies under it."""
+    path, sep, line = site.rpartition(":")
+    if not sep:
+        return site
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return site
+    return f"{rel}:{line}" if not rel.startswith("..") else site
+
+
+@contextlib.contextmanager
+def _as_main(script: Path, argv: list[str]) -> Iterator[None]:
+    """``sys.argv`` and ``sys.path[0]`` as ``python script.py argv…`` would set them."""
+    saved_argv = sys.argv
+    saved_path = list(sys.path)
+    sys.argv = [str(script), *argv]
+    sys.path.insert(0, str(script.parent))
+    try:
+        yield
+    finally:
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+
+
+def _exit_code(e: SystemExit) -> int:
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def run(args: argparse.Namespace) -> int:
+    from asynctrace.analysis.verdict import judge_steps
+    from asynctrace.capture.session import trace
+    from asynctrace.records import read_records
+
+    script_args, budget, as_json = split_trailing_options(args.args)
+    budget = budget if budget is not None else args.max_syncs_per_step
+    as_json = as_json or args.json
+    if budget is not None and budget < 0:
+        raise AsyncTraceError(f"--max-syncs-per-step must be >= 0, got {budget}")
+    script = Path(args.script)
+    if not script.is_file():
+        raise AsyncTraceError(f"{script}: no such script")
+    script = script.resolve()
+
+    session = trace(
+        script.stem,
+        dir=args.dir,
+        optimizer_steps=True,
+        detect_syncs=args.detect,
+        print_summary=False,
+    )
+    status = 0
+    # with --json, stdout carries only the result: the script's prints go to stderr
+    out = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
+    with out, _as_main(script, script_args), session:
+        try:
+            runpy.run_path(str(script), run_name="__main__")
+        except SystemExit as e:
+            status = _exit_code(e)
+        except Exception:
+            traceback.print_exc()
+            status = 1
+
+    report = session.summary()
+    notes = list(report.notes)
+    if session.records_path is not None:
+        records = read_records(session.records_path)
+        step_counts = [s.sync_count for s in records.steps]
+        sites = [
+            msgspec.structs.replace(
+                s, site=_display(s.site), stack=[_display_frame(f) for f in s.stack]
+            )
+            for s in records.syncs
+        ]
+        verdict = judge_steps(
+            records.steps, asynchronous=records.header.asynchronous, sync_sites=sites
+        )
+    else:
+        # records could not be written (the note says why): judge from the summary alone
+        step_counts = []
+        sites = [msgspec.structs.replace(s, site=_display(s.site)) for s in report.sync_sites]
+        verdict = judge_steps([], asynchronous=report.asynchronous, sync_sites=sites)
+
+    if not step_counts:
+        notes.append("no optimizer.step() completed a step: the whole run is judged as one step")
+        step_counts = [sum(s.count for s in sites)]
+    over = sum(1 for c in step_counts if budget is not None and c > budget)
+    worst = max(step_counts) if step_counts else 0
+    n_steps = report.steps
+    per = max(n_steps, 1)
+    exit_code = status if status != 0 else (1 if over else 0)
+
+    result = CheckResult(
+        script=str(args.script),
+        exit_code=exit_code,
+        script_exit_code=status,
+        device=report.device_name,
+        asynchronous=report.asynchronous,
+        detect=args.detect,
+        steps=n_steps,
+        sync_sites=[
+            {
+                "site": s.site,
+                "op": s.op,
+                "count": s.count,
+                "steps": s.steps,
+                "per_step": s.count / per,
+                "wait_ns": s.wait_ns,
+                "stack": list(s.stack),
+            }
+            for s in sorted(sites, key=lambda s: (-s.count, s.site))
+        ],
+        verdict=verdict.to_dict(),
+        max_syncs_per_step=budget,
+        over_budget_steps=over,
+        max_syncs_in_a_step=worst,
+        records_path=str(session.records_path) if session.records_path is not None else None,
+        notes=notes,
+    )
+    if as_json:
+        print(json.dumps(msgspec.to_builtins(result), indent=2))
+    else:
+        _print_text(result)
+    return exit_code
+
+
+def _display_frame(frame: str) -> str:
+    site, sep, func = frame.partition(" in ")
+    return f"{_display(site)}{sep}{func}"
+
+
+def _print_text(r: CheckResult) -> None:
+    print(
+        f"asynctrace check {r.script}: {r.steps} steps (one per optimizer.step()) on {r.device}, "
+        f"sync detection: {r.detect}"
+    )
+    if r.sync_sites:
+        width = max(len(s["site"]) for s in r.sync_sites)
+        print("sync sites:")
+        print(f"  {'site':<{width}}  {'count':>7}  {'per step':>8}  op")
+        for s in r.sync_sites:
+            print(f"  {s['site']:<{width}}  {s['count']:>7}  {s['per_step']:>8.2f}  {s['op']}")
+    else:
+        print("sync sites: none")
+    v = r.verdict
+    print(f"verdict: {v['code']}: {v['message']}")
+    for finding in v["findings"][1:]:
+        print(f"  also: {finding}")
+    if r.max_syncs_per_step is not None:
+        state = "exceeded" if r.over_budget_steps else "kept"
+        print(
+            f"budget {state}: {r.over_budget_steps} of {max(r.steps, 1)} step(s) had more than "
+            f"{r.max_syncs_per_step} sync(s) (most in one step: {r.max_syncs_in_a_step})"
+        )
+    for note in r.notes:
+        print(f"note: {note}")
+    if r.records_path is not None:
+        print(f"records: {r.records_path}")
+    if r.script_exit_code:
+        print(f"the script exited with status {r.script_exit_code}")

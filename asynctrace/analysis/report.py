@@ -1,0 +1,263 @@
+"""The :class:`Report`: every figure of one trace, with a versioned JSON form.
+
+``analyze(trace)`` runs the pure analyses (launches, queue, steps, syncs, verdict) and returns a
+frozen Report. ``Report.to_json()`` / ``Report.from_json()`` round-trip it; the schema is
+documented in docs/report-json.md and versioned by ``schema_version``.
+
+``summarize_records`` does the same for the records a capture session wrote.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePath
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from asynctrace.analysis.launches import LaunchStats, launch_stats, link_launches, percentiles
+from asynctrace.analysis.queue import (
+    DEFAULT_QUEUE_CAP,
+    StreamQueue,
+    queue_series,
+    queue_stats,
+    stream_groups,
+)
+from asynctrace.analysis.steps import StepFigures, split_steps, step_windows
+from asynctrace.analysis.syncs import SyncSummary, find_syncs
+from asynctrace.analysis.verdict import judge_steps
+from asynctrace.errors import TraceFormatError
+from asynctrace.records import Records, StepRecord, SyncSite
+from asynctrace.trace.model import ActivityKind, Trace
+
+__all__ = [
+    "REPORT_SCHEMA_VERSION",
+    "ActivityCounts",
+    "FigureStats",
+    "RecordsSummary",
+    "Report",
+    "TraceInfo",
+    "VerdictInfo",
+    "analyze",
+    "rank_from_name",
+    "step_records",
+    "summarize_records",
+    "sync_sites",
+]
+
+REPORT_SCHEMA_VERSION = 1
+
+
+class TraceInfo(msgspec.Struct, frozen=True, kw_only=True):
+    source: str
+    format: str
+    device: str
+    #: from the trace's distributed info, else from the file name (``rank<N>``, ``rank-N``)
+    rank: int | None
+    world_size: int | None
+    events: int
+    #: events the loader read and did not keep, by reason
+    skipped: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+class ActivityCounts(msgspec.Struct, frozen=True, kw_only=True):
+    total: int
+    #: stream id as a string ("device:stream" on multi-device traces) → activities
+    per_stream: dict[str, int]
+    #: "kernel", "memcpy", "memset" → activities
+    per_kind: dict[str, int]
+
+
+class VerdictInfo(msgspec.Struct, frozen=True, kw_only=True):
+    code: str
+    message: str
+    findings: list[str] = msgspec.field(default_factory=list)
+
+
+class Report(msgspec.Struct, frozen=True, kw_only=True):
+    """Every figure of one trace. Build it with :func:`analyze`."""
+
+    schema_version: int = REPORT_SCHEMA_VERSION
+    trace: TraceInfo
+    activities: ActivityCounts
+    launch: LaunchStats
+    #: stream key (as in ``activities.per_stream``) → queue figures
+    queue: dict[str, StreamQueue]
+    queue_cap: int = DEFAULT_QUEUE_CAP
+    syncs: SyncSummary
+    #: where the steps came from: "profiler", "nvtx", "annotation", "trace" or "none"
+    step_source: str
+    steps: list[StepFigures]
+    verdict: VerdictInfo
+
+    def to_json(self, *, indent: int = 0) -> str:
+        data = msgspec.json.encode(self)
+        if indent:
+            data = msgspec.json.format(data, indent=indent)
+        return data.decode()
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> Report:
+        """Read a report written by :meth:`to_json`; refuse a newer schema."""
+        try:
+            version = msgspec.json.decode(data, type=_Version).schema_version
+            if version > REPORT_SCHEMA_VERSION:
+                raise TraceFormatError(
+                    "<report>",
+                    f"report schema {version} is newer than this asynctrace "
+                    f"({REPORT_SCHEMA_VERSION}); upgrade asynctrace",
+                )
+            return msgspec.json.decode(data, type=cls)
+        except msgspec.DecodeError as e:
+            raise TraceFormatError("<report>", f"not an asynctrace report ({e})") from None
+
+
+class _Version(msgspec.Struct):
+    schema_version: int
+
+
+_RANK = re.compile(r"(?i)rank[-_]?(\d+)")
+
+
+def rank_from_name(name: str) -> int | None:
+    """The N of ``rank<N>``, ``rank-N`` or ``rank_N`` in a file name, else None."""
+    m = _RANK.search(PurePath(name).name)
+    return int(m.group(1)) if m else None
+
+
+def step_records(steps: list[StepFigures]) -> list[StepRecord]:
+    """The per-step figures of a trace as the records the verdict judges."""
+    return [
+        StepRecord(
+            step=s.step,
+            start_ns=s.start_ns,
+            frontend_ns=s.cpu_ns,
+            device_ns=s.device_ns if s.device_start_ns is not None else None,
+            run_ahead_ns=s.run_ahead_ns,
+            in_flight=s.in_flight_steps,
+            sync_count=s.sync_count,
+            sync_wait_ns=s.sync_wait_ns,
+        )
+        for s in steps
+    ]
+
+
+def sync_sites(summary: SyncSummary) -> list[SyncSite]:
+    """A trace's sync sites as the records the verdict judges (the API name where no site)."""
+    return [
+        SyncSite(site=s.site or s.op, op=s.op, count=s.count, wait_ns=s.total_ns, steps=s.steps)
+        for s in summary.sites
+    ]
+
+
+def analyze(
+    trace: Trace, *, queue_cap: int = DEFAULT_QUEUE_CAP, keep_sync_calls: bool = True
+) -> Report:
+    """All figures of one trace (pure; reads no file, imports no torch)."""
+    links = link_launches(trace)
+    groups = stream_groups(trace)
+    series = queue_series(trace, links, groups=groups)
+    windows = step_windows(trace)
+    steps = split_steps(trace, links, windows=windows, queues=series)
+    syncs = find_syncs(trace, windows=windows)
+    if not keep_sync_calls:
+        syncs = msgspec.structs.replace(syncs, calls=[])
+    group_of, keys = groups
+    per_stream = np.bincount(group_of, minlength=len(keys))
+    kinds = trace.activities.kind
+    per_kind = {k.name.lower(): int(np.count_nonzero(kinds == k)) for k in ActivityKind}
+    has_device = len(trace.activities) > 0
+    v = judge_steps(step_records(steps), asynchronous=has_device, sync_sites=sync_sites(syncs))
+    return Report(
+        trace=TraceInfo(
+            source=trace.source,
+            format=trace.format,
+            device=trace.device_name,
+            rank=trace.rank if trace.rank is not None else rank_from_name(trace.source),
+            world_size=trace.world_size,
+            events=trace.n_events,
+            skipped=dict(trace.skipped),
+        ),
+        activities=ActivityCounts(
+            total=len(trace.activities),
+            per_stream={k: int(c) for k, c in zip(keys, per_stream.tolist(), strict=True)},
+            per_kind=per_kind,
+        ),
+        launch=launch_stats(trace, links),
+        queue=queue_stats(trace, links, cap=queue_cap, series=series, groups=groups),
+        queue_cap=queue_cap,
+        syncs=syncs,
+        step_source=windows[0].source if windows else "none",
+        steps=steps,
+        verdict=VerdictInfo(code=v.code, message=v.message, findings=list(v.findings)),
+    )
+
+
+class FigureStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Mean, median and nearest-rank p90 of one per-step figure over the steps that have it."""
+
+    n: int
+    mean: float
+    median: float
+    p90: int
+
+
+class RecordsSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """The per-step summary of one session's records."""
+
+    schema_version: int = REPORT_SCHEMA_VERSION
+    source: str
+    rank: int | None
+    device: str
+    device_kind: str
+    steps: int
+    complete: bool
+    #: figure name ("frontend_ns", "device_ns", ...) → statistics
+    figures: dict[str, FigureStats]
+    sync_sites: list[SyncSite]
+    verdict: VerdictInfo
+
+
+_RECORD_FIGURES = (
+    "frontend_ns",
+    "device_ns",
+    "run_ahead_ns",
+    "data_wait_ns",
+    "sync_wait_ns",
+    "sync_count",
+    "in_flight",
+)
+
+
+def _figure_stats(values: npt.NDArray[np.int64]) -> FigureStats:
+    if len(values) == 0:
+        return FigureStats(n=0, mean=0.0, median=0.0, p90=0)
+    return FigureStats(
+        n=len(values),
+        mean=float(values.mean()),
+        median=float(np.median(values)),
+        p90=percentiles(values).p90,
+    )
+
+
+def summarize_records(records: Records) -> RecordsSummary:
+    """Mean/median/p90 of each per-step figure of a session, and its verdict (pure)."""
+    figures: dict[str, FigureStats] = {}
+    for name in _RECORD_FIGURES:
+        vals = [getattr(s, name) for s in records.steps]
+        arr = np.array([v for v in vals if v is not None], dtype=np.int64)
+        figures[name] = _figure_stats(arr)
+    h = records.header
+    v = judge_steps(records.steps, asynchronous=h.asynchronous, sync_sites=records.syncs)
+    return RecordsSummary(
+        source=records.path,
+        rank=h.rank if h.rank is not None else rank_from_name(records.path),
+        device=h.device_name,
+        device_kind=h.device_kind,
+        steps=len(records.steps),
+        complete=records.complete,
+        figures=figures,
+        sync_sites=list(records.syncs),
+        verdict=VerdictInfo(code=v.code, message=v.message, findings=list(v.findings)),
+    )

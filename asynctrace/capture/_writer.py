@@ -1,0 +1,114 @@
+"""Streaming writer of a session's records file (JSON lines, atomic rename at the end).
+
+The session writes every step as it completes, so memory stays flat however long the run; lines
+are encoded into one reusable buffer and flushed in blocks to keep the per-step cost to one
+msgspec encode. The file is written as ``<final>.tmp`` and renamed into place by :meth:`finish`,
+so a file without the ``.tmp`` suffix is always complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+from pathlib import Path
+from typing import BinaryIO
+
+import msgspec
+
+from asynctrace.records import RECORDS_SUFFIX
+
+__all__ = ["RecordsWriter", "records_file_name", "sanitize_name"]
+
+#: bytes buffered before a write to the file; big enough to amortize, small enough to stay flat
+_FLUSH_BYTES = 1 << 16
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_+\-]+")
+
+
+def sanitize_name(name: str, *, default: str = "session", max_len: int = 80) -> str:
+    """A file-name-safe version of ``name``: no separators, no ``..``, no leading dot.
+
+    Every run of characters outside ``[A-Za-z0-9_+-]`` becomes one ``_``; dots are replaced
+    too because they separate the fields of a records file name.
+    """
+    cleaned = _UNSAFE.sub("_", name).strip("_")[:max_len]
+    return cleaned or default
+
+
+def records_file_name(
+    name: str, *, pid: int, rank: int | None, time_ns: int, host: str | None = None
+) -> str:
+    """``<name>.<host>.<pid>[.rank<N>].<time_ns>.records.jsonl``, every field sanitized."""
+    host_part = sanitize_name(host if host is not None else socket.gethostname(), default="host")
+    rank_part = "" if rank is None else f".rank{int(rank)}"
+    return f"{sanitize_name(name)}.{host_part}.{int(pid)}{rank_part}.{int(time_ns)}{RECORDS_SUFFIX}"
+
+
+class RecordsWriter:
+    """Writes records to ``path + ".tmp"`` and renames to ``path`` on :meth:`finish`.
+
+    Every method may raise :class:`OSError`; the session decides whether that is a warning or an
+    error. After an error the writer should be :meth:`abort`-ed.
+    """
+
+    __slots__ = ("_buf", "_encode_into", "_file", "path", "tmp_path")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.tmp_path = path.with_name(path.name + ".tmp")
+        self._buf = bytearray()
+        self._encode_into = msgspec.json.Encoder().encode_into
+        self._file: BinaryIO | None = None
+
+    def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # unbuffered: our own buffer already batches lines, so each flush is one write(2)
+        self._file = open(self.tmp_path, "wb", buffering=0)  # noqa: SIM115 - closed in finish()/abort()
+
+    def write(self, record: msgspec.Struct) -> None:
+        """Append one record line (the hot path: called once per step)."""
+        buf = self._buf
+        self._encode_into(record, buf, -1)
+        buf += b"\n"
+        if len(buf) >= _FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        f = self._file
+        if f is None or not self._buf:
+            return
+        view = memoryview(self._buf)
+        try:
+            while view:
+                written = f.write(view)
+                if not written:
+                    raise OSError(f"could not write to {self.tmp_path}")
+                view = view[written:]
+        finally:
+            view.release()
+        self._buf.clear()
+
+    def finish(self) -> Path:
+        """Flush, close, and rename the temporary file into place; returns the final path."""
+        f = self._file
+        if f is None:
+            raise OSError(f"records file {self.tmp_path} is not open")
+        try:
+            self.flush()
+            f.flush()
+        finally:
+            self._file = None
+            f.close()
+        os.replace(self.tmp_path, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        """Close without renaming; what was flushed stays in the ``.tmp`` file."""
+        f = self._file
+        self._file = None
+        self._buf.clear()
+        if f is not None:
+            with contextlib.suppress(OSError):
+                f.close()

@@ -1,0 +1,246 @@
+"""Deep mode: ``torch.profiler`` windows over chosen steps of a capture session.
+
+``asynctrace.trace(profile=Profile(wait=1, warmup=1, active=3))`` (or ``profile=True`` for
+those defaults) profiles steps chosen with torch's own ``torch.profiler.schedule``; the session
+drives a :class:`DeepProfiler` from ``step()``.
+
+Cost outside the windows is the light mode's: no ``torch.profiler.profile`` object exists
+between windows (torch's scheduled profiler still opens a ``record_function("ProfilerStep#N")``
+every step, microseconds each, even while waiting). A profiler is created when the schedule
+first says WARMUP or RECORD and dropped when it says NONE again, so between windows a step
+costs one schedule call.
+
+Each finished window is written as ``<dir>/<run>/{worker}.{time_ns}.pt.trace.json.gz``, the
+layout the TensorBoard profiler plugin reads; ``worker`` is ``{host}_{pid}`` plus ``_rank{N}``
+under torch.distributed, so files from every host, process and rank stay apart. The step
+ranges are ``ProfilerStep#N`` with N the session's step number.
+
+An ``on_trace`` callback (the session passes the annotator) is called with each written path.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from asynctrace.errors import CaptureError
+
+__all__ = [
+    "DeepProfiler",
+    "Profile",
+    "annotate_written_trace",
+    "annotated_path",
+    "make_profiler",
+    "worker_name",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profile:
+    """Which steps to profile and what to record (torch.profiler.schedule's arguments)."""
+
+    wait: int = 1
+    warmup: int = 1
+    active: int = 3
+    #: windows to record; 0 repeats until the session ends
+    repeat: int = 1
+    skip_first: int = 0
+    with_stack: bool = False
+    record_shapes: bool = False
+    profile_memory: bool = False
+    #: TensorBoard run name (the folder under ``dir``); default: the session's name
+    run: str | None = None
+    #: also write ``{worker}.{time_ns}.annotated.json.gz`` (the trace plus the asynctrace
+    #: overlay) beside each trace; its name keeps it out of the TensorBoard plugin's file list
+    annotate: bool = True
+
+    def __post_init__(self) -> None:
+        if self.wait < 0 or self.warmup < 0 or self.active <= 0 or self.repeat < 0:
+            raise CaptureError(
+                f"profile schedule wait={self.wait} warmup={self.warmup} active={self.active} "
+                f"repeat={self.repeat}: need wait, warmup, repeat >= 0 and active > 0"
+            )
+        if self.skip_first < 0:
+            raise CaptureError(f"profile skip_first={self.skip_first}: need >= 0")
+
+
+def worker_name(*, host: str | None = None, pid: int | None = None, rank: int | None = None) -> str:
+    """``{host}_{pid}[_rank{N}]``: unique per host, process and rank.
+
+    The TensorBoard plugin splits a worker into node and process at the last ``_<digits>``
+    before the timestamp, so the pid stays right after the host.
+    """
+    host = host if host is not None else socket.gethostname()
+    pid = pid if pid is not None else os.getpid()
+    name = f"{host}_{pid}"
+    return f"{name}_rank{rank}" if rank is not None else name
+
+
+def _current_rank() -> int | None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank())
+    return None
+
+
+class DeepProfiler:
+    """Runs ``torch.profiler`` over the steps a :class:`Profile` schedule chooses.
+
+    Drive it with :meth:`start` before the first step, :meth:`step` at each step boundary and
+    :meth:`stop` at the end (in a ``finally``). ``traces`` lists the files written.
+    """
+
+    def __init__(
+        self,
+        options: Profile,
+        *,
+        dir: str | os.PathLike[str],
+        run: str,
+        worker: str | None = None,
+        on_trace: Callable[[Path], None] | None = None,
+    ) -> None:
+        import torch.profiler
+
+        self.options = options
+        self.run_dir = Path(dir) / (options.run or run)
+        self.worker = worker or worker_name(rank=_current_rank())
+        self.on_trace = on_trace
+        self.traces: list[Path] = []
+        self.annotated: list[Path] = []
+        self._torch_profiler = torch.profiler
+        self._none = torch.profiler.ProfilerAction.NONE
+        self._schedule: Callable[[int], Any] = torch.profiler.schedule(
+            wait=options.wait,
+            warmup=options.warmup,
+            active=options.active,
+            repeat=options.repeat,
+            skip_first=options.skip_first,
+        )
+        self._step = 0
+        self._prof: Any = None
+        self._started = False
+
+    @property
+    def active(self) -> bool:
+        """Whether a torch profiler is running now (warming up or recording)."""
+        return self._prof is not None
+
+    def start(self) -> None:
+        if self._started:
+            raise CaptureError("DeepProfiler.start() called twice")
+        self._started = True
+        self._step = 0
+        self._maybe_open()
+
+    def step(self) -> None:
+        """The session finished step ``n`` and starts ``n + 1``."""
+        self._step += 1
+        prof = self._prof
+        if prof is None:
+            self._maybe_open()
+            return
+        prof.step()
+        if prof.current_action == self._none:
+            # The window ended (its trace is written by now); drop the profiler so the steps
+            # until the next window cost nothing.
+            self._prof = None
+            prof.stop()
+
+    def stop(self) -> None:
+        """End profiling; a window cut short by the session's end is still written."""
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            prof.stop()
+
+    def _maybe_open(self) -> None:
+        action = self._schedule(self._step)
+        if action == self._none:
+            return
+        tp = self._torch_profiler
+        activities = [tp.ProfilerActivity.CPU]
+        import torch
+
+        if torch.cuda.is_available():
+            activities.append(tp.ProfilerActivity.CUDA)
+        prof = tp.profile(
+            activities=activities,
+            schedule=self._schedule,
+            on_trace_ready=self._write,
+            with_stack=self.options.with_stack,
+            record_shapes=self.options.record_shapes,
+            profile_memory=self.options.profile_memory,
+        )
+        # Start mid-schedule so that ProfilerStep#N carries the session's step number: these
+        # are the attributes profile.__init__ sets from schedule(step_num) for step 0.
+        prof.step_num = self._step
+        prof.current_action = action
+        if hasattr(prof, "_prev_schedule_action"):
+            prof._prev_schedule_action = action
+        prof.start()
+        self._prof = prof
+
+    def _write(self, prof: Any) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        path = self.run_dir / f"{self.worker}.{time.time_ns()}.pt.trace.json.gz"
+        prof.export_chrome_trace(str(path))
+        self.traces.append(path)
+        if self.options.annotate:
+            out = annotate_written_trace(path)
+            if out is not None:
+                self.annotated.append(out)
+        if self.on_trace is not None:
+            self.on_trace(path)
+
+
+def annotated_path(trace: Path) -> Path:
+    """``x.123.pt.trace.json.gz`` -> ``x.123.annotated.json.gz``."""
+    name = trace.name
+    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
+        if name.endswith(suffix):
+            return trace.with_name(name[: -len(suffix)] + ".annotated.json.gz")
+    return trace.with_name(name + ".annotated.json.gz")
+
+
+def annotate_written_trace(trace: Path) -> Path | None:
+    """Write the annotated copy of a trace deep mode just wrote; warn (never raise) on failure.
+
+    A failure here must not stop the user's training run: the plain trace is already on disk.
+    """
+    from asynctrace.errors import AsyncTraceError, AsyncTraceWarning
+
+    try:
+        from asynctrace.export.chrome import annotate_file
+
+        return annotate_file(trace, annotated_path(trace))
+    except (AsyncTraceError, ImportError, OSError) as e:
+        warnings.warn(
+            f"asynctrace: could not annotate {trace} ({e}); the trace itself is written",
+            AsyncTraceWarning,
+            stacklevel=2,
+        )
+        return None
+
+
+def make_profiler(
+    profile: bool | Profile | None,
+    *,
+    dir: str | os.PathLike[str],
+    run: str,
+    on_trace: Callable[[Path], None] | None = None,
+) -> DeepProfiler | None:
+    """What the session builds from its ``profile=`` argument: None, True (defaults) or a Profile."""
+    if profile is None or profile is False:
+        return None
+    options = Profile() if profile is True else profile
+    if not isinstance(options, Profile):
+        raise CaptureError(
+            f"profile={profile!r}: pass True or asynctrace.Profile(wait=, warmup=, active=, ...)"
+        )
+    return DeepProfiler(options, dir=dir, run=run, on_trace=on_trace)

@@ -1,0 +1,188 @@
+"""Per-step scalars and a text summary in TensorBoard's event-file format.
+
+Tags, all under ``asynctrace/`` (one point per step, the step number as TensorBoard's step):
+
+========================  =====================================================
+``asynctrace/frontend_ms``   host wall time of the step
+``asynctrace/data_wait_ms``  host time waiting for the batch
+``asynctrace/device_ms``     device execution time (absent where not measured)
+``asynctrace/run_ahead_ms``  device completion − host end of the step (absent where not measured)
+``asynctrace/in_flight``     earlier steps unfinished on the device when the step started
+``asynctrace/syncs``         synchronizations seen in the step
+``asynctrace/sync_wait_ms``  host time blocked in them
+``asynctrace/mem_allocated_mb`` / ``asynctrace/mem_reserved_mb``  device memory at step end (MiB)
+========================  =====================================================
+
+The figures are the session's :class:`~asynctrace.records.StepRecord` fields converted to the
+unit in the tag name and nothing else, so a live session and a records file read back later give
+the same curves. Written with tensorboard's own event writer and summary protos: no torch.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from asynctrace.records import Records, StepRecord
+
+__all__ = [
+    "SCALAR_TAGS",
+    "TEXT_TAG",
+    "TensorBoardWriter",
+    "step_scalars",
+    "summary_markdown",
+    "write_records",
+]
+
+_NS_PER_MS = 1e6
+_BYTES_PER_MB = float(1 << 20)
+
+#: every scalar tag this module writes, in display order
+SCALAR_TAGS: tuple[str, ...] = (
+    "asynctrace/frontend_ms",
+    "asynctrace/data_wait_ms",
+    "asynctrace/device_ms",
+    "asynctrace/run_ahead_ms",
+    "asynctrace/in_flight",
+    "asynctrace/syncs",
+    "asynctrace/sync_wait_ms",
+    "asynctrace/mem_allocated_mb",
+    "asynctrace/mem_reserved_mb",
+)
+#: the text summary's tag
+TEXT_TAG = "asynctrace/summary"
+
+
+def step_scalars(step: StepRecord) -> dict[str, float]:
+    """The scalars of one step, tag -> value; figures the device could not measure are left out."""
+    out: dict[str, float] = {
+        "asynctrace/frontend_ms": step.frontend_ns / _NS_PER_MS,
+        "asynctrace/data_wait_ms": step.data_wait_ns / _NS_PER_MS,
+    }
+    if step.device_ns is not None:
+        out["asynctrace/device_ms"] = step.device_ns / _NS_PER_MS
+    if step.run_ahead_ns is not None:
+        out["asynctrace/run_ahead_ms"] = step.run_ahead_ns / _NS_PER_MS
+    out["asynctrace/in_flight"] = float(step.in_flight)
+    out["asynctrace/syncs"] = float(step.sync_count)
+    out["asynctrace/sync_wait_ms"] = step.sync_wait_ns / _NS_PER_MS
+    if step.mem_allocated_bytes is not None:
+        out["asynctrace/mem_allocated_mb"] = step.mem_allocated_bytes / _BYTES_PER_MB
+    if step.mem_reserved_bytes is not None:
+        out["asynctrace/mem_reserved_mb"] = step.mem_reserved_bytes / _BYTES_PER_MB
+    return out
+
+
+def summary_markdown(records: Records) -> str:
+    """A short Markdown summary of a session (TensorBoard's text dashboard renders Markdown)."""
+    h = records.header
+    lines = [
+        f"**{_md(h.name)}** on {_md(h.device_name)} ({_md(h.device_kind)}, "
+        f"{'asynchronous' if h.asynchronous else 'synchronous'}), host {_md(h.host)}, "
+        f"pid {h.pid}" + (f", rank {h.rank}" if h.rank is not None else ""),
+        "",
+        f"steps recorded: {len(records.steps)}" + ("" if records.complete else " (incomplete file)"),
+    ]
+    s = records.summary
+    if s is not None:
+        if s.verdict:
+            lines += ["", f"verdict: {_md(s.verdict)}"]
+        lines += [f"- {_md(n)}" for n in s.notes]
+    if records.syncs:
+        lines += ["", "| site | op | count | wait ms |", "|---|---|---|---|"]
+        lines += [
+            f"| {_md(x.site)} | {_md(x.op)} | {x.count} | {x.wait_ns / _NS_PER_MS:.3f} |"
+            for x in records.syncs
+        ]
+    return "\n".join(lines)
+
+
+def _md(s: str) -> str:
+    # TensorBoard's text plugin renders Markdown and sanitises HTML; escaping the table/markup
+    # characters keeps file paths and op names from breaking the layout.
+    return "".join("\\" + c if c in "\\`*_[]|<>#" else c for c in s)
+
+
+class TensorBoardWriter:
+    """Writes asynctrace scalars into ``<logdir>/<run>/`` as a TensorBoard event file.
+
+    Usable live (the session calls :meth:`add_step` after each collected step) and offline
+    (:func:`write_records`). A context manager; :meth:`close` flushes.
+    """
+
+    def __init__(self, logdir: str | os.PathLike[str], *, run: str | None = None) -> None:
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self.path = Path(logdir) / run if run else Path(logdir)
+        self.path.mkdir(parents=True, exist_ok=True)
+        # flush_secs is long on purpose: a step's write only enqueues; close() flushes.
+        self._writer: Any = EventFileWriter(str(self.path), max_queue_size=1024, flush_secs=30)
+        self._closed = False
+
+    def _emit(self, summary: Any, step: int, wall_time: float | None) -> None:
+        from tensorboard.compat.proto import event_pb2
+
+        event = event_pb2.Event(
+            wall_time=time.time() if wall_time is None else wall_time, step=step, summary=summary
+        )
+        self._writer.add_event(event)
+
+    def add_step(self, step: StepRecord, *, wall_time: float | None = None) -> None:
+        """The scalars of one step (see :data:`SCALAR_TAGS`), at TensorBoard step ``step.step``."""
+        from tensorboard.compat.proto import summary_pb2
+        from tensorboard.plugins.scalar import summary_v2 as scalar_summary
+
+        summary = summary_pb2.Summary()
+        for tag, value in step_scalars(step).items():
+            summary.value.extend(scalar_summary.scalar_pb(tag, value).value)
+        self._emit(summary, step.step, wall_time)
+
+    def add_text(self, markdown: str, *, tag: str = TEXT_TAG, step: int = 0) -> None:
+        from tensorboard.plugins.text import summary_v2 as text_summary
+
+        self._emit(text_summary.text_pb(tag, markdown), step, None)
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._writer.close()
+
+    def __enter__(self) -> TensorBoardWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def write_records(
+    records: Records, logdir: str | os.PathLike[str], *, run: str | None = None
+) -> Path:
+    """Write a session's records as TensorBoard scalars + text; returns the run folder.
+
+    ``run`` defaults to the session's name (and rank), so sessions land side by side.
+    """
+    h = records.header
+    if run is None:
+        run = h.name + (f".rank{h.rank}" if h.rank is not None else "")
+    started_s = h.started_unix_ns / 1e9
+    with TensorBoardWriter(logdir, run=run) as w:
+        _add_steps(w, records.steps, started_s)
+        w.add_text(summary_markdown(records))
+        return w.path
+
+
+def _add_steps(w: TensorBoardWriter, steps: Iterable[StepRecord], started_s: float) -> None:
+    for s in steps:
+        w.add_step(s, wall_time=started_s + s.start_ns / 1e9)

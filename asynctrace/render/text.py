@@ -1,0 +1,208 @@
+"""Rich text tables for a :class:`~asynctrace.analysis.report.Report` (formatting only)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from asynctrace.analysis.ranks import RankComparison
+from asynctrace.analysis.report import RecordsSummary, Report, VerdictInfo
+from asynctrace.analysis.steps import StepFigures
+
+__all__ = ["format_ns", "render_ranks", "render_records", "render_report"]
+
+
+def format_ns(ns: float | None) -> str:
+    """A duration in the largest unit that keeps it ≥ 1 (``-`` for None)."""
+    if ns is None:
+        return "-"
+    a = abs(ns)
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if a >= scale:
+            return f"{ns / scale:.3f} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def _title(report: Report) -> str:
+    t = report.trace
+    rank = f", rank {t.rank}" if t.rank is not None else ""
+    return f"{t.source} ({t.format}, {t.device}{rank})"
+
+
+def render_report(
+    report: Report, console: Console, *, steps: bool = False, top_sites: int = 10
+) -> None:
+    """Print a report: activities, launches, queues, syncs, steps (summary or all), verdict."""
+    console.print(f"[bold]{_title(report)}[/bold]")
+    a = report.activities
+    kinds = ", ".join(f"{v} {k}" for k, v in a.per_kind.items())
+    console.print(f"activities: {a.total} ({kinds}) on {len(a.per_stream)} stream(s)")
+    for reason, n in report.trace.skipped.items():
+        console.print(f"skipped by the loader: {n} ({reason})")
+
+    la = report.launch
+    t = Table(title=f"launch delays ({la.matched} matched, {la.unmatched} unmatched)")
+    t.add_column("figure")
+    for col in ("p50", "p90", "p99", "max"):
+        t.add_column(col, justify="right")
+    for label, p in (
+        ("queue delay", la.queue_delay_ns),
+        ("launch to start", la.launch_to_start_ns),
+    ):
+        t.add_row(label, *(format_ns(v) for v in (p.p50, p.p90, p.p99, p.max)))
+    console.print(t)
+
+    if report.queue:
+        t = Table(title=f"queue per stream (cap {report.queue_cap})")
+        for col in (
+            "stream",
+            "activities",
+            "max depth",
+            "mean depth",
+            "time at cap",
+            "max in flight",
+        ):
+            t.add_column(col, justify="right")
+        for key, q in report.queue.items():
+            t.add_row(
+                key,
+                str(a.per_stream.get(key, q.activities)),
+                str(q.max),
+                f"{q.mean:.2f}",
+                format_ns(q.time_at_cap_ns),
+                str(q.in_flight_max),
+            )
+        console.print(t)
+
+    s = report.syncs
+    console.print(f"syncs: {s.count} call(s), {format_ns(s.total_ns)} waiting")
+    if s.sites:
+        t = Table(title="sync sites")
+        for col in ("site", "op", "count", "total", "steps"):
+            t.add_column(col, justify="left" if col in ("site", "op") else "right")
+        for site in s.sites[:top_sites]:
+            t.add_row(
+                site.site or "-",
+                site.op,
+                str(site.count),
+                format_ns(site.total_ns),
+                str(site.steps),
+            )
+        if len(s.sites) > top_sites:
+            t.caption = f"{len(s.sites) - top_sites} more site(s) in --json"
+        console.print(t)
+
+    if report.steps:
+        shown = report.steps if steps else _summary_steps(report)
+        t = Table(title=f"steps ({len(report.steps)}, from {report.step_source})")
+        for col in (
+            "step",
+            "cpu",
+            "device",
+            "gpu busy",
+            "gpu idle",
+            "syncs",
+            "sync wait",
+            "run-ahead",
+            "queue max",
+        ):
+            t.add_column(col, justify="right")
+        for st in shown:
+            t.add_row(
+                str(st.step),
+                format_ns(st.cpu_ns),
+                format_ns(st.device_ns),
+                format_ns(st.gpu_busy_ns),
+                format_ns(st.gpu_idle_ns),
+                str(st.sync_count),
+                format_ns(st.sync_wait_ns),
+                format_ns(st.run_ahead_ns),
+                str(st.queue_max),
+            )
+        if len(shown) < len(report.steps):
+            t.caption = "first and last steps shown; --steps shows all"
+        console.print(t)
+    console.print(_verdict_line(report.verdict))
+    for finding in report.verdict.findings[1:]:
+        console.print(f"  also: {finding}")
+
+
+def _summary_steps(report: Report) -> list[StepFigures]:
+    st = report.steps
+    return st if len(st) <= 6 else [*st[:3], *st[-3:]]
+
+
+def render_ranks(comparison: RankComparison, console: Console) -> None:
+    """Print the per-rank table (slowest rank flagged) and the largest per-step skews."""
+    t = Table(title=f"ranks ({len(comparison.ranks)})")
+    for col in (
+        "rank",
+        "steps",
+        "mean cpu",
+        "mean device",
+        "mean gpu busy",
+        "mean sync wait",
+        "syncs",
+        "",
+    ):
+        t.add_column(col, justify="right")
+    for r in comparison.ranks:
+        t.add_row(
+            "?" if r.rank is None else str(r.rank),
+            str(r.steps),
+            format_ns(r.cpu_ns_mean),
+            format_ns(r.device_ns_mean),
+            format_ns(r.gpu_busy_ns_mean),
+            format_ns(r.sync_wait_ns_mean),
+            str(r.sync_count),
+            "slowest" if r.slowest else "",
+        )
+    console.print(t)
+    if comparison.step_skew:
+        t = Table(title="per-step skew across ranks")
+        for col in ("step", "ranks", "min cpu", "max cpu", "skew", "slowest rank"):
+            t.add_column(col, justify="right")
+        for k in comparison.step_skew:
+            t.add_row(
+                str(k.step),
+                str(k.ranks),
+                format_ns(k.min_cpu_ns),
+                format_ns(k.max_cpu_ns),
+                format_ns(k.skew_ns),
+                "?" if k.slowest_rank is None else str(k.slowest_rank),
+            )
+        console.print(t)
+
+
+def render_records(summary: RecordsSummary, console: Console) -> None:
+    """Print a session's per-step summary (mean/median/p90 of each figure)."""
+    rank = f", rank {summary.rank}" if summary.rank is not None else ""
+    note = "" if summary.complete else " [incomplete: no summary line, the run was killed]"
+    console.print(
+        f"[bold]{summary.source}[/bold] ({summary.device_kind}, {summary.device}{rank}): "
+        f"{summary.steps} step(s){note}"
+    )
+    t = Table(title="per-step figures")
+    for col in ("figure", "steps", "mean", "median", "p90"):
+        t.add_column(col, justify="left" if col == "figure" else "right")
+    for name, f in summary.figures.items():
+        fmt = (
+            format_ns if name.endswith("_ns") else (lambda v: f"{v:.2f}" if v is not None else "-")
+        )
+        t.add_row(name, str(f.n), fmt(f.mean), fmt(f.median), fmt(f.p90) if f.n else "-")
+    console.print(t)
+    if summary.sync_sites:
+        t = Table(title="sync sites")
+        for col in ("site", "op", "count", "wait", "steps"):
+            t.add_column(col, justify="left" if col in ("site", "op") else "right")
+        for s in summary.sync_sites:
+            t.add_row(s.site, s.op, str(s.count), format_ns(s.wait_ns), str(s.steps))
+        console.print(t)
+    console.print(_verdict_line(summary.verdict))
+
+
+def _verdict_line(v: VerdictInfo) -> str:
+    # the verdict's message may already start with its code; say it once
+    if v.message.startswith(v.code):
+        return f"verdict: [bold]{v.code}[/bold]{v.message[len(v.code) :]}"
+    return f"verdict: [bold]{v.code}[/bold]: {v.message}"

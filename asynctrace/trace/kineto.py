@@ -1,0 +1,1055 @@
+"""Read Kineto / Chrome-trace JSON (every generation) into the columnar :class:`Trace`.
+
+How it stays fast and bounded:
+
+* The ``traceEvents`` array is never held whole. Inflated text is read in chunks of about
+  ``chunk_bytes``; each chunk is cut at an event boundary (``}`` ``,`` ``{`` between two events),
+  decoded by msgspec into typed Structs (only the fields we use), turned into numpy columns, and
+  dropped. Peak memory is one chunk of text, its decoded events, and the columns.
+* A cut found by the fast byte search can in principle fall inside a string or a nested object
+  (``"x": "},{"``). Such a cut never yields valid JSON (a string or object stays open), so the
+  decode fails and the chunk is re-cut with an exact tokenizer that knows strings and nesting.
+* Timestamps: Kineto writes µs, either integers or with 3 decimals (ns resolution). A float64
+  holds every ns exactly only below 2**43 µs (about 101 days; ``baseTimeNanoseconds`` traces
+  are far below it). Epoch-µs traces with decimals (1.7e15 µs) are beyond it: float64 would be
+  off by up to 125 ns. So timestamps are decoded as float first and, when a chunk has a
+  fractional value at or above 2**43 µs, the chunk is decoded again with ``ts`` as raw text and
+  parsed as an exact decimal. Every time is rounded to the nearest ns once, here.
+
+See ``docs/formats.md`` for what each generation looks like and how each field is read.
+"""
+
+from __future__ import annotations
+
+import decimal
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from asynctrace.errors import TraceFormatError
+from asynctrace.trace._apis import RUNTIME_CATEGORIES, classify_runtime
+from asynctrace.trace._io import DEFAULT_MAX_INFLATED_BYTES, iter_blocks, prefetched
+from asynctrace.trace.model import (
+    Activities,
+    ActivityKind,
+    DeviceSyncs,
+    Flows,
+    HostRanges,
+    PythonFrames,
+    RangeKind,
+    RuntimeCalls,
+    StringTable,
+    Trace,
+)
+
+__all__ = ["DEFAULT_CHUNK_BYTES", "load_kineto"]
+
+#: Inflated JSON text decoded at once. 32 MiB keeps peak memory small next to the columns and
+#: the per-chunk overhead (one concatenation, one decoder call) negligible.
+DEFAULT_CHUNK_BYTES = 32 << 20
+
+#: How far into a JSON object we look for ``"traceEvents"`` before calling it something else.
+_MAX_ENVELOPE_BYTES = 64 << 20
+#: At the end of the file, keep this much text back from the bulk chunks: the array's end and
+#: the metadata after it (``deviceProperties``, ``traceName``) are found in this last piece.
+_TAIL_BYTES = 1 << 20
+
+_EXACT_US_LIMIT = float(2**43)
+#: marks a ``ts: null`` read as raw text (never a real time: below -9.2e15 µs)
+_NO_TS = -(2**63)
+_I64_MIN = -(2**63)
+_I64_MAX = 2**63 - 1
+# |µs| below this times 1000 still fits in int64
+_MAX_ABS_US = _I64_MAX // 1000
+
+I64 = npt.NDArray[np.int64]
+
+
+# --------------------------------------------------------------------------------------------
+# Typed decoding. Only the fields we use are declared; msgspec skips the rest without building
+# them. Every field is optional: generations differ in what they write.
+
+
+_RAW_NULL = msgspec.Raw(b"null")
+
+
+class _Args(msgspec.Struct, gc=False):
+    correlation: int | float | str | None = None
+    stream: int | float | str | None = None
+    device: int | float | str | None = None
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: int | float | None = None
+    dur: int | float | None = None
+    id: int | str | None = None
+    args: _Args | None = None
+
+
+class _EventExactTs(msgspec.Struct, gc=False):
+    """Same as :class:`_Event` but ``ts`` kept as its JSON text, parsed exactly later."""
+
+    ph: str = ""
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: msgspec.Raw = _RAW_NULL
+    dur: int | float | None = None
+    id: int | str | None = None
+    args: _Args | None = None
+
+
+class _DeviceProps(msgspec.Struct, gc=False):
+    id: int | str | None = None
+    name: str | None = None
+
+
+class _Envelope(msgspec.Struct, gc=False):
+    """The top-level object around ``traceEvents`` (fields kept raw: decoded leniently)."""
+
+    traceEvents: msgspec.Raw = _RAW_NULL
+    deviceProperties: msgspec.Raw = _RAW_NULL
+    distributedInfo: msgspec.Raw = _RAW_NULL
+    baseTimeNanoseconds: msgspec.Raw = _RAW_NULL
+    schemaVersion: msgspec.Raw = _RAW_NULL
+    traceName: msgspec.Raw = _RAW_NULL
+    # present in PyTorch execution traces, which we refuse with a clear message
+    nodes: msgspec.Raw = _RAW_NULL
+    schema: msgspec.Raw = _RAW_NULL
+
+
+_DEC_EVENTS = msgspec.json.Decoder(list[_Event])
+_DEC_EVENTS_EXACT = msgspec.json.Decoder(list[_EventExactTs])
+_DEC_ENVELOPE = msgspec.json.Decoder(_Envelope)
+
+
+# --------------------------------------------------------------------------------------------
+# Categories.
+
+_RT, _KERNEL, _MEMCPY, _MEMSET, _OP, _ANNOT, _GPU_ANNOT, _PY, _SYNC = range(9)
+
+_CAT_CODE: dict[str, int] = {c: _RT for c in RUNTIME_CATEGORIES}
+_CAT_CODE.update(
+    {
+        "kernel": _KERNEL,
+        "Kernel": _KERNEL,
+        "mtia_ccp_events": _KERNEL,
+        "gpu_memcpy": _MEMCPY,
+        "Memcpy": _MEMCPY,
+        "memcpy": _MEMCPY,
+        "gpu_memset": _MEMSET,
+        "Memset": _MEMSET,
+        "memset": _MEMSET,
+        "cpu_op": _OP,
+        "Operator": _OP,
+        "operator": _OP,
+        "user_annotation": _ANNOT,
+        "gpu_user_annotation": _GPU_ANNOT,
+        "python_function": _PY,
+        "cuda_sync": _SYNC,
+    }
+)
+_ACT_KIND = {
+    _KERNEL: ActivityKind.KERNEL,
+    _MEMCPY: ActivityKind.MEMCPY,
+    _MEMSET: ActivityKind.MEMSET,
+}
+_RANGE_KIND = {
+    _OP: RangeKind.OP,
+    _ANNOT: RangeKind.ANNOTATION,
+    _GPU_ANNOT: RangeKind.GPU_ANNOTATION,
+}
+
+#: CPU-to-device launch flows across generations; other flows (``fwdbwd``) are not launches.
+_LAUNCH_FLOW_CATS = frozenset({"ac2g", "async", "async_cpu_to_gpu"})
+
+_FIRST_TS = re.compile(rb'"ts"\s*:\s*-?(\d+)\.')
+_STEP_NAME = re.compile(r"ProfilerStep#(\d+)\Z")
+
+
+# --------------------------------------------------------------------------------------------
+# Public entry point.
+
+
+def load_kineto(
+    path: str | os.PathLike[str],
+    *,
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> Trace:
+    """Load a Kineto / Chrome-trace JSON file (``.json`` or ``.json.gz``) into a :class:`Trace`.
+
+    Raises :class:`TraceFormatError` naming the file and the reason for anything that is not a
+    readable Kineto trace (an execution trace, truncated or corrupt input, a gzip bomb...).
+    """
+    p = Path(path)
+    if chunk_bytes < 1:
+        raise ValueError("chunk_bytes must be positive")
+    block_bytes = min(chunk_bytes, 4 << 20)
+    blocks = prefetched(
+        lambda: iter_blocks(p, max_inflated_bytes=max_inflated_bytes, block_bytes=block_bytes)
+    )
+    try:
+        return _Loader(p, blocks, chunk_bytes).run()
+    finally:
+        blocks.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Exact tokenizer, used to verify cuts and to find the end of the array when the fast search
+# cannot. Strings are matched whole (escapes included); a lone quote means an unterminated one.
+
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|["{}\[\]]', re.DOTALL)
+_OPEN = frozenset(b"{[")
+_CLOSE = frozenset(b"}]")
+
+
+@dataclass
+class _Scan:
+    #: end (exclusive) of the last complete top-level element, or -1
+    last_element_end: int = -1
+    #: index of the ``]`` closing the array, or -1 when not reached
+    array_end: int = -1
+    #: True when the text ran out inside a string
+    in_string: bool = False
+
+
+def _scan_elements(buf: bytes | bytearray, start: int, stop: int) -> _Scan:
+    """Walk the array's elements from ``start`` (depth 0 inside the array) up to ``stop``."""
+    scan = _Scan()
+    depth = 0
+    for m in _TOKEN.finditer(buf, start, stop):
+        tok = m.group()
+        c = tok[0]
+        if c == 0x22:  # '"'
+            if len(tok) == 1:
+                scan.in_string = True
+                return scan
+            continue
+        if c in _OPEN:
+            depth += 1
+        elif depth == 0:
+            scan.array_end = m.start()
+            return scan
+        else:
+            depth -= 1
+            if depth == 0:
+                scan.last_element_end = m.end()
+    return scan
+
+
+def _object_depth_ok(prefix: bytes) -> bool:
+    """True when ``prefix`` (from the top-level ``{``) ends at depth 1, outside any string."""
+    depth = 0
+    for m in _TOKEN.finditer(prefix):
+        tok = m.group()
+        c = tok[0]
+        if c == 0x22:
+            if len(tok) == 1:
+                return False
+            continue
+        depth += 1 if c in _OPEN else -1
+    return depth == 1
+
+
+# --------------------------------------------------------------------------------------------
+# Column collection.
+
+
+class _IdMap:
+    """Numbers for pid/tid labels given as strings. Decimal strings keep their value (the 2021
+    format writes ``"tid": "4093687616"`` on slices and ``4093687616`` on flows); other labels
+    get stable negative numbers from -2 down, in order of first appearance."""
+
+    __slots__ = ("labels", "next_label")
+
+    def __init__(self) -> None:
+        self.labels: dict[str, int] = {}
+        self.next_label = -2
+
+    def __call__(self, v: int | str | None) -> int:
+        if v is None:
+            return -1
+        if type(v) is int:
+            return v
+        s = str(v)
+        n = self.labels.get(s)
+        if n is None:
+            t = s.strip()
+            if t.isdigit() and int(t) <= _I64_MAX:
+                n = int(t)
+            else:
+                n = self.next_label
+                self.next_label -= 1
+            self.labels[s] = n
+        return n
+
+
+@dataclass
+class _Cols:
+    """Per-chunk Python lists for one table; flushed into numpy parts after every chunk."""
+
+    names: tuple[str, ...]
+    lists: dict[str, list[Any]] = field(default_factory=dict)
+    parts: dict[str, list[npt.NDArray[Any]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.lists = {n: [] for n in self.names}
+        self.parts = {n: [] for n in self.names}
+
+
+class _Loader:
+    def __init__(self, path: Path, blocks: Iterator[bytes], chunk_bytes: int) -> None:
+        self.path = path
+        self.src = str(path)
+        self.blocks = blocks
+        self.chunk_bytes = chunk_bytes
+        self.buf = bytearray()
+        self.eof = False
+        self.exact = False
+        self.sniffed = False
+        self.strings = StringTable()
+        #: name -> string index, read without a method call in the hot loop
+        self.name_ids: dict[str | None, int] = {}
+        self.ids = _IdMap()
+        self.skipped: dict[str, int] = {}
+        self.n_events = 0
+        self.n_with_ph = 0
+        self.int_clamped = 0
+        self.not_numeric = 0
+        self.rt = _Cols(("ts", "dur", "pid", "tid", "name", "corr"))
+        self.act = _Cols(("ts", "dur", "pid", "tid", "device", "stream", "name", "kind", "corr"))
+        self.rng = _Cols(("ts", "dur", "pid", "tid", "name", "kind"))
+        self.py = _Cols(("ts", "dur", "pid", "tid", "name"))
+        self.sync = _Cols(("ts", "dur", "pid", "stream", "corr"))
+        self.flow = _Cols(("ts", "id", "is_start", "pid", "tid"))
+
+    # -- errors --------------------------------------------------------------------------------
+
+    def fail(self, reason: str) -> TraceFormatError:
+        return TraceFormatError(self.src, reason)
+
+    # -- buffer --------------------------------------------------------------------------------
+
+    def fill(self, n: int) -> None:
+        """Read until the buffer holds at least ``n`` bytes or the input ends."""
+        while len(self.buf) < n and not self.eof:
+            try:
+                block = next(self.blocks)
+            except StopIteration:
+                self.eof = True
+                return
+            self.buf += block
+
+    # -- top level -----------------------------------------------------------------------------
+
+    def run(self) -> Trace:
+        self.fill(1 << 16)
+        buf = self.buf
+        i = 0
+        if buf.startswith(b"\xef\xbb\xbf"):
+            i = 3
+        while True:
+            while i < len(buf) and buf[i] in b" \t\r\n":
+                i += 1
+            if i < len(buf) or self.eof:
+                break
+            self.fill(len(buf) + (1 << 16))
+        if i >= len(buf):
+            raise self.fail("empty file (no JSON in it)")
+        first = buf[i]
+        if first == 0x5B:  # '['
+            prefix: bytes | None = None
+            events_start = i + 1
+        elif first == 0x7B:  # '{'
+            prefix, events_start = self._find_trace_events(i)
+        else:
+            raise self.fail(
+                f"not a Kineto trace: expected a JSON object or list, found {bytes(buf[i : i + 20])!r}"
+            )
+        tail = self._read_events(events_start)
+        envelope = self._decode_envelope(prefix, tail)
+        return self._build(envelope)
+
+    def _find_trace_events(self, obj_start: int) -> tuple[bytes, int]:
+        pattern = re.compile(rb'"traceEvents"\s*:\s*\[')
+        pos = obj_start
+        while True:
+            m = pattern.search(self.buf, pos)
+            if m is not None:
+                if _object_depth_ok(bytes(self.buf[obj_start : m.start()])):
+                    return bytes(self.buf[obj_start : m.start()]), m.end()
+                pos = m.end()
+                continue
+            if self.eof:
+                self._refuse_non_trace(bytes(self.buf[obj_start:]))
+            if len(self.buf) > _MAX_ENVELOPE_BYTES:
+                head = bytes(self.buf[: 1 << 20])
+                if b'"nodes"' in head and b'"schema"' in head:
+                    raise self.fail(_EXEC_TRACE_REASON)
+                raise self.fail(
+                    f"not a Kineto trace: no traceEvents array in the first "
+                    f"{_MAX_ENVELOPE_BYTES >> 20} MiB of this JSON object"
+                )
+            pos = max(obj_start, len(self.buf) - 64)
+            self.fill(len(self.buf) + (4 << 20))
+
+    def _refuse_non_trace(self, text: bytes) -> None:
+        try:
+            env = _DEC_ENVELOPE.decode(text)
+        except msgspec.DecodeError as e:
+            raise self.fail(_json_reason(e, truncated_hint=True)) from None
+        if env.nodes != _RAW_NULL and env.schema != _RAW_NULL:
+            raise self.fail(_EXEC_TRACE_REASON)
+        raise self.fail("not a Kineto trace: the JSON object has no traceEvents array")
+
+    # -- the events array ----------------------------------------------------------------------
+
+    def _read_events(self, start: int) -> bytes:
+        """Decode every element of the array starting at ``start``; return the text after it."""
+        after_cut = False
+        while True:
+            self.fill(start + self.chunk_bytes)
+            buf = self.buf
+            # skip separators before the next element (a cut stops right after a '}')
+            while start < len(buf) and buf[start] in b" \t\r\n":
+                start += 1
+            if after_cut and start < len(buf) and buf[start] == 0x2C:
+                start += 1
+                while start < len(buf) and buf[start] in b" \t\r\n":
+                    start += 1
+            after_cut = True
+            if start >= len(buf) and self.eof:
+                raise self.fail("truncated JSON: the file ends inside the traceEvents array")
+            if start < len(buf) and buf[start] == 0x5D:  # ']' right away: empty array / done
+                return self._rest_after(start + 1)
+            limit = len(buf) - _TAIL_BYTES if self.eof else len(buf)
+            cut = self._fast_cut(start, limit) if limit > start else -1
+            if cut >= 0:
+                if self._decode_range(start, cut, fallback=False):
+                    start = self._advance(cut)
+                    continue
+                scan = _scan_elements(buf, start, limit)
+            elif not self.eof:
+                # one element larger than a chunk: read more before cutting
+                self.chunk_bytes *= 2
+                continue
+            else:
+                end = self._fast_end(start)
+                if end >= 0:
+                    return self._rest_after(end + 1)
+                scan = _scan_elements(buf, start, len(buf))
+            start = self._apply_scan(start, scan)
+            if start < 0:
+                return self._rest_after(-start)
+
+    def _apply_scan(self, start: int, scan: _Scan) -> int:
+        """Decode what the exact scan found; the next start, or -(index after ``]``) at the end."""
+        if scan.array_end >= 0:
+            body_end = _rstrip_ws(self.buf, start, scan.array_end)
+            if body_end > start:
+                if self.buf[body_end - 1] == 0x2C:  # ','
+                    raise self.fail("malformed JSON: trailing comma at the end of traceEvents")
+                self._decode_range(start, body_end - 1, fallback=True)
+            return -(scan.array_end + 1)
+        if scan.last_element_end > start:
+            cut = scan.last_element_end - 1
+            self._decode_range(start, cut, fallback=True)
+            return self._advance(cut)
+        if self.eof:
+            if scan.in_string:
+                raise self.fail("truncated JSON: the file ends inside a string in traceEvents")
+            raise self.fail("truncated JSON: the file ends inside the traceEvents array")
+        # a single element is larger than what we hold: read more
+        self.chunk_bytes *= 2
+        return start
+
+    def _fast_cut(self, start: int, limit: int) -> int:
+        """Index of the ``}`` of the last ``}``-``,``-``{`` boundary before ``limit``, or -1."""
+        buf = self.buf
+        pos = limit
+        while True:
+            j = buf.rfind(b"{", start + 1, pos)
+            if j < 0:
+                return -1
+            k = _rstrip_ws(buf, start, j)
+            if k > start and buf[k - 1] == 0x2C:  # ','
+                k = _rstrip_ws(buf, start, k - 1)
+                if k > start and buf[k - 1] == 0x7D:  # '}'
+                    return k - 1
+            pos = j
+
+    def _fast_end(self, start: int) -> int:
+        """Index of the ``]`` closing the array, tried from the end of the text backwards."""
+        buf = self.buf
+        pos = len(buf)
+        tries = 0
+        while tries < 16:
+            q = buf.rfind(b"]", start, pos)
+            if q < 0:
+                return -1
+            pos = q
+            k = _rstrip_ws(buf, start, q)
+            if k <= start or buf[k - 1] != 0x7D:
+                continue
+            # what follows the array must close it: ',' 'key'..., '}' or (bare list) nothing
+            after = bytes(buf[q + 1 : q + 64]).lstrip()
+            if after and after[:1] not in (b",", b"}"):
+                continue
+            tries += 1
+            if self._decode_range(start, k - 1, fallback=None):
+                return q
+        return -1
+
+    def _advance(self, cut: int) -> int:
+        """Drop consumed text; the index of the next element's start in the shrunk buffer."""
+        del self.buf[: cut + 1]
+        return 0
+
+    def _rest_after(self, i: int) -> bytes:
+        rest = bytes(self.buf[i:])
+        self.buf = bytearray()
+        while not self.eof:
+            self.fill(len(rest) + (1 << 20))
+            rest += bytes(self.buf)
+            self.buf = bytearray()
+            if len(rest) > _MAX_ENVELOPE_BYTES:
+                raise self.fail(
+                    f"not a Kineto trace: more than {_MAX_ENVELOPE_BYTES >> 20} MiB after traceEvents"
+                )
+        return rest
+
+    def _decode_range(self, start: int, last: int, *, fallback: bool | None) -> bool:
+        """Decode elements ``buf[start : last + 1]`` and collect them.
+
+        ``fallback=False``: the cut came from the fast search; on a decode error return False
+        so the caller re-cuts exactly. ``True``: the cut is exact, an error is the file's fault.
+        ``None``: a candidate end; return False on error.
+        """
+        text = b"".join((b"[", memoryview(self.buf)[start : last + 1], b"]"))
+        if not self.sniffed:
+            # Decide from the first timestamp whether float64 can hold its ns, so that an
+            # epoch-µs trace with decimals is decoded once, not twice.
+            self.sniffed = True
+            m = _FIRST_TS.search(text)
+            if m is not None and int(m.group(1)) >= 2**43:
+                self.exact = True
+        try:
+            if not self.exact:
+                events: list[Any] = _DEC_EVENTS.decode(text)
+                if self._collect(events):
+                    return True
+                del events
+                self.exact = True
+            self._collect(_DEC_EVENTS_EXACT.decode(text))
+            return True
+        except msgspec.ValidationError as e:
+            raise self.fail(f"not a Kineto trace: {e}") from None
+        except msgspec.DecodeError as e:
+            if fallback is not True:
+                return False
+            raise self.fail(_json_reason(e, truncated_hint=False)) from None
+
+    # -- per-chunk columns ---------------------------------------------------------------------
+
+    def _collect(self, events: list[Any]) -> bool:
+        """Append ``events`` to the columns; False (nothing kept) if ``ts`` needs exact parsing."""
+        cat_code = _CAT_CODE.get
+        ids = self.ids
+        name_ids = self.name_ids
+        intern = self.strings.intern
+        skipped: dict[str, int] = {}
+        rt, act, rng, py, sync, flow = (
+            c.lists for c in (self.rt, self.act, self.rng, self.py, self.sync, self.flow)
+        )
+        rt_ts, rt_dur, rt_pid, rt_tid, rt_name, rt_corr = rt.values()
+        a_ts, a_dur, a_pid, a_tid, a_dev, a_stream, a_name, a_kind, a_corr = act.values()
+        r_ts, r_dur, r_pid, r_tid, r_name, r_kind = rng.values()
+        p_ts, p_dur, p_pid, p_tid, p_name = py.values()
+        s_ts, s_dur, s_pid, s_stream, s_corr = sync.values()
+        f_ts, f_id, f_start, f_pid, f_tid = flow.values()
+        n_ph = 0
+        for e in events:
+            ph = e.ph
+            if ph == "X":
+                n_ph += 1
+                cat = e.cat
+                code = cat_code(cat) if cat is not None else None
+                ts = e.ts
+                if code is None or ts is None:
+                    key = f"X cat={cat}" if ts is not None else "X without ts"
+                    skipped[key] = skipped.get(key, 0) + 1
+                    continue
+                pid = e.pid
+                if type(pid) is not int:
+                    pid = ids(pid)
+                dur = e.dur
+                name = e.name
+                nid = name_ids.get(name)
+                if nid is None:
+                    nid = name_ids[name] = intern(name if name is not None else "")
+                a = e.args
+                if code == _RT:
+                    rt_ts.append(ts)
+                    rt_dur.append(dur)
+                    rt_pid.append(pid)
+                    tid = e.tid
+                    rt_tid.append(tid if type(tid) is int else ids(tid))
+                    rt_name.append(nid)
+                    rt_corr.append(a.correlation if a is not None else None)
+                elif code <= _MEMSET:
+                    a_ts.append(ts)
+                    a_dur.append(dur)
+                    a_pid.append(pid)
+                    tid = e.tid
+                    a_tid.append(tid if type(tid) is int else ids(tid))
+                    a_name.append(nid)
+                    a_kind.append(code)
+                    if a is not None:
+                        a_dev.append(a.device)
+                        a_stream.append(a.stream)
+                        a_corr.append(a.correlation)
+                    else:
+                        a_dev.append(None)
+                        a_stream.append(None)
+                        a_corr.append(None)
+                elif code == _PY:
+                    p_ts.append(ts)
+                    p_dur.append(dur)
+                    p_pid.append(pid)
+                    tid = e.tid
+                    p_tid.append(tid if type(tid) is int else ids(tid))
+                    p_name.append(nid)
+                elif code == _SYNC:
+                    s_ts.append(ts)
+                    s_dur.append(dur)
+                    s_pid.append(pid)
+                    if a is not None:
+                        s_stream.append(a.stream)
+                        s_corr.append(a.correlation)
+                    else:
+                        s_stream.append(None)
+                        s_corr.append(None)
+                else:
+                    r_ts.append(ts)
+                    r_dur.append(dur)
+                    r_pid.append(pid)
+                    tid = e.tid
+                    r_tid.append(tid if type(tid) is int else ids(tid))
+                    r_name.append(nid)
+                    r_kind.append(code)
+            elif ph == "s" or ph == "f":
+                n_ph += 1
+                cat = e.cat
+                if cat not in _LAUNCH_FLOW_CATS or e.ts is None:
+                    key = f"flow cat={cat}"
+                    skipped[key] = skipped.get(key, 0) + 1
+                    continue
+                f_ts.append(e.ts)
+                f_id.append(e.id)
+                f_start.append(ph == "s")
+                pid = e.pid
+                f_pid.append(pid if type(pid) is int else ids(pid))
+                tid = e.tid
+                f_tid.append(tid if type(tid) is int else ids(tid))
+            else:
+                if ph:
+                    n_ph += 1
+                key = f"ph={ph}" if ph else "no ph"
+                skipped[key] = skipped.get(key, 0) + 1
+        if not self._flush():
+            return False
+        for key, n in skipped.items():
+            self.skipped[key] = self.skipped.get(key, 0) + n
+        self.n_events += len(events)
+        self.n_with_ph += n_ph
+        return True
+
+    def _flush(self) -> bool:
+        """Turn this chunk's lists into numpy parts. False (and nothing kept) if ``ts`` must be
+        re-read exactly."""
+        tables = (self.rt, self.act, self.rng, self.py, self.sync, self.flow)
+        ts_arrays: list[I64] = []
+        for t in tables:
+            ts = t.lists["ts"]
+            if not ts:
+                ts_arrays.append(np.empty(0, np.int64))
+                continue
+            conv = self._ts_to_ns(ts)
+            if conv is None:
+                for u in tables:
+                    for lst in u.lists.values():
+                        lst.clear()
+                return False
+            ts_arrays.append(conv)
+        for t, ts_ns in zip(tables, ts_arrays, strict=True):
+            if not len(ts_ns):
+                continue
+            keep: npt.NDArray[np.bool_] | None = None
+            if self.exact:
+                # ``ts: null`` only shows up here, as raw text; drop those rows
+                keep = ts_ns != _NO_TS
+                n_drop = int(len(ts_ns) - keep.sum())
+                if n_drop:
+                    self.skipped["X without ts"] = self.skipped.get("X without ts", 0) + n_drop
+                else:
+                    keep = None
+            for name, lst in t.lists.items():
+                if name == "ts":
+                    arr: npt.NDArray[Any] = ts_ns
+                elif name == "dur":
+                    arr = self._dur_to_ns(lst)
+                elif name == "is_start":
+                    arr = np.array(lst, dtype=np.bool_)
+                else:
+                    arr = self._int_col(lst)
+                t.parts[name].append(arr if keep is None else arr[keep])
+                lst.clear()
+        return True
+
+    def _int_col(self, values: list[Any]) -> I64:
+        try:
+            return np.array(values, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            pass
+        out = np.empty(len(values), dtype=np.int64)
+        for i, v in enumerate(values):
+            if type(v) is float and v.is_integer():
+                v = int(v)
+            elif type(v) is str and v.strip().lstrip("-").isdigit():
+                v = int(v)
+            if type(v) is int and _I64_MIN <= v <= _I64_MAX:
+                out[i] = v
+            else:
+                # beyond int64 (hta_large_integer_edge) or not a number: unknown, not a crash
+                if type(v) is int:
+                    self.int_clamped += 1
+                elif v is not None:
+                    self.not_numeric += 1
+                out[i] = -1
+        return out
+
+    def _ts_to_ns(self, values: list[Any]) -> I64 | None:
+        if self.exact:
+            fixed = _fixed_width_us_to_ns(values)
+            if fixed is not None:
+                return fixed
+            return np.array([_raw_us_to_ns(bytes(v), self) for v in values], dtype=np.int64)
+        arr = np.array(values)
+        if arr.dtype.kind == "i":
+            if int(np.abs(arr).max()) > _MAX_ABS_US:
+                raise self.fail("timestamp out of range (more than 9.2e15 µs)")
+            return arr.astype(np.int64, copy=False) * 1000
+        if arr.dtype.kind == "f":
+            if float(np.abs(arr).max()) >= _EXACT_US_LIMIT:
+                return None
+            return _float_us_to_ns(arr)
+        # object dtype: integers beyond int64 among them
+        for v in values:
+            if type(v) is int and not (-_MAX_ABS_US <= v <= _MAX_ABS_US):
+                raise self.fail(f"timestamp out of range: {v}")
+        return None
+
+    def _dur_to_ns(self, values: list[Any]) -> I64:
+        try:
+            arr = np.array(values, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError):
+            arr = np.array([v if isinstance(v, int | float) else 0.0 for v in values], np.float64)
+        arr[np.isnan(arr)] = 0.0  # dur missing (None) reads as NaN
+        if arr.size and float(np.abs(arr).max()) > _MAX_ABS_US:
+            raise self.fail("duration out of range (more than 9.2e15 µs)")
+        return _float_us_to_ns(arr)
+
+    # -- envelope & assembly -------------------------------------------------------------------
+
+    def _decode_envelope(self, prefix: bytes | None, tail: bytes) -> _Envelope:
+        if prefix is None:
+            if tail.strip():
+                raise self.fail("malformed JSON: data after the closing ] of the event list")
+            if self.n_events and not self.n_with_ph:
+                raise self.fail('not a trace: no element of the JSON list has a "ph" field')
+            return _Envelope()
+        text = prefix + b'"traceEvents": []' + tail
+        try:
+            return _DEC_ENVELOPE.decode(text)
+        except msgspec.DecodeError as e:
+            raise self.fail(_json_reason(e, truncated_hint=True)) from None
+
+    def _build(self, env: _Envelope) -> Trace:
+        def cat(cols: _Cols, name: str, dtype: Any = np.int64) -> npt.NDArray[Any]:
+            parts = cols.parts[name]
+            if not parts:
+                return np.empty(0, dtype=dtype)
+            return np.concatenate(parts).astype(dtype, copy=False)
+
+        starts = [
+            cat(c, "ts") for c in (self.rt, self.act, self.rng, self.py, self.sync, self.flow)
+        ]
+        nonempty = [s for s in starts if len(s)]
+        origin = min(int(s.min()) for s in nonempty) if nonempty else 0
+        rt_ts, a_ts, r_ts, p_ts, s_ts, f_ts = (s - origin for s in starts)
+        strings = self.strings.freeze()
+
+        rt_name = cat(self.rt, "name", np.int32)
+        rt_kind = np.zeros(len(rt_name), dtype=np.uint8)
+        for nid in np.unique(rt_name):
+            rt_kind[rt_name == nid] = int(classify_runtime(strings[nid]))
+        runtime = RuntimeCalls(
+            start_ns=rt_ts,
+            dur_ns=cat(self.rt, "dur"),
+            pid=cat(self.rt, "pid"),
+            tid=cat(self.rt, "tid"),
+            name=rt_name,
+            kind=rt_kind,
+            correlation=cat(self.rt, "corr"),
+        )
+
+        # flows: one row per end ('f') whose start ('s') is in the trace
+        f_id = cat(self.flow, "id")
+        f_start = cat(self.flow, "is_start", np.bool_)
+        f_pid, f_tid = cat(self.flow, "pid"), cat(self.flow, "tid")
+        s_mask = f_start & (f_id >= 0)
+        e_mask = ~f_start & (f_id >= 0)
+        sid, sts = f_id[s_mask], f_ts[s_mask]
+        order = np.argsort(sid, kind="stable")
+        sid, sts = sid[order], sts[order]
+        eid, ets = f_id[e_mask], f_ts[e_mask]
+        pos = np.searchsorted(sid, eid)
+        pos_c = np.minimum(pos, max(len(sid) - 1, 0))
+        matched = (pos < len(sid)) & (sid[pos_c] == eid) if len(sid) else np.zeros(len(eid), bool)
+        flows = Flows(id=eid[matched], start_ts_ns=sts[pos_c[matched]], end_ts_ns=ets[matched])
+        skipped = dict(self.skipped)
+        unmatched_ends = int((~matched).sum())
+        if unmatched_ends:
+            skipped["flow end without start"] = unmatched_ends
+
+        a_corr = cat(self.act, "corr")
+        missing = np.flatnonzero(a_corr < 0)
+        if len(missing) and int(e_mask.sum()):
+            # Kineto binds a flow end to the slice starting at the same time on the same track.
+            a_pid, a_tid = cat(self.act, "pid"), cat(self.act, "tid")
+            by_track = {
+                (int(p), int(t), int(ts)): int(i)
+                for p, t, ts, i in zip(f_pid[e_mask], f_tid[e_mask], ets, eid)
+            }
+            for j in missing:
+                found = by_track.get((int(a_pid[j]), int(a_tid[j]), int(a_ts[j])))
+                if found is not None:
+                    a_corr[j] = found
+        a_kind_code = cat(self.act, "kind")
+        a_kind = np.zeros(len(a_kind_code), dtype=np.uint8)
+        for code, kind in _ACT_KIND.items():
+            a_kind[a_kind_code == code] = int(kind)
+        activities = Activities(
+            start_ns=a_ts,
+            dur_ns=cat(self.act, "dur"),
+            pid=cat(self.act, "pid"),
+            device=cat(self.act, "device", np.int32),
+            stream=cat(self.act, "stream"),
+            name=cat(self.act, "name", np.int32),
+            kind=a_kind,
+            correlation=a_corr,
+        )
+
+        r_name = cat(self.rng, "name", np.int32)
+        r_code = cat(self.rng, "kind")
+        r_kind = np.zeros(len(r_code), dtype=np.uint8)
+        for code, kind in _RANGE_KIND.items():
+            r_kind[r_code == code] = int(kind)
+        r_step = np.full(len(r_name), -1, dtype=np.int64)
+        host = r_code != _GPU_ANNOT
+        for nid in np.unique(r_name):
+            m = _STEP_NAME.match(strings[nid])
+            if m is not None:
+                rows = (r_name == nid) & host
+                r_kind[rows] = int(RangeKind.STEP)
+                r_step[rows] = int(m.group(1))
+        ranges = HostRanges(
+            start_ns=r_ts,
+            dur_ns=cat(self.rng, "dur"),
+            pid=cat(self.rng, "pid"),
+            tid=cat(self.rng, "tid"),
+            name=r_name,
+            kind=r_kind,
+            step=r_step,
+        )
+        python_frames = PythonFrames(
+            start_ns=p_ts,
+            dur_ns=cat(self.py, "dur"),
+            pid=cat(self.py, "pid"),
+            tid=cat(self.py, "tid"),
+            name=cat(self.py, "name", np.int32),
+        )
+        device_syncs = DeviceSyncs(
+            start_ns=s_ts,
+            dur_ns=cat(self.sync, "dur"),
+            pid=cat(self.sync, "pid"),
+            stream=cat(self.sync, "stream"),
+            correlation=cat(self.sync, "corr"),
+        )
+        if self.int_clamped:
+            skipped["integer beyond int64 (read as -1)"] = self.int_clamped
+        if self.not_numeric:
+            skipped["non-numeric id or stream (read as -1)"] = self.not_numeric
+
+        metadata: dict[str, str] = {"timestamps": "exact decimal" if self.exact else "float64"}
+        base_ns = _lenient(env.baseTimeNanoseconds, int)
+        if base_ns is not None:
+            metadata["baseTimeNanoseconds"] = str(base_ns)
+        schema = _lenient(env.schemaVersion, int)
+        if schema is not None:
+            metadata["schemaVersion"] = str(schema)
+        trace_name = _lenient(env.traceName, str)
+        if trace_name:
+            metadata["traceName"] = trace_name
+        if self.ids.labels:
+            labels = {k: v for k, v in self.ids.labels.items() if not k.strip().isdigit()}
+            if labels:
+                metadata["id_labels"] = json.dumps(labels, sort_keys=True)
+        rank, world = _distributed(env.distributedInfo)
+        return Trace(
+            source=self.src,
+            format="kineto",
+            strings=strings,
+            runtime=runtime.sorted_by_start(),
+            activities=activities.sorted_by_start(),
+            ranges=ranges.sorted_by_start(),
+            python_frames=python_frames.sorted_by_start(),
+            device_syncs=device_syncs.sorted_by_start(),
+            flows=flows,
+            device_name=_device_name(env.deviceProperties, activities),
+            rank=rank,
+            world_size=world,
+            origin_ns=origin + (base_ns or 0),
+            metadata=metadata,
+            skipped=skipped,
+        )
+
+
+_EXEC_TRACE_REASON = (
+    "this is a PyTorch execution trace (nodes/schema), not a Kineto trace; record one with "
+    "torch.profiler (export_chrome_trace or tensorboard_trace_handler)"
+)
+
+
+def _json_reason(e: msgspec.DecodeError, *, truncated_hint: bool) -> str:
+    msg = str(e)
+    if "truncated" in msg or (truncated_hint and "Input data was truncated" in msg):
+        return f"truncated JSON ({msg})"
+    return f"malformed JSON ({msg})"
+
+
+def _rstrip_ws(buf: bytes | bytearray, start: int, end: int) -> int:
+    while end > start and buf[end - 1] in b" \t\r\n":
+        end -= 1
+    return end
+
+
+def _float_us_to_ns(arr: npt.NDArray[np.float64]) -> I64:
+    # Split before scaling: the integer part is exact, and the fraction (exact by Sterbenz)
+    # times 1000 rounds to the right ns whenever |µs| < 2**43.
+    ip = np.floor(arr)
+    return ip.astype(np.int64) * 1000 + np.rint((arr - ip) * 1000.0).astype(np.int64)
+
+
+def _fixed_width_us_to_ns(values: list[Any]) -> I64 | None:
+    """Vectorised exact parse when every value is written ``DDDD.ddd`` with one width (what
+    Kineto writes); None otherwise."""
+    lens = np.fromiter(map(len, values), np.int64, len(values))
+    width = int(lens[0])
+    if width < 5 or width > 22 or not bool((lens == width).all()):
+        return None
+    text = np.frombuffer(b"".join(values), dtype=np.uint8).reshape(-1, width)
+    if not bool((text[:, width - 4] == 0x2E).all()):
+        return None
+    digits = np.delete(text, width - 4, axis=1).astype(np.int64) - 0x30
+    if bool(((digits < 0) | (digits > 9)).any()):
+        return None
+    n_int = width - 4
+    if n_int > 16:
+        return None  # could overflow int64 below; the per-value path range-checks it
+    us = digits[:, :n_int] @ (10 ** np.arange(n_int - 1, -1, -1, dtype=np.int64))
+    if bool((us > _MAX_ABS_US).any()):
+        return None
+    frac = digits[:, n_int:] @ np.array([100, 10, 1], dtype=np.int64)
+    out: I64 = us * 1000 + frac
+    return out
+
+
+_DEC_CTX = decimal.Context(prec=60, rounding=decimal.ROUND_HALF_EVEN)
+
+
+def _raw_us_to_ns(raw: bytes, loader: _Loader) -> int:
+    if raw == b"null":
+        return _NO_TS
+    # Kineto's own form, "1712195495519689.047", parsed with integer arithmetic; anything else
+    # (other digit counts, exponents, signs) exactly through Decimal.
+    if len(raw) > 4 and raw[-4] == 0x2E and raw[0] != 0x2D:
+        try:
+            return int(raw[:-4]) * 1000 + int(raw[-3:])
+        except ValueError:
+            pass
+    try:
+        d = decimal.Decimal(raw.decode("ascii"))
+        ns = int((d * 1000).to_integral_value(context=_DEC_CTX))
+    except (decimal.InvalidOperation, UnicodeDecodeError, ValueError, OverflowError):
+        raise loader.fail(f"bad timestamp {raw[:40]!r}") from None
+    if not _I64_MIN <= ns <= _I64_MAX:
+        raise loader.fail(f"timestamp out of range: {raw[:40]!r}")
+    return ns
+
+
+def _lenient(raw: msgspec.Raw, typ: type[Any]) -> Any:
+    try:
+        return msgspec.json.decode(raw, type=typ | None)
+    except msgspec.DecodeError:
+        return None
+
+
+def _distributed(raw: msgspec.Raw) -> tuple[int | None, int | None]:
+    info = _lenient(raw, dict[str, Any])
+    if not isinstance(info, dict):
+        return None, None
+
+    def num(key: str) -> int | None:
+        v = info.get(key)
+        if isinstance(v, bool):
+            return None
+        if isinstance(v, int):
+            return v
+        if isinstance(v, str) and v.strip().isdigit():
+            return int(v)
+        return None
+
+    return num("rank"), num("world_size")
+
+
+def _device_name(raw: msgspec.Raw, activities: Activities) -> str:
+    props = _lenient(raw, list[_DeviceProps]) or []
+    named = [p for p in props if p.name]
+    if named:
+        if len(activities):
+            # the device this rank's activities ran on, when it is listed
+            devs, counts = np.unique(activities.device, return_counts=True)
+            main = int(devs[np.argmax(counts)])
+            for p in named:
+                if p.id == main or (isinstance(p.id, str) and p.id.strip() == str(main)):
+                    return str(p.name)
+        return str(named[0].name)
+    if not len(activities) and not props:
+        return "cpu"
+    return "unknown"

@@ -1,0 +1,80 @@
+"""``load()``: open any trace file we understand, by content, not by name.
+
+gzip → Kineto JSON inside; ``SQLite format 3`` → an Nsight Systems export; other text → Kineto
+JSON. ``find_traces()`` lists the trace files of a folder of ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from asynctrace.errors import TraceFormatError
+from asynctrace.trace._io import DEFAULT_MAX_INFLATED_BYTES, sniff
+from asynctrace.trace.model import Trace
+
+__all__ = ["TRACE_SUFFIXES", "find_traces", "load"]
+
+#: File names :func:`find_traces` picks up (``{worker}.{time_ns}.pt.trace.json.gz`` included).
+TRACE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz", ".sqlite", ".sqlite3")
+
+
+def load(
+    path: str | os.PathLike[str], *, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
+) -> Trace:
+    """Load one trace file (Kineto ``.json`` / ``.json.gz`` or Nsight Systems ``.sqlite``).
+
+    The format is sniffed from the first bytes. ``max_inflated_bytes`` caps how far a gzip file
+    may inflate (default 4 GiB). Raises :class:`TraceFormatError` naming the file and the
+    reason for anything unreadable; never another exception for bad input.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise TraceFormatError(
+            str(p), "is a directory: load one file, or list its traces with find_traces()"
+        )
+    kind = sniff(p)
+    if kind == "empty":
+        raise TraceFormatError(str(p), "empty file")
+    if kind == "sqlite":
+        # imported here so that Kineto users never pay for the sqlite loader
+        from asynctrace.trace.nsys import load_nsys
+
+        return load_nsys(p)
+    from asynctrace.trace.kineto import load_kineto
+
+    return load_kineto(p, max_inflated_bytes=max_inflated_bytes)
+
+
+def _natural_key(p: Path) -> tuple[object, ...]:
+    # rank-2 before rank-10
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name))
+
+
+def find_traces(directory: str | os.PathLike[str]) -> list[Path]:
+    """The trace files directly inside ``directory`` (one per rank), in natural name order.
+
+    Picks ``*.json``, ``*.json.gz``, ``*.sqlite``, ``*.sqlite3``; session records
+    (``*.records.jsonl``) are not traces and are left out. Raises :class:`TraceFormatError` when
+    the folder does not exist or holds no trace.
+    """
+    d = Path(directory)
+    if not d.exists():
+        raise TraceFormatError(str(d), "no such directory")
+    if not d.is_dir():
+        raise TraceFormatError(str(d), "not a directory")
+    try:
+        entries = list(d.iterdir())
+    except OSError as e:
+        raise TraceFormatError(str(d), f"cannot list the directory: {e.strerror or e}") from None
+    found = [
+        p
+        for p in entries
+        if p.is_file() and p.name.lower().endswith(TRACE_SUFFIXES) and not p.name.startswith(".")
+    ]
+    if not found:
+        raise TraceFormatError(
+            str(d), "no trace files (*.json, *.json.gz, *.sqlite) in this directory"
+        )
+    return sorted(found, key=_natural_key)

@@ -1,0 +1,595 @@
+"""Load an Nsight Systems SQLite export (``nsys export --type sqlite``) into a :class:`Trace`.
+
+Tables read (every one but ``StringIds`` is optional: nsys writes a table only when it has rows):
+
+* ``CUPTI_ACTIVITY_KIND_KERNEL`` / ``_MEMCPY`` / ``_MEMSET`` → :class:`Activities`;
+* ``CUPTI_ACTIVITY_KIND_RUNTIME`` (runtime *and* driver API calls) → :class:`RuntimeCalls`;
+* ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` → :class:`DeviceSyncs`;
+* ``NVTX_EVENTS`` (push/pop and start/end ranges, domain names) → :class:`HostRanges`;
+* ``StringIds``, ``TARGET_INFO_GPU`` (device name), ``TARGET_INFO_SESSION_START_TIME`` and
+  ``META_DATA_EXPORT`` / ``EXPORT_META_DATA`` (versions) for names and metadata.
+
+nsys already stores integer nanoseconds; times are made relative to the earliest event kept
+(``Trace.origin_ns`` holds that event's raw nsys timestamp).
+
+Processes and threads come from nsys's serialized global ids: the process key is
+``globalTid >> 24`` (``globalPid >> 24`` for device rows), the thread id ``globalTid & 0xFFFFFF``.
+``pid`` columns hold the OS pid (``(globalTid >> 24) & 0xFFFFFF``, what nsys itself shows) unless
+two processes of the export share one OS pid (a merged multi-node report); then every ``pid``
+column holds the full process key instead, so launch linking stays per process
+(``metadata["pid_encoding"]`` says which).
+
+Traps in real exports, handled here:
+
+* 2022 exports hold two runtime rows per call (``cudaLaunchKernel`` and ``cudaLaunchKernel_v7000``,
+  one nested in the other) with one correlation id: one row per (process, correlation id, name
+  without the ``_v<N>`` suffix) is kept, the widest, and the dropped rows are counted in
+  ``Trace.skipped["duplicate_runtime_rows"]``. Names are stored without that suffix.
+* ``syncType`` codes in ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` disagree with the export's own
+  ``ENUM_CUPTI_SYNC_TYPE`` table (a 2024 export labels every ``cudaDeviceSynchronize`` "Event
+  sync"); synchronizations are classified by the runtime call's name
+  (:func:`asynctrace.trace._apis.classify_runtime`), never by ``syncType``.
+* kernels that start before their launch call returns are kept as they are.
+* strings that are not valid UTF-8 (a Latin-1 Windows user name in one real export) are decoded
+  with replacement characters rather than failing the load.
+
+NVTX ranges named like an asynctrace session's steps (``step N`` in domain ``asynctrace``), and
+``ProfilerStep#N`` ranges in any domain, become ``RangeKind.STEP`` rows with ``step`` = N.
+Ranges without an end (never popped / ended) are counted in ``Trace.skipped["nvtx_unended"]``.
+
+Errors: a missing file, a file that is not an SQLite database, a database without nsys's
+``StringIds`` table, one with no CUDA and no NVTX table, a table lacking a required column, or a
+NULL / text where nsys always writes an integer raise
+:class:`~asynctrace.errors.TraceFormatError` naming the file and the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import closing
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from asynctrace.errors import TraceFormatError
+from asynctrace.trace._apis import classify_runtime
+from asynctrace.trace.model import (
+    Activities,
+    ActivityKind,
+    DeviceSyncs,
+    Flows,
+    HostRanges,
+    PythonFrames,
+    RangeKind,
+    RuntimeCalls,
+    StringTable,
+    Trace,
+)
+
+__all__ = [
+    "NSYS_STEP_DOMAIN",
+    "NVTX_RANGE_EVENT_TYPES",
+    "load_nsys",
+]
+
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+U8 = npt.NDArray[np.uint8]
+
+#: NVTX domain whose ``step N`` ranges are an asynctrace session's steps. Kept equal to
+#: ``asynctrace.capture.ranges.DOMAIN`` by a test: loaders must not import the capture side.
+NSYS_STEP_DOMAIN = "asynctrace"
+_STEP_NAME = re.compile(r"step (\d+)")
+_PROFILER_STEP_NAME = re.compile(r"ProfilerStep#(\d+)")
+
+#: ``NVTX_EVENTS.eventType`` values of ranges: push/pop (59), start/end (60) and their
+#: ``NVTXT`` twins (70, 71), as nsys's own stats scripts define them.
+NVTX_RANGE_EVENT_TYPES: tuple[int, ...] = (59, 60, 70, 71)
+_NVTX_DOMAIN_CREATE = 75
+_NVTX_THREAD_NAME = 39
+
+_KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+_MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+_MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+_RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+_SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+_NVTX = "NVTX_EVENTS"
+_EVENT_TABLES = (_KERNEL, _MEMCPY, _MEMSET, _RUNTIME, _SYNC, _NVTX)
+
+# CUpti_ActivityMemcpyKind: fixed by CUPTI, so a name table here is safe across nsys versions.
+_COPY_KINDS: Mapping[int, str] = {
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+    11: "HtoD (unified)",
+    12: "DtoH (unified)",
+    13: "DtoD (unified)",
+}
+
+# CUPTI writes "no stream" as an unsigned 32-bit -1.
+_NO_STREAM = 0xFFFFFFFF
+_VERSION_SUFFIX = re.compile(r"_v\d+$")
+_FETCH_ROWS = 1 << 16
+
+
+def load_nsys(path: str | os.PathLike[str]) -> Trace:
+    """Read an Nsight Systems SQLite export into the columnar trace model.
+
+    Raises :class:`~asynctrace.errors.TraceFormatError` (never another exception) when the file
+    is missing, is not an SQLite database, or is not an nsys export with CUDA or NVTX data.
+    """
+    name = os.fspath(path)
+    file = Path(name)
+    if not file.is_file():
+        raise TraceFormatError(name, "no such file")
+    # immutable=1: exports are never written while we read them, and it lets SQLite skip
+    # locking, which fails on some network file systems and read-only folders.
+    uri = file.resolve().as_uri() + "?mode=ro&immutable=1"
+    try:
+        with closing(sqlite3.connect(uri, uri=True)) as conn:
+            # Real exports hold strings that are not valid UTF-8 (a Windows user name in
+            # Latin-1, for one); they are names for display, so decode them leniently.
+            conn.text_factory = _decode_text
+            return _Reader(name, conn).read()
+    except sqlite3.Error as exc:
+        raise TraceFormatError(name, f"not a readable SQLite database ({exc})") from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        # A NULL or text where nsys always writes an integer: a damaged or hand-made file.
+        raise TraceFormatError(name, f"malformed values in the export ({exc})") from None
+    except MemoryError:
+        raise TraceFormatError(name, "too large to load into memory") from None
+
+
+def _decode_text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
+class _Reader:
+    def __init__(self, path: str, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self.conn = conn
+        self.strings = StringTable()
+        self.skipped: dict[str, int] = {}
+        self.columns: dict[str, frozenset[str]] = {}
+        self._string_ids: dict[int, str] | None = None
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _fail(self, reason: str) -> TraceFormatError:
+        return TraceFormatError(self.path, reason)
+
+    def _has(self, table: str) -> bool:
+        return table in self.columns
+
+    def _col(self, table: str, column: str, default: str = "-1") -> str:
+        """SQL for ``column`` of ``table``, NULL and absence read as ``default``."""
+        if column in self.columns[table]:
+            return f"ifnull({column}, {default})"
+        return default
+
+    def _require(self, table: str, *names: str) -> None:
+        missing = [c for c in names if c not in self.columns[table]]
+        if missing:
+            raise self._fail(
+                f"table {table} lacks column(s) {', '.join(missing)}: not an nsys export this "
+                "version of asynctrace can read"
+            )
+
+    def _ints(self, table: str, sql: str, width: int) -> I64:
+        """Rows of integers as one (n, width) int64 array, fetched in bounded chunks."""
+        cur = self.conn.execute(sql)
+        chunks: list[I64] = []
+        while True:
+            rows = cur.fetchmany(_FETCH_ROWS)
+            if not rows:
+                break
+            try:
+                chunks.append(np.array(rows, dtype=np.int64).reshape(len(rows), width))
+            except (TypeError, ValueError, OverflowError):
+                raise self._fail(
+                    f"table {table} holds a NULL or non-integer time or id where nsys always "
+                    "writes an integer"
+                ) from None
+        if not chunks:
+            return np.empty((0, width), dtype=np.int64)
+        return np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
+
+    def _string(self, string_id: int) -> str:
+        if self._string_ids is None:
+            self._string_ids = dict(self.conn.execute("SELECT id, value FROM StringIds"))
+        return self._string_ids.get(string_id, f"<string {string_id}>")
+
+    def _intern_ids(self, ids: I64) -> I32:
+        """Map StringIds ids to indices of our string table, one lookup per distinct id."""
+        return self._intern_labels(ids, lambda sid: self._string(sid) if sid >= 0 else "?")
+
+    def _intern_labels(self, codes: I64, label: Callable[[int], str]) -> I32:
+        """Intern ``label(code)`` once per distinct code and map every row to it."""
+        uniq, inverse = np.unique(codes, return_inverse=True)
+        mapped = np.array([self.strings.intern(label(int(k))) for k in uniq], dtype=np.int32)
+        return mapped[inverse.reshape(-1)]
+
+    # -- the whole file ----------------------------------------------------------------------
+
+    def read(self) -> Trace:
+        for (table,) in self.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+        ):
+            info = self.conn.execute("SELECT name FROM pragma_table_info(?)", (table,))
+            self.columns[str(table)] = frozenset(str(row[0]) for row in info)
+        if not self._has("StringIds"):
+            raise self._fail(
+                "not an Nsight Systems SQLite export (it has no StringIds table); "
+                "make one with `nsys export --type sqlite report.nsys-rep`"
+            )
+        if not any(self._has(t) for t in _EVENT_TABLES):
+            raise self._fail(
+                "this Nsight Systems export holds no CUDA or NVTX data; "
+                "profile with `nsys profile -t cuda,nvtx ...`"
+            )
+
+        runtime_raw = self._runtime()
+        activities_raw = self._activities()
+        syncs_raw = self._syncs()
+        ranges_raw = self._nvtx()
+
+        starts = [t[0] for t in (runtime_raw, activities_raw, syncs_raw, ranges_raw) if len(t[0])]
+        origin = int(min(int(s.min()) for s in starts)) if starts else 0
+
+        keys = [runtime_raw[2], activities_raw[2], syncs_raw[2], ranges_raw[2]]
+        pid_of, encoding = _pid_mapping(keys)
+
+        rt_start, rt_dur, rt_key, rt_tid, rt_name, rt_kind, rt_corr = runtime_raw
+        runtime = RuntimeCalls(
+            start_ns=rt_start - origin,
+            dur_ns=rt_dur,
+            pid=pid_of(rt_key),
+            tid=rt_tid,
+            name=rt_name,
+            kind=rt_kind,
+            correlation=rt_corr,
+        ).sorted_by_start()
+
+        a_start, a_dur, a_key, a_dev, a_stream, a_name, a_kind, a_corr = activities_raw
+        activities = Activities(
+            start_ns=a_start - origin,
+            dur_ns=a_dur,
+            pid=pid_of(a_key),
+            device=a_dev.astype(np.int32),
+            stream=a_stream,
+            name=a_name,
+            kind=a_kind,
+            correlation=a_corr,
+        ).sorted_by_start()
+
+        s_start, s_dur, s_key, s_stream, s_corr = syncs_raw
+        device_syncs = DeviceSyncs(
+            start_ns=s_start - origin,
+            dur_ns=s_dur,
+            pid=pid_of(s_key),
+            stream=s_stream,
+            correlation=s_corr,
+        ).sorted_by_start()
+
+        r_start, r_dur, r_key, r_tid, r_name, r_kind, r_step = ranges_raw
+        ranges = HostRanges(
+            start_ns=r_start - origin,
+            dur_ns=r_dur,
+            pid=pid_of(r_key),
+            tid=r_tid,
+            name=r_name,
+            kind=r_kind,
+            step=r_step,
+        ).sorted_by_start()
+
+        metadata = self._metadata()
+        metadata["pid_encoding"] = encoding
+        return Trace(
+            source=self.path,
+            format="nsys",
+            strings=self.strings.freeze(),
+            runtime=runtime,
+            activities=activities,
+            ranges=ranges,
+            python_frames=PythonFrames.empty(),
+            device_syncs=device_syncs,
+            flows=Flows.empty(),
+            device_name=self._device_name(np.unique(a_dev).tolist()),
+            rank=self._mpi_rank(),
+            origin_ns=origin,
+            metadata=metadata,
+            skipped={k: v for k, v in self.skipped.items() if v},
+        )
+
+    # -- tables --------------------------------------------------------------------------------
+
+    def _durations(self, start: I64, end: I64, what: str) -> I64:
+        dur = end - start
+        negative = int(np.count_nonzero(dur < 0))
+        if negative:
+            # A corrupt row; keep the event at its start rather than invent an end.
+            self.skipped[f"{what}_negative_duration_clamped"] = negative
+            dur = np.maximum(dur, 0)
+        return dur
+
+    def _runtime(self) -> tuple[I64, I64, I64, I64, I32, U8, I64]:
+        if not self._has(_RUNTIME):
+            e = np.empty(0, dtype=np.int64)
+            return e, e, e, e, np.empty(0, np.int32), np.empty(0, np.uint8), e
+        t = _RUNTIME
+        self._require(t, "start", "end", "nameId")
+        rows = self._ints(
+            t,
+            f"SELECT start, end, {self._col(t, 'globalTid')}, {self._col(t, 'correlationId')}, "
+            f"nameId FROM {t}",
+            5,
+        )
+        start, end, gtid, corr, name_id = (rows[:, i] for i in range(5))
+        corr = np.where(corr > 0, corr, -1)
+        # One name per distinct nameId: strip the ABI version suffix, then classify.
+        uniq, inverse = np.unique(name_id, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        names = np.empty(len(uniq), dtype=np.int32)
+        kinds = np.empty(len(uniq), dtype=np.uint8)
+        for i, sid in enumerate(uniq.tolist()):
+            base = _VERSION_SUFFIX.sub("", self._string(sid))
+            names[i] = self.strings.intern(base)
+            kinds[i] = int(classify_runtime(base))
+        name = names[inverse]
+        kind = kinds[inverse]
+        key = np.where(gtid >= 0, gtid >> 24, -1)
+        tid = np.where(gtid >= 0, gtid & 0xFFFFFF, -1)
+        dur = self._durations(start, end, "runtime")
+
+        keep = _dedupe_runtime(key, corr, name, dur)
+        self.skipped["duplicate_runtime_rows"] = len(start) - len(keep)
+        return start[keep], dur[keep], key[keep], tid[keep], name[keep], kind[keep], corr[keep]
+
+    def _activities(self) -> tuple[I64, I64, I64, I64, I64, I32, U8, I64]:
+        parts: list[tuple[I64, I64, I64, I64, I64, I32, U8, I64]] = []
+        for table, kind in (
+            (_KERNEL, ActivityKind.KERNEL),
+            (_MEMCPY, ActivityKind.MEMCPY),
+            (_MEMSET, ActivityKind.MEMSET),
+        ):
+            if not self._has(table):
+                continue
+            self._require(table, "start", "end")
+            c = self._col
+            if kind is ActivityKind.KERNEL:
+                cols = self.columns[table]
+                if "demangledName" in cols and "shortName" in cols:
+                    label = "ifnull(demangledName, shortName)"
+                elif "demangledName" in cols or "shortName" in cols:
+                    label = c(table, "demangledName" if "demangledName" in cols else "shortName")
+                else:
+                    raise self._fail(f"table {table} has neither demangledName nor shortName")
+            elif kind is ActivityKind.MEMCPY:
+                label = c(table, "copyKind", "0")
+            else:
+                label = "0"
+            rows = self._ints(
+                table,
+                f"SELECT start, end, {c(table, 'globalPid')}, {c(table, 'deviceId')}, "
+                f"{c(table, 'streamId')}, {c(table, 'correlationId')}, {label} FROM {table}",
+                7,
+            )
+            start, end, gpid, dev, stream, corr, label_v = (rows[:, i] for i in range(7))
+            if kind is ActivityKind.KERNEL:
+                name = self._intern_ids(label_v)
+            elif kind is ActivityKind.MEMCPY:
+                name = self._intern_labels(
+                    label_v, lambda k: f"Memcpy {_COPY_KINDS.get(k, 'unknown')}"
+                )
+            else:
+                name = self._intern_labels(label_v, lambda _k: "Memset")
+            parts.append(
+                (
+                    start,
+                    self._durations(start, end, "activity"),
+                    np.where(gpid >= 0, gpid >> 24, -1),
+                    dev,
+                    np.where(stream == _NO_STREAM, -1, stream),
+                    name,
+                    np.full(len(start), int(kind), dtype=np.uint8),
+                    np.where(corr > 0, corr, -1),
+                )
+            )
+        if not parts:
+            e = np.empty(0, dtype=np.int64)
+            return e, e, e, e, e, np.empty(0, np.int32), np.empty(0, np.uint8), e
+        c0, c1, c2, c3, c4, c5, c6, c7 = (np.concatenate([p[i] for p in parts]) for i in range(8))
+        return c0, c1, c2, c3, c4, c5, c6, c7
+
+    def _syncs(self) -> tuple[I64, I64, I64, I64, I64]:
+        if not self._has(_SYNC):
+            e = np.empty(0, dtype=np.int64)
+            return e, e, e, e, e
+        t = _SYNC
+        self._require(t, "start", "end")
+        rows = self._ints(
+            t,
+            f"SELECT start, end, {self._col(t, 'globalPid')}, {self._col(t, 'streamId')}, "
+            f"{self._col(t, 'correlationId')} FROM {t}",
+            5,
+        )
+        start, end, gpid, stream, corr = (rows[:, i] for i in range(5))
+        return (
+            start,
+            self._durations(start, end, "device_sync"),
+            np.where(gpid >= 0, gpid >> 24, -1),
+            np.where(stream == _NO_STREAM, -1, stream),
+            np.where(corr > 0, corr, -1),
+        )
+
+    def _nvtx(self) -> tuple[I64, I64, I64, I64, I32, U8, I64]:
+        empty = (
+            np.empty(0, np.int64),
+            np.empty(0, np.int64),
+            np.empty(0, np.int64),
+            np.empty(0, np.int64),
+            np.empty(0, np.int32),
+            np.empty(0, np.uint8),
+            np.empty(0, np.int64),
+        )
+        if not self._has(_NVTX):
+            return empty
+        t = _NVTX
+        self._require(t, "start", "eventType")
+        cols = self.columns[t]
+        text = "e.text" if "text" in cols else "NULL"
+        if "textId" in cols:
+            text = f"coalesce({text}, s.value)"
+            join = "LEFT JOIN StringIds AS s ON s.id = e.textId"
+        else:
+            join = ""
+        end = "e.end" if "end" in cols else "NULL"
+        gtid = "ifnull(e.globalTid, -1)" if "globalTid" in cols else "-1"
+        domain = "ifnull(e.domainId, 0)" if "domainId" in cols else "0"
+        types = ", ".join(str(v) for v in (*NVTX_RANGE_EVENT_TYPES, _NVTX_DOMAIN_CREATE))
+        cur = self.conn.execute(
+            f"SELECT e.start, {end}, e.eventType, {gtid}, {domain}, ifnull({text}, '') "
+            f"FROM {t} AS e {join} WHERE e.eventType IN ({types})"
+        )
+        rows = cur.fetchall()
+        domains: dict[tuple[int, int], str] = {}
+        for _start, _stop, etype, g, dom, label in rows:
+            if etype == _NVTX_DOMAIN_CREATE:
+                domains[(g >> 24 if g >= 0 else -1, dom)] = label
+        out: list[tuple[int, int, int, int, int, int, int]] = []
+        unended = 0
+        for start, stop, etype, g, dom, label in rows:
+            if etype == _NVTX_DOMAIN_CREATE:
+                continue
+            if stop is None:
+                unended += 1
+                continue
+            key = g >> 24 if g >= 0 else -1
+            kind, step = RangeKind.NVTX, -1
+            match = _PROFILER_STEP_NAME.fullmatch(label)
+            if match is None and domains.get((key, dom)) == NSYS_STEP_DOMAIN:
+                match = _STEP_NAME.fullmatch(label)
+            if match is not None:
+                kind, step = RangeKind.STEP, int(match.group(1))
+            out.append(
+                (
+                    start,
+                    max(stop - start, 0),
+                    key,
+                    g & 0xFFFFFF if g >= 0 else -1,
+                    self.strings.intern(label),
+                    int(kind),
+                    step,
+                )
+            )
+        self.skipped["nvtx_unended"] = unended
+        if not out:
+            return empty
+        arr = np.array(out, dtype=np.int64)
+        return (
+            arr[:, 0],
+            arr[:, 1],
+            arr[:, 2],
+            arr[:, 3],
+            arr[:, 4].astype(np.int32),
+            arr[:, 5].astype(np.uint8),
+            arr[:, 6],
+        )
+
+    # -- descriptive -----------------------------------------------------------------------------
+
+    def _device_name(self, used_devices: Iterable[int]) -> str:
+        """Names of the GPUs that ran something; exports also list integrated/virtual GPUs."""
+        gpu = "TARGET_INFO_GPU"
+        if not self._has(gpu) or not {"id", "name"} <= self.columns[gpu]:
+            return "unknown"
+        names = {int(i): str(n) for i, n in self.conn.execute(f"SELECT id, name FROM {gpu}") if n}
+        used = [d for d in used_devices if d >= 0]
+        # Activities carry the process's CUDA ordinal; newer exports map it to the GPU table's
+        # id through TARGET_INFO_CUDA_DEVICE, older ones (no such table) use one numbering.
+        ids: list[int] = used
+        cuda = "TARGET_INFO_CUDA_DEVICE"
+        if self._has(cuda) and {"cudaId", "gpuId"} <= self.columns[cuda]:
+            pairs = self.conn.execute(f"SELECT cudaId, gpuId FROM {cuda}").fetchall()
+            ids = [int(g) for c, g in pairs if c in used and g is not None] or used
+        distinct = list(dict.fromkeys(names[i] for i in ids if i in names))
+        return ", ".join(distinct) if distinct else "unknown"
+
+    def _mpi_rank(self) -> int | None:
+        # nsys's MPI tracing names the rank's main thread "MPI Rank N" through NVTX.
+        if not self._has(_NVTX) or "text" not in self.columns[_NVTX]:
+            return None
+        ranks = {
+            int(m.group(1))
+            for (text,) in self.conn.execute(
+                f"SELECT DISTINCT text FROM {_NVTX} WHERE eventType = {_NVTX_THREAD_NAME}"
+            )
+            if text and (m := re.fullmatch(r"MPI Rank (\d+)", str(text)))
+        }
+        return ranks.pop() if len(ranks) == 1 else None
+
+    def _metadata(self) -> dict[str, str]:
+        meta: dict[str, str] = {}
+        # 2022 exports call the table EXPORT_META_DATA, 2024 exports META_DATA_EXPORT.
+        for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+            if self._has(table) and {"name", "value"} <= self.columns[table]:
+                values = dict(self.conn.execute(f"SELECT name, value FROM {table}"))
+                for ours, theirs in (
+                    ("nsys_version", "EXPORT_PRODUCT_VERSION"),
+                    ("nsys_schema_version", "EXPORT_SCHEMA_VERSION"),
+                ):
+                    if values.get(theirs) is not None:
+                        meta[ours] = str(values[theirs])
+                break
+        table = "TARGET_INFO_SESSION_START_TIME"
+        if self._has(table) and "utcEpochNs" in self.columns[table]:
+            row = self.conn.execute(f"SELECT utcEpochNs FROM {table}").fetchone()
+            if row and row[0] is not None:
+                meta["session_start_utc_ns"] = str(row[0])
+        return meta
+
+
+def _dedupe_runtime(key: I64, corr: I64, name: I32, dur: I64) -> I64:
+    """Row indices to keep: per (process, correlation id, name) the longest row, in file order.
+
+    Rows without a correlation id are never duplicates of each other.
+    """
+    n = len(key)
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    # Sort so that each group's widest row comes first, then keep group heads.
+    order = np.lexsort((np.arange(n), -dur, name, corr, key))
+    k, c, m = key[order], corr[order], name[order]
+    head = np.ones(n, dtype=bool)
+    head[1:] = (k[1:] != k[:-1]) | (c[1:] != c[:-1]) | (m[1:] != m[:-1])
+    head |= c < 0
+    return np.sort(order[head])
+
+
+def _pid_mapping(keys: list[I64]) -> tuple[Callable[[I64], I64], str]:
+    """How process keys become ``pid`` values: the OS pid where that is unambiguous."""
+    all_keys = np.unique(np.concatenate(keys)) if keys else np.empty(0, np.int64)
+    all_keys = all_keys[all_keys >= 0]
+    os_pids = all_keys & 0xFFFFFF
+    if len(np.unique(os_pids)) == len(all_keys):
+
+        def to_os(k: I64) -> I64:
+            return np.where(k >= 0, k & 0xFFFFFF, -1)
+
+        return to_os, "os"
+
+    def identity(k: I64) -> I64:
+        return k
+
+    return identity, "global"

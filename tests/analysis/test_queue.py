@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import pytest
+
+from asynctrace.analysis.launches import link_launches
+from asynctrace.analysis.queue import depth_max_between, queue_series, queue_stats
+from asynctrace.trace.builder import TraceBuilder
+from asynctrace.trace.model import RuntimeKind
+from tests.analysis._traces import launches_trace
+
+
+def test_queue_by_hand() -> None:
+    t = launches_trace()
+    q = queue_stats(t, link_launches(t), cap=2)
+    s7 = q["7"]
+    # stream 7: +1@100, +1@120, -1@200, -1@250 -> depth 1,2,1,0
+    assert s7.max == 2
+    assert s7.mean == pytest.approx((1 * 20 + 2 * 80 + 1 * 50) / 150)
+    assert s7.time_at_cap_ns == 80
+    assert s7.in_flight_max == 2
+    assert s7.activities == 2  # the unmatched kernel is not counted
+    s8 = q["8"]
+    assert (s8.max, s8.mean, s8.time_at_cap_ns, s8.in_flight_max) == (1, 1.0, 0, 1)
+
+
+def test_device_start_applies_before_launch_at_equal_time() -> None:
+    b = TraceBuilder()
+    b.runtime("l", 0, 1, kind=RuntimeKind.LAUNCH, correlation=1)
+    b.runtime("l", 50, 1, kind=RuntimeKind.LAUNCH, correlation=2)
+    b.activity("a", 50, 5, correlation=1)
+    b.activity("b", 60, 5, correlation=2)
+    t = b.build()
+    assert queue_stats(t, link_launches(t))["7"].max == 1
+
+
+def test_graph_launch_counts_one_per_activity() -> None:
+    b = TraceBuilder()
+    b.runtime("cudaGraphLaunch", 0, 10, kind=RuntimeKind.GRAPH_LAUNCH, correlation=5)
+    for start in (20, 30, 40):
+        b.activity("g", start, 5, stream=3, correlation=5)
+    t = b.build()
+    q = queue_stats(t, link_launches(t))["3"]
+    assert q.max == 3
+    # depth 3 on [0,20), 2 on [20,30), 1 on [30,40): mean over [0, 40]
+    assert q.mean == pytest.approx((3 * 20 + 2 * 10 + 1 * 10) / 40)
+
+
+def test_skewed_activity_before_its_launch_never_negative() -> None:
+    b = TraceBuilder()
+    b.runtime("l", 100, 10, kind=RuntimeKind.LAUNCH, correlation=1)
+    b.activity("early", 90, 5, correlation=1)
+    t = b.build()
+    depth, flight = queue_series(t, link_launches(t))["7"]
+    assert depth.value.min() >= 0
+    assert flight.value.min() >= 0
+
+
+def test_depth_max_between() -> None:
+    t = launches_trace()
+    depth, _ = queue_series(t, link_launches(t))["7"]
+    assert depth_max_between(depth, 0, 100) == 0
+    assert depth_max_between(depth, 100, 120) == 1
+    assert depth_max_between(depth, 130, 140) == 2  # carried in from before the window
+    assert depth_max_between(depth, 250, 400) == 0
+
+
+def test_multi_device_keys() -> None:
+    b = TraceBuilder()
+    b.runtime("l", 0, 1, kind=RuntimeKind.LAUNCH, correlation=1)
+    b.runtime("l", 0, 1, kind=RuntimeKind.LAUNCH, correlation=2)
+    b.activity("a", 5, 5, stream=7, device=0, correlation=1)
+    b.activity("b", 5, 5, stream=7, device=1, correlation=2)
+    t = b.build()
+    assert sorted(queue_stats(t, link_launches(t))) == ["0:7", "1:7"]

@@ -1,0 +1,113 @@
+"""Benchmark: returned vs done, pinned to the ns with a scripted device."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from asynctrace.capture.benchmark import Benchmark, BenchmarkResult
+from asynctrace.capture.devices import CpuDevice, FakeClock, FakeDevice
+from asynctrace.errors import CaptureError
+
+
+def test_async_device_returned_and_done_to_the_ns() -> None:
+    clock = FakeClock(1_000)
+    # marker 0 (entry) executes at 1_500 (backlog), marker 1 (exit) at 9_000
+    dev = FakeDevice(clock, lambda i, t: {0: 1_500, 1: 9_000}[i])
+    out = io.StringIO()
+    with Benchmark("torch", device=dev, file=out) as b:
+        clock.advance(1_300)  # the block queues work and returns after 1.3 µs
+    assert b.returned_ns == 1_300
+    assert b.done_ns == 8_000  # 9_000 - 1_000
+    r = b.result
+    assert r is not None
+    assert r.device_ns == 7_500  # 9_000 - 1_500
+    assert r.backlog_ns == 500
+    assert (r.returned_s, r.done_s) == (1.3e-6, 8e-6)
+    assert out.getvalue() == "torch: 0.0000 sec, done 0.0000 sec\n"
+    # it waited once, for the exit marker, after the block: the host clock moved to its time
+    assert dev.waits == 1
+    assert clock.now_ns == 9_000
+
+
+def test_waits_only_at_exit() -> None:
+    clock = FakeClock()
+    dev = FakeDevice(clock, lambda i, t: t + 5_000)
+    with Benchmark("x", device=dev, file=None):
+        assert dev.waits == 0
+        assert dev.recorded == 1
+    assert dev.waits == 1
+    assert dev.recorded == 2
+
+
+def test_printed_line_matches_the_books_format() -> None:
+    clock = FakeClock()
+    dev = FakeDevice(clock, lambda i, t: t + 3_600_000 if i == 1 else t)
+    out = io.StringIO()
+    with Benchmark("torch", device=dev, file=out):
+        clock.advance(1_300_000)
+    assert out.getvalue() == "torch: 0.0013 sec, done 0.0049 sec\n"
+
+
+def test_default_description_is_done() -> None:
+    clock = FakeClock()
+    out = io.StringIO()
+    with Benchmark(device=FakeDevice(clock), file=out):
+        clock.advance(2_000_000)
+    assert out.getvalue().startswith("Done: 0.0020 sec")
+
+
+def test_synchronous_device_says_done_equals_returned() -> None:
+    clock = FakeClock(10)
+    out = io.StringIO()
+    with Benchmark("numpy", device=CpuDevice(clock), file=out) as b:
+        clock.advance(1_070_400_000)
+    assert b.returned_ns == b.done_ns == 1_070_400_000
+    assert b.result is not None
+    assert b.result.device_ns is None
+    assert out.getvalue() == "numpy: 1.0704 sec, done 1.0704 sec (= returned: cpu is synchronous)\n"
+
+
+def test_synchronous_fake_device() -> None:
+    clock = FakeClock()
+    dev = FakeDevice(clock, asynchronous=False)
+    with Benchmark("s", device=dev, file=None) as b:
+        clock.advance(42)
+    assert (b.returned_ns, b.done_ns) == (42, 42)
+    assert dev.waits == 0
+
+
+def test_exception_in_block_propagates_without_waiting() -> None:
+    clock = FakeClock()
+    dev = FakeDevice(clock, lambda i, t: t + 1_000_000)
+    out = io.StringIO()
+    b = Benchmark("x", device=dev, file=out)
+    with pytest.raises(ValueError, match="boom"), b:
+        raise ValueError("boom")
+    assert dev.waits == 0
+    assert out.getvalue() == ""
+    with pytest.raises(CaptureError, match="completed"):
+        _ = b.done_s
+
+
+def test_result_json_form() -> None:
+    clock = FakeClock()
+    with Benchmark("j", device=FakeDevice(clock, lambda i, t: t + 7), file=None) as b:
+        clock.advance(3)
+    assert b.result is not None
+    j = b.result.to_json()
+    assert j["returned_ns"] == 3
+    assert j["done_ns"] == 10  # exit marker recorded at 3, executes 7 later
+    assert BenchmarkResult(**j) == b.result
+
+
+def test_real_cpu_backend() -> None:
+    torch = pytest.importorskip("torch")
+    a = torch.randn(200, 200)
+    with Benchmark("torch", device="cpu", file=None) as b:
+        for _ in range(3):
+            a = torch.mm(a, a) / 200
+    assert b.result is not None
+    assert not b.result.asynchronous
+    assert b.done_ns == b.returned_ns > 0

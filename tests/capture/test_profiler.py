@@ -1,0 +1,149 @@
+"""Deep mode: torch.profiler windows chosen by torch's schedule, written in TensorBoard's layout."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+
+from asynctrace.capture.profiler import (
+    DeepProfiler,
+    Profile,
+    annotated_path,
+    make_profiler,
+    worker_name,
+)
+from asynctrace.errors import CaptureError
+from tests.export._trace_event_validator import load_events, tb_profiler_problems, validate
+
+_FILE = re.compile(r"^(?P<worker>.+?)\.(?P<ns>\d+)\.pt\.trace\.json\.gz$")
+
+
+def _profiler_on() -> bool:
+    return bool(torch.autograd.profiler._is_profiler_enabled)
+
+
+def _run(p: DeepProfiler, n: int) -> list[bool]:
+    """n steps of a tiny CPU loop; whether a torch profiler existed during each step."""
+    x = torch.randn(16, 16)
+    active: list[bool] = []
+    p.start()
+    try:
+        for _ in range(n):
+            active.append(p.active)
+            (x @ x).relu_()
+            p.step()
+    finally:
+        p.stop()
+    return active
+
+
+def _steps_in(path: Path) -> list[int]:
+    events, _ = load_events(path)
+    return sorted(
+        int(e["name"].split("#")[1])
+        for e in events
+        if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")
+    )
+
+
+def test_windows_follow_torch_schedule(tmp_path: Path) -> None:
+    opts = Profile(wait=1, warmup=1, active=2, repeat=2, annotate=False)
+    p = DeepProfiler(opts, dir=tmp_path, run="r", worker="h_1")
+    active = _run(p, 10)
+    # torch.profiler.schedule: per cycle of 4 steps, 1 wait, 1 warmup, 2 recorded; 2 cycles
+    assert active == [False, True, True, True, False, True, True, True, False, False]
+    assert [_steps_in(t) for t in p.traces] == [[2, 3], [6, 7]]
+    assert not _profiler_on()
+    for t in p.traces:
+        assert t.parent == tmp_path / "r"
+        m = _FILE.match(t.name)
+        assert m is not None
+        assert m.group("worker") == "h_1"
+
+
+def test_window_cut_short_by_the_end_is_written(tmp_path: Path) -> None:
+    p = DeepProfiler(Profile(wait=0, warmup=1, active=5, annotate=False), dir=tmp_path, run="r")
+    _run(p, 3)
+    # steps 1 and 2 recorded; like torch, the step opened by the last step() shows as #3
+    assert [_steps_in(t) for t in p.traces] == [[1, 2, 3]]
+
+
+def test_no_profiler_outside_windows(tmp_path: Path) -> None:
+    p = DeepProfiler(Profile(wait=3, warmup=1, active=1, annotate=False), dir=tmp_path, run="r")
+    p.start()
+    try:
+        for _ in range(3):
+            assert p.active is False
+            assert not _profiler_on()
+            p.step()
+        assert p.active is True  # warmup step
+    finally:
+        p.stop()
+    assert not _profiler_on()
+
+
+def test_written_traces_are_valid_and_readable_by_the_tb_plugin(tmp_path: Path) -> None:
+    p = DeepProfiler(
+        Profile(wait=0, warmup=1, active=2, with_stack=True, annotate=False),
+        dir=tmp_path,
+        run="r",
+    )
+    _run(p, 4)
+    (path,) = p.traces
+    events, doc = load_events(path)
+    # Kineto names its "Spans"/"Traces" rows with string pids, which the format allows
+    assert validate(events, doc=doc, strict_ids=False) == []
+    assert tb_profiler_problems(events) == []
+
+
+def test_deep_mode_writes_the_annotated_trace(tmp_path: Path) -> None:
+    pytest.importorskip("asynctrace.trace.load", reason="the trace loader is not in this tree yet")
+    p = DeepProfiler(Profile(wait=0, warmup=1, active=2), dir=tmp_path, run="r")
+    _run(p, 4)
+    (path,) = p.traces
+    assert p.annotated == [annotated_path(path)]
+    events, doc = load_events(p.annotated[0])
+    assert validate(events, doc=doc, strict_ids=False) == []
+    original, _ = load_events(path)
+    assert events[: len(original)] == original
+    assert validate(events[len(original) :]) == []
+    names = [e["args"]["name"] for e in events if e.get("name") == "process_name"]
+    assert "asynctrace" in names
+    host = sorted(e["name"] for e in events if e.get("cat") == "asynctrace" and e.get("tid") == 1)
+    assert host == ["step 1", "step 2"]
+
+
+def test_worker_names_are_unique_per_host_process_and_rank() -> None:
+    assert worker_name() == f"{socket.gethostname()}_{os.getpid()}"
+    assert worker_name(host="n1", pid=7, rank=3) == "n1_7_rank3"
+    names = {worker_name(host=h, pid=p, rank=r) for h in "ab" for p in (1, 2) for r in (None, 0)}
+    assert len(names) == 8
+
+
+def test_annotated_path_keeps_it_out_of_the_plugin_file_list() -> None:
+    assert annotated_path(Path("d/h_1.123.pt.trace.json.gz")) == Path("d/h_1.123.annotated.json.gz")
+
+
+def test_options() -> None:
+    assert make_profiler(None, dir=".", run="r") is None
+    assert make_profiler(False, dir=".", run="r") is None
+    p = make_profiler(True, dir="out", run="train")
+    assert p is not None
+    assert p.options == Profile()
+    assert p.run_dir == Path("out") / "train"
+    with pytest.raises(CaptureError, match="active > 0"):
+        Profile(active=0)
+    with pytest.raises(CaptureError, match="Profile"):
+        make_profiler("yes", dir=".", run="r")  # type: ignore[arg-type]
+    p2 = DeepProfiler(Profile(annotate=False), dir=".", run="r")
+    p2.start()
+    try:
+        with pytest.raises(CaptureError, match="twice"):
+            p2.start()
+    finally:
+        p2.stop()

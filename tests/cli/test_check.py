@@ -1,0 +1,153 @@
+"""``asynctrace check``: a script run unchanged, its sync sites, verdict and exit status."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from asynctrace._commands.check import split_trailing_options
+from asynctrace.cli import main
+
+TRAIN = """\
+import sys
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(8, 4), torch.randn(8, 1)
+for step in range({steps}):
+    loss = nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    logged = loss.item()  # hidden sync
+    {extra}
+"""
+
+
+def write_script(tmp_path: Path, *, steps: int = 10, extra: str = "pass") -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(TRAIN.format(steps=steps, extra=extra))
+    return path
+
+
+def line_of(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def check(tmp_path: Path, *argv: str) -> int:
+    return main(["check", "--dir", str(tmp_path / "records"), *argv])
+
+
+def test_a_hidden_item_per_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = write_script(tmp_path)
+    assert check(tmp_path, str(script)) == 0
+    out = capsys.readouterr().out
+    site = f"{script}:{line_of(script, 'loss.item()')}"
+    assert "10 steps (one per optimizer.step())" in out
+    # the sync after the last optimizer.step() falls in no complete step, so 10 over 10 steps
+    assert f"  {site}       10      1.00  aten::_local_scalar_dense" in out
+    assert "verdict: cpu-synchronous:" in out
+    assert "records: " in out
+
+
+def test_two_syncs_per_step_is_over_synchronized(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = write_script(tmp_path, extra="if loss > 1e9: print('diverged')")
+    assert check(tmp_path, str(script), "--json") == 0
+    result = json.loads(capsys.readouterr().out)
+    item = f"{script}:{line_of(script, 'loss.item()')}"
+    branch = f"{script}:{line_of(script, 'if loss > 1e9')}"
+    assert [(s["site"], s["op"], s["count"]) for s in result["sync_sites"]] == [
+        (item, "aten::_local_scalar_dense", 10),
+        (branch, "aten::_local_scalar_dense", 10),
+    ]
+    assert result["verdict"]["code"] == "over-synchronized"
+    assert result["verdict"]["message"].startswith(
+        f"over-synchronized: 2 syncs per step at {item} (aten::_local_scalar_dense ×10), "
+        f"{branch} (aten::_local_scalar_dense ×10)"
+    )
+    assert result["max_syncs_in_a_step"] == 2
+    assert result["script_exit_code"] == 0
+
+
+@pytest.mark.parametrize(("budget", "status"), [("0", 1), ("1", 0)])
+def test_budget_sets_the_exit_status(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], budget: str, status: int
+) -> None:
+    script = write_script(tmp_path)
+    # the spec's form: options after the script are still ours
+    assert check(tmp_path, str(script), "--max-syncs-per-step", budget) == status
+    out = capsys.readouterr().out
+    if status:
+        assert "budget exceeded: 9 of 10 step(s) had more than 0 sync(s)" in out
+    else:
+        assert "budget kept: 0 of 10 step(s)" in out
+
+
+def test_script_arguments_and_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "args.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import sys
+            print("argv", sys.argv[1:], __name__)
+            sys.exit(int(sys.argv[1]))
+            """
+        )
+    )
+    assert check(tmp_path, str(script), "3", "--json", "--", "--json") == 3
+    captured = capsys.readouterr()
+    # with --json the script's prints go to stderr, so stdout stays one JSON document
+    assert "argv ['3', '--json'] __main__" in captured.err
+    result = json.loads(captured.out)
+    assert (result["exit_code"], result["steps"]) == (3, 0)
+    assert sys.argv[0] != str(script)
+
+
+def test_a_failing_script_keeps_its_status_and_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "boom.py"
+    script.write_text("raise RuntimeError('boom')\n")
+    assert check(tmp_path, str(script)) == 1
+    captured = capsys.readouterr()
+    assert "RuntimeError: boom" in captured.err
+    assert "the script exited with status 1" in captured.out
+
+
+def test_missing_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert check(tmp_path, str(tmp_path / "nope.py")) == 2
+    assert "no such script" in capsys.readouterr().err
+
+
+def test_split_trailing_options() -> None:
+    assert split_trailing_options(["a", "--json", "--max-syncs-per-step=2", "b"]) == (
+        ["a", "b"],
+        2,
+        True,
+    )
+    assert split_trailing_options(["--", "--json"]) == (["--json"], None, False)
+
+
+def test_python_dash_m(tmp_path: Path) -> None:
+    script = write_script(tmp_path, steps=3)
+    proc = subprocess.run(
+        [sys.executable, "-m", "asynctrace", "check", "--dir", str(tmp_path / "r"), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "error"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"{script}:{line_of(script, 'loss.item()')}" in proc.stdout

@@ -1,0 +1,155 @@
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from asynctrace.cli import main
+from asynctrace.records import SessionHeader, SessionSummary, StepRecord, SyncSite
+from tests.conftest import shared_trace
+
+
+def _write_records(path: Path, rank: int, frontend: list[int], *, complete: bool = True) -> Path:
+    lines = [
+        SessionHeader(
+            name="train",
+            host="h",
+            pid=1,
+            rank=rank,
+            world_size=2,
+            device_kind="fake",
+            device_name="Fake GPU",
+            asynchronous=True,
+            started_unix_ns=0,
+        )
+    ]
+    t = 0
+    lines += [
+        StepRecord(step=i, start_ns=(t := t + f), frontend_ns=f, device_ns=2 * f, sync_count=1)
+        for i, f in enumerate(frontend)
+    ]
+    lines.append(SyncSite(site="train.py:12", op="aten::_local_scalar_dense", count=len(frontend)))
+    if complete:
+        lines.append(SessionSummary(steps=len(frontend), wall_ns=sum(frontend)))
+    path.write_bytes(b"\n".join(msgspec.json.encode(x) for x in lines) + b"\n")
+    return path
+
+
+def test_records_file_json_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = _write_records(
+        tmp_path / "train.rank0.records.jsonl", 0, [10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
+    )
+    assert main(["report", str(p), "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    f = obj["figures"]["frontend_ns"]
+    assert (f["n"], f["mean"], f["median"], f["p90"]) == (10, 55.0, 55.0, 90)
+    assert obj["figures"]["device_ns"]["mean"] == 110.0
+    assert obj["figures"]["run_ahead_ns"]["n"] == 0  # null in every record
+    assert (obj["rank"], obj["steps"], obj["complete"]) == (0, 10, True)
+    assert obj["sync_sites"][0]["site"] == "train.py:12"
+    assert set(obj["verdict"]) == {"code", "message", "findings"}
+
+
+def test_records_folder_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("asynctrace.trace.load", reason="the trace loader has not landed")
+    _write_records(tmp_path / "a.rank0.records.jsonl", 0, [1000, 3000])
+    _write_records(tmp_path / "a.rank1.records.jsonl", 1, [5000], complete=False)
+    assert main(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "rank 0" in out and "rank 1" in out
+    assert "2.000 µs" in out  # rank 0 mean frontend
+    assert "incomplete" in out
+    assert "\x1b[" not in out  # no colour when not a terminal
+
+
+def _bad(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(["report", *args]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "Traceback" not in err
+    return err
+
+
+def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert "no such file" in _bad([str(tmp_path / "nope.json")], capsys)
+
+
+def test_empty_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("asynctrace.trace.load", reason="the trace loader has not landed")
+    _bad([str(tmp_path)], capsys)
+
+
+def test_bad_records_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "x.records.jsonl"
+    p.write_text('{"type": "step"}\n')
+    _bad([str(p)], capsys)
+
+
+def test_not_kineto(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("asynctrace.trace.load", reason="the trace loader has not landed")
+    _bad([str(shared_trace("kineto", "NOT_KINETO_execution_trace.json.gz"))], capsys)
+
+
+def test_truncated_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("asynctrace.trace.load", reason="the trace loader has not landed")
+    raw = gzip.decompress(shared_trace("kineto", "hta_a100_event_sync.json.gz").read_bytes())
+    p = tmp_path / "cut.json"
+    p.write_bytes(raw[: len(raw) // 2])
+    _bad([str(p)], capsys)
+    g = tmp_path / "cut.json.gz"
+    g.write_bytes(gzip.compress(raw)[:-200])
+    _bad([str(g)], capsys)
+
+
+def test_subprocess_one_line_no_traceback(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "asynctrace", "report", str(tmp_path / "missing.json.gz")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert out.stdout == ""
+
+
+def test_trace_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("asynctrace.trace.load", reason="the trace loader has not landed")
+    path = shared_trace("kineto", "hta_a100_event_sync.json.gz")
+    assert main(["report", str(path), "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    for key in (
+        "schema_version",
+        "trace",
+        "activities",
+        "launch",
+        "queue",
+        "syncs",
+        "steps",
+        "verdict",
+    ):
+        assert key in obj
+    assert obj["activities"]["total"] == 5
+    assert main(["report", str(path), "--steps"]) == 0
+    out = capsys.readouterr().out
+    assert "launch delays" in out and "verdict" in out
+
+
+def test_rank_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("asynctrace.trace.load", reason="the trace loader has not landed")
+    for r in (0, 1):
+        src = shared_trace("kineto", f"hta_sampled_rank{r}.json.gz")
+        (tmp_path / f"rank{r}.json.gz").write_bytes(src.read_bytes())
+    assert main(["report", str(tmp_path), "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert [r["rank"] for r in obj["ranks"]["ranks"]] == [0, 1]
+    assert sum(r["slowest"] for r in obj["ranks"]["ranks"]) == 1
+    assert main(["report", str(tmp_path)]) == 0
+    assert "slowest" in capsys.readouterr().out

@@ -1,0 +1,212 @@
+"""The annotated Chrome trace: hand-built traces with known answers, checked by the strict validator."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from asynctrace.export.chrome import (
+    LANE_DEVICE,
+    LANE_HOST,
+    LANE_SYNCS,
+    OVERLAY_NAME,
+    annotate_file,
+    overlay_events,
+)
+from asynctrace.trace.builder import TraceBuilder
+from asynctrace.trace.model import ActivityKind, RangeKind, RuntimeKind, Trace
+from tests.export._trace_event_validator import (
+    load_events,
+    tb_profiler_problems,
+    validate,
+    validate_file,
+)
+
+PID = 999
+
+
+def two_step_trace() -> Trace:
+    """Two profiler steps; one kernel each; a stream sync in step 1.
+
+    step 0: host [0, 1000) ns, launch [100, 150) -> kernel [500, 800)
+    step 1: host [1000, 2000) ns, launch [1100, 1150) -> kernel [1900, 2300); sync [1500, 2200)
+    """
+    b = TraceBuilder("two_steps.json")
+    b.range("ProfilerStep#0", 0, 1000, kind=RangeKind.STEP, step=0, pid=1, tid=1)
+    b.range("ProfilerStep#1", 1000, 1000, kind=RangeKind.STEP, step=1, pid=1, tid=1)
+    b.runtime("cudaLaunchKernel", 100, 50, kind=RuntimeKind.LAUNCH, correlation=1, pid=1, tid=1)
+    b.runtime("cudaLaunchKernel", 1100, 50, kind=RuntimeKind.LAUNCH, correlation=2, pid=1, tid=1)
+    b.runtime("cudaStreamSynchronize", 1500, 700, kind=RuntimeKind.SYNC, pid=1, tid=1)
+    b.activity("k0", 500, 300, kind=ActivityKind.KERNEL, stream=7, correlation=1, pid=0)
+    b.activity("k1", 1900, 400, kind=ActivityKind.KERNEL, stream=7, correlation=2, pid=0)
+    return b.build(device_name="test")
+
+
+def _by(events: list[dict[str, Any]], **match: Any) -> list[dict[str, Any]]:
+    return [e for e in events if all(e.get(k) == v for k, v in match.items())]
+
+
+def test_overlay_is_valid_trace_event_format() -> None:
+    ev = overlay_events(two_step_trace(), pid=PID)
+    assert validate(ev) == []
+    assert tb_profiler_problems(ev) == []
+
+
+def test_overlay_step_spans_lanes_and_flows() -> None:
+    ev = overlay_events(two_step_trace(), pid=PID)
+    host = _by(ev, ph="X", tid=LANE_HOST)
+    assert [(e["name"], e["ts"], e["dur"]) for e in host] == [
+        ("step 0", 0.0, 1.0),
+        ("step 1", 1.0, 1.0),
+    ]
+    dev = _by(ev, ph="X", tid=LANE_DEVICE)
+    assert [(e["name"], e["ts"], e["dur"]) for e in dev] == [
+        ("step 0", 0.5, 0.3),
+        ("step 1", 1.9, 0.4),
+    ]
+    starts = _by(ev, ph="s")
+    ends = _by(ev, ph="f")
+    assert [(e["id"], e["tid"], e["ts"]) for e in starts] == [
+        (0, LANE_HOST, 0.0),
+        (1, LANE_HOST, 1.0),
+    ]
+    assert [(e["id"], e["tid"], e["ts"], e["bp"]) for e in ends] == [
+        (0, LANE_DEVICE, 0.5, "e"),
+        (1, LANE_DEVICE, 1.9, "e"),
+    ]
+    names = {e["args"]["name"] for e in _by(ev, ph="M", name="process_name")}
+    assert names == {OVERLAY_NAME}
+
+
+def test_overlay_counters_and_syncs() -> None:
+    ev = overlay_events(two_step_trace(), pid=PID)
+    depth = _by(ev, ph="C", name="queue depth (stream 7)")
+    # launch start enters the queue, device start leaves it
+    assert [(e["ts"], e["args"]["depth"]) for e in depth] == [
+        (0.1, 1),
+        (0.5, 0),
+        (1.1, 1),
+        (1.9, 0),
+    ]
+    ahead = _by(ev, ph="C", name="CPU run-ahead (ms)")
+    # device end of the step's last kernel − host end of the step
+    assert [(e["ts"], e["args"]["run_ahead_ms"]) for e in ahead] == [
+        (1.0, (800 - 1000) / 1e6),
+        (2.0, (2300 - 2000) / 1e6),
+    ]
+    syncs = _by(ev, ph="X", tid=LANE_SYNCS)
+    assert [(e["ts"], e["dur"], e["args"]["op"], e["args"]["step"]) for e in syncs] == [
+        (1.5, 0.7, "cudaStreamSynchronize", 1)
+    ]
+    marks = _by(ev, ph="i", tid=LANE_SYNCS)
+    assert [(e["ts"], e["s"]) for e in marks] == [(1.5, "t")]
+
+
+def test_overlapping_device_windows_get_separate_lanes() -> None:
+    b = TraceBuilder()
+    b.range("ProfilerStep#0", 0, 100, kind=RangeKind.STEP, step=0)
+    b.range("ProfilerStep#1", 100, 100, kind=RangeKind.STEP, step=1)
+    b.runtime("cudaLaunchKernel", 10, 5, kind=RuntimeKind.LAUNCH, correlation=1)
+    b.runtime("cudaLaunchKernel", 110, 5, kind=RuntimeKind.LAUNCH, correlation=2)
+    b.activity("long", 20, 500, stream=7, correlation=1)  # step 0 runs to 520 on stream 7
+    b.activity("other", 150, 10, stream=8, correlation=2)  # step 1 on stream 8 inside it
+    ev = overlay_events(b.build(), pid=PID)
+    assert validate(ev) == []
+    dev = [e for e in ev if e["ph"] == "X" and e["cat"] == "asynctrace" and e["tid"] != LANE_HOST]
+    assert [(e["name"], e["tid"]) for e in dev] == [
+        ("step 0", LANE_DEVICE),
+        ("step 1", LANE_DEVICE + 1),
+    ]
+
+
+def test_strings_from_the_trace_are_kept_verbatim_in_json(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.range("ProfilerStep#0", 0, 100, kind=RangeKind.STEP, step=0)
+    b.runtime('cudaStreamSynchronize"</script>', 10, 5, kind=RuntimeKind.SYNC)
+    ev = overlay_events(b.build(), pid=PID)
+    assert validate(ev) == []
+    assert _by(ev, ph="X", tid=LANE_SYNCS)[0]["args"]["op"] == 'cudaStreamSynchronize"</script>'
+
+
+def _chrome_file(path: Path, *, gz: bool, bare: bool = False) -> list[dict[str, Any]]:
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#0",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 1,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1,
+            "dur": 1,
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0.1,
+            "dur": 0.05,
+            "args": {"correlation": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k0",
+            "pid": 0,
+            "tid": 7,
+            "ts": 0.5,
+            "dur": 0.3,
+            "args": {"correlation": 1, "stream": 7},
+        },
+    ]
+    doc: Any = (
+        events if bare else {"schemaVersion": 1, "traceEvents": events, "displayTimeUnit": "ms"}
+    )
+    data = json.dumps(doc).encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return events
+
+
+@pytest.mark.parametrize(("gz", "bare"), [(False, False), (True, False), (False, True)])
+def test_annotate_file_keeps_original_and_adds_overlay(
+    tmp_path: Path, gz: bool, bare: bool
+) -> None:
+    src = tmp_path / ("in.json.gz" if gz else "in.json")
+    original = _chrome_file(src, gz=gz, bare=bare)
+    out = annotate_file(src, tmp_path / "out.json.gz", trace=two_step_trace())
+    events, doc = load_events(out)
+    assert events[: len(original)] == original
+    if not bare:
+        assert doc is not None
+        assert doc["schemaVersion"] == 1
+        assert doc["displayTimeUnit"] == "ms"
+    overlay = events[len(original) :]
+    pids = {e["pid"] for e in overlay}
+    assert len(pids) == 1
+    assert pids.isdisjoint({0, 1})
+    assert validate_file(out) == []
+    assert tb_profiler_problems(events) == []
+
+
+def test_annotate_file_refuses_non_trace(tmp_path: Path) -> None:
+    from asynctrace.errors import TraceFormatError
+
+    src = tmp_path / "x.json"
+    src.write_text('{"nodes": []}')
+    with pytest.raises(TraceFormatError, match="traceEvents"):
+        annotate_file(src, tmp_path / "o.json", trace=two_step_trace())

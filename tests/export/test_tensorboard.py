@@ -1,0 +1,247 @@
+"""TensorBoard scalars: the values written, read back by tensorboard itself, and served over HTTP."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from asynctrace.export.tensorboard import (
+    SCALAR_TAGS,
+    TEXT_TAG,
+    TensorBoardWriter,
+    step_scalars,
+    write_records,
+)
+from asynctrace.records import StepRecord, SyncSite, read_records
+from tests.export._records import make_steps, write_records_file
+
+
+def test_step_scalars_convert_units_only() -> None:
+    s = StepRecord(
+        step=3,
+        start_ns=0,
+        frontend_ns=2_500_000,
+        data_wait_ns=500_000,
+        device_ns=4_000_000,
+        run_ahead_ns=-250_000,
+        in_flight=2,
+        sync_count=1,
+        sync_wait_ns=1_000_000,
+        mem_allocated_bytes=3 << 20,
+        mem_reserved_bytes=5 << 20,
+    )
+    assert step_scalars(s) == {
+        "asynctrace/frontend_ms": 2.5,
+        "asynctrace/data_wait_ms": 0.5,
+        "asynctrace/device_ms": 4.0,
+        "asynctrace/run_ahead_ms": -0.25,
+        "asynctrace/in_flight": 2.0,
+        "asynctrace/syncs": 1.0,
+        "asynctrace/sync_wait_ms": 1.0,
+        "asynctrace/mem_allocated_mb": 3.0,
+        "asynctrace/mem_reserved_mb": 5.0,
+    }
+    assert set(step_scalars(s)) == set(SCALAR_TAGS)
+
+
+def test_unmeasured_figures_are_left_out() -> None:
+    s = StepRecord(step=0, start_ns=0, frontend_ns=1)
+    got = step_scalars(s)
+    for tag in ("device_ms", "run_ahead_ms", "mem_allocated_mb", "mem_reserved_mb"):
+        assert f"asynctrace/{tag}" not in got
+
+
+def _accumulate(run_dir: Path) -> Any:
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    acc = ea.EventAccumulator(str(run_dir), size_guidance={ea.TENSORS: 0})
+    acc.Reload()
+    return acc
+
+
+def test_records_file_round_trips_through_tensorboard(tmp_path: Path) -> None:
+    steps = make_steps(5, frontend_ns=2_000_000, jitter_ns=100_000, device_ns=3_000_000)
+    syncs = [SyncSite(site="train.py:12", op="aten::item", count=5, wait_ns=1_000_000)]
+    path = write_records_file(
+        tmp_path / "a.records.jsonl", steps, syncs=syncs, verdict="synchronized"
+    )
+    run_dir = write_records(read_records(path), tmp_path / "tb")
+    assert run_dir == tmp_path / "tb" / "train"
+    acc = _accumulate(run_dir)
+    tags = set(acc.Tags()["tensors"])
+    assert set(SCALAR_TAGS) | {TEXT_TAG} == tags
+    import numpy as np
+    from tensorboard.util import tensor_util
+
+    fe = acc.Tensors("asynctrace/frontend_ms")
+    assert [e.step for e in fe] == [0, 1, 2, 3, 4]
+    got = [float(tensor_util.make_ndarray(e.tensor_proto)) for e in fe]
+    want = [s.frontend_ns / 1e6 for s in steps]
+    assert np.allclose(got, want, rtol=0, atol=1e-6)
+    text = tensor_util.make_ndarray(acc.Tensors(TEXT_TAG)[0].tensor_proto).item().decode()
+    assert "train.py:12" in text
+    assert "synchronized" in text
+
+
+def test_live_writer(tmp_path: Path) -> None:
+    with TensorBoardWriter(tmp_path, run="live") as w:
+        for s in make_steps(3):
+            w.add_step(s)
+    acc = _accumulate(tmp_path / "live")
+    assert len(acc.Tensors("asynctrace/device_ms")) == 3
+
+
+# --- a real tensorboard server -------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _tensorboard(logdir: Path) -> Iterator[str]:
+    exe = shutil.which("tensorboard", path=str(Path(sys.executable).parent)) or shutil.which(
+        "tensorboard"
+    )
+    if exe is None:
+        pytest.skip("the tensorboard command is not installed")
+    port = _free_port()
+    log = (logdir.parent / "tensorboard.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--logdir",
+            str(logdir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--load_fast=false",
+            "--reload_interval",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.loads(r.read())
+
+
+def _poll(url: str, ok: Any, *, timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = _get_json(url)
+            if ok(last):
+                return last
+        except OSError as e:
+            last = e
+        time.sleep(0.5)
+    raise AssertionError(f"{url}: not ready after {timeout_s} s (last answer: {last!r})")
+
+
+def _deep_mode_trace(logdir: Path, run: str) -> Path:
+    """A real torch.profiler window written by the deep-mode profiler (CPU activity)."""
+    torch = pytest.importorskip("torch")
+    from asynctrace.capture.profiler import DeepProfiler, Profile
+
+    p = DeepProfiler(
+        Profile(wait=0, warmup=1, active=2, annotate=False),
+        dir=logdir,
+        run=run,
+        worker="testhost_1",
+    )
+    x = torch.randn(32, 32)
+    p.start()
+    try:
+        for _ in range(4):
+            (x @ x).sum()
+            p.step()
+    finally:
+        p.stop()
+    assert len(p.traces) == 1
+    return p.traces[0]
+
+
+@pytest.mark.slow
+def test_tensorboard_server_serves_our_scalars_and_trace(tmp_path: Path) -> None:
+    logdir = tmp_path / "tb"
+    steps = make_steps(4, frontend_ns=2_000_000, jitter_ns=250_000)
+    path = write_records_file(tmp_path / "a.records.jsonl", steps)
+    write_records(read_records(path), logdir, run="session")
+    _deep_mode_trace(logdir, "session")
+
+    with _tensorboard(logdir) as base:
+        tags = _poll(
+            f"{base}/data/plugin/scalars/tags",
+            lambda t: "asynctrace/frontend_ms" in t.get("session", {}),
+        )
+        assert set(SCALAR_TAGS) <= set(tags["session"])
+        q = urllib.parse.urlencode({"run": "session", "tag": "asynctrace/frontend_ms"})
+        points = _get_json(f"{base}/data/plugin/scalars/scalars?{q}")
+        assert [p[1] for p in points] == [0, 1, 2, 3]
+        assert [round(p[2], 6) for p in points] == [s.frontend_ns / 1e6 for s in steps]
+
+        pytest.importorskip(
+            "torch_tb_profiler", reason="the tb-profiler extra (torch-tb-profiler) is not installed"
+        )
+        runs = _poll(
+            f"{base}/data/plugin/pytorch_profiler/runs",
+            lambda r: "session" in r.get("runs", []) and not r.get("loading", True),
+            timeout_s=90,
+        )
+        assert "session" in runs["runs"]
+        workers = _get_json(
+            f"{base}/data/plugin/pytorch_profiler/workers?"
+            + urllib.parse.urlencode({"run": "session", "view": "Overview"})
+        )
+        assert workers == ["testhost_1"]
+        # the plugin numbers a worker's files ("spans") itself, in timestamp order
+        spans = _get_json(
+            f"{base}/data/plugin/pytorch_profiler/spans?"
+            + urllib.parse.urlencode({"run": "session", "worker": "testhost_1"})
+        )
+        assert len(spans) == 1
+        span = spans[0]
+        q = urllib.parse.urlencode({"run": "session", "worker": "testhost_1", "span": span})
+        with urllib.request.urlopen(
+            f"{base}/data/plugin/pytorch_profiler/trace?{q}", timeout=30
+        ) as r:
+            body = r.read()
+        import gzip
+
+        if body[:2] == b"\x1f\x8b":
+            body = gzip.decompress(body)
+        served = json.loads(body)
+        names = {e.get("name") for e in served["traceEvents"]}
+        assert {"ProfilerStep#1", "ProfilerStep#2"} <= names

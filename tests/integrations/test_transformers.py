@@ -1,0 +1,151 @@
+"""The Hugging Face callback, against the real ``transformers.Trainer`` with a tiny model on CPU.
+
+The model is built from a config (2 layers, width 16): nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("transformers", reason="needs the transformers extra")
+pytest.importorskip("accelerate", reason="the Trainer needs accelerate (transformers extra)")
+
+import torch  # noqa: E402
+from transformers import (  # noqa: E402
+    GPT2Config,
+    GPT2LMHeadModel,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
+
+from asynctrace.capture import ranges  # noqa: E402
+from asynctrace.capture.session import current_session  # noqa: E402
+from asynctrace.integrations.transformers import AsyncTraceCallback  # noqa: E402
+from asynctrace.records import read_records  # noqa: E402
+
+STEPS = 6
+SLEEP_MS = (2, 6, 4)
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+
+
+class _Data(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        x = torch.randint(0, 64, (8,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": x, "labels": x}
+
+
+class _Probe(TrainerCallback):  # type: ignore[misc]
+    """Independent host timestamps at the same hooks, plus a known sleep per step."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.begins: list[int] = []
+        self.ends: list[int] = []
+        self.depth_in_step: list[int] = []
+        self.fail_at = fail_at
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.begins.append(time.perf_counter_ns())
+        if self.fail_at is not None and len(self.begins) - 1 == self.fail_at:
+            raise RuntimeError("boom in step")
+        # ranges open now: the step's and train_step
+        self.depth_in_step.append(ranges.open_ranges())
+        time.sleep(SLEEP_MS[(len(self.begins) - 1) % len(SLEEP_MS)] / 1e3)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.ends.append(time.perf_counter_ns())
+
+
+def _train(tmp_path: Path, *callbacks: TrainerCallback) -> Trainer:
+    config = GPT2Config(
+        n_layer=2, n_head=2, n_embd=16, vocab_size=64, n_positions=16, bos_token_id=0, eos_token_id=0
+    )
+    torch.manual_seed(0)
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "hf"),
+        max_steps=STEPS,
+        per_device_train_batch_size=4,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+    )
+    trainer = Trainer(
+        model=GPT2LMHeadModel(config), args=args, train_dataset=_Data(), callbacks=list(callbacks)
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        trainer.train()
+    return trainer
+
+
+def test_train_is_one_session_with_a_step_per_optimizer_step(tmp_path: Path) -> None:
+    cb = AsyncTraceCallback("gpt2-tiny", dir=tmp_path / "traces", device="cpu", print_summary=False)
+    probe = _Probe()
+    _train(tmp_path, cb, probe)
+
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    assert current_session() is None
+    assert ranges.open_ranges() == 0
+    assert cb.session is not None and cb.session.records_path is not None
+    rec = read_records(cb.session.records_path)
+    assert rec.complete and rec.header.name == "gpt2-tiny"
+    assert [s.step for s in rec.steps] == list(range(STEPS))
+    # step i: from step i-1's end (step 0: its begin) to step i's end, as the probe saw them
+    bounds = [probe.begins[0], *probe.ends]
+    for i, s in enumerate(rec.steps):
+        expected_ns = bounds[i + 1] - bounds[i]
+        assert abs(s.frontend_ns - expected_ns) < 1_000_000, (i, s.frontend_ns, expected_ns)
+        assert s.frontend_ns >= SLEEP_MS[i % len(SLEEP_MS)] * 1_000_000
+        assert s.device_ns == s.frontend_ns and s.run_ahead_ns == 0
+    # inside every step: the step range and the train_step hook range
+    assert probe.depth_in_step == [2] * STEPS
+
+
+def test_ranges_off(tmp_path: Path) -> None:
+    cb = AsyncTraceCallback("plain", dir=tmp_path, device="cpu", ranges=False, print_summary=False)
+    probe = _Probe()
+    _train(tmp_path, cb, probe)
+    assert probe.depth_in_step == [1] * STEPS
+
+
+def test_failed_train_is_closed_by_the_context_manager(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="boom"), AsyncTraceCallback(
+        "fail", dir=tmp_path, device="cpu", print_summary=False
+    ) as cb:
+        _train(tmp_path, cb, _Probe(fail_at=3))
+    assert current_session() is None
+    assert ranges.open_ranges() == 0
+    assert cb.session is not None and cb.session.records_path is not None
+    rec = read_records(cb.session.records_path)
+    assert [s.step for s in rec.steps] == [0, 1, 2]
+    assert rec.summary is not None and rec.summary.error is not None
+    assert "boom" in rec.summary.error
+
+
+def test_a_later_train_closes_a_session_left_open(tmp_path: Path) -> None:
+    cb = AsyncTraceCallback("again", dir=tmp_path, device="cpu", print_summary=False)
+    with pytest.raises(RuntimeError, match="boom"):
+        _train(tmp_path, cb, _Probe(fail_at=2))
+    assert current_session() is cb.session
+    _train(tmp_path, cb, _Probe())
+    assert current_session() is None
+    files = sorted(tmp_path.glob("again.*.records.jsonl"))
+    assert len(files) == 2
+    steps = sorted(len(read_records(f).steps) for f in files)
+    assert steps == [2, STEPS]

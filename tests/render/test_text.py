@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from asynctrace.analysis.ranks import compare_ranks
+from asynctrace.analysis.report import analyze
+from asynctrace.render.text import format_ns, render_ranks, render_report
+from tests.analysis._traces import launches_trace, steps_trace
+
+
+def _console() -> tuple[Console, io.StringIO]:
+    buf = io.StringIO()
+    return Console(file=buf, width=160, color_system=None), buf
+
+
+def test_format_ns() -> None:
+    assert format_ns(None) == "-"
+    assert format_ns(999) == "999 ns"
+    assert format_ns(1500) == "1.500 µs"
+    assert format_ns(-2_500_000) == "-2.500 ms"
+    assert format_ns(3_000_000_000) == "3.000 s"
+
+
+def test_report_text_shows_the_figures() -> None:
+    console, buf = _console()
+    render_report(analyze(launches_trace()), console)
+    out = buf.getvalue()
+    assert "3 matched, 1 unmatched" in out
+    assert "90 ns" in out  # p50 queue delay
+    assert "1 call(s), 100 ns waiting" in out
+    assert "cudaStreamSynchronize" in out
+    assert "verdict:" in out
+
+
+def test_steps_summary_and_all() -> None:
+    console, buf = _console()
+    render_report(analyze(steps_trace()), console, steps=True)
+    out = buf.getvalue()
+    assert "steps (2, from profiler)" in out
+    assert "-500 ns" in out  # step 1 run-ahead
+    assert "200 ns" in out
+
+
+def test_ranks_table_flags_slowest() -> None:
+    console, buf = _console()
+    a = analyze(steps_trace())
+    render_ranks(compare_ranks([a, a]), console)
+    assert buf.getvalue().count("slowest") >= 1
