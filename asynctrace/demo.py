@@ -258,6 +258,7 @@ def run_loop(
     out: Path,
     batch: int = 128,
     width: int = 256,
+    name: str | None = None,
 ) -> LoopResult:
     """(c) one training loop under ``asynctrace.trace``; figures read back from its records."""
     gen = torch.Generator().manual_seed(1)
@@ -280,7 +281,8 @@ def run_loop(
         return loss.detach()
 
     train_step(*data[0])  # warm-up outside the session
-    name = "demo-synced" if synchronized else "demo-unsynced"
+    if name is None:
+        name = "demo-synced" if synchronized else "demo-unsynced"
     total = torch.zeros((), device=tdev)
     losses: list[float] = []
     session = trace(name, dir=out, device=dev, print_summary=False)

@@ -1,7 +1,9 @@
 """``asynctrace report TRACE|DIR|RECORDS``: analyse traces or session records, as text or JSON.
 
 A folder is read as one job: every trace in it is one rank (per-rank table, slowest rank,
-per-step skew) and every ``*.records.jsonl`` file is one session's records.
+per-step skew) and every ``*.records.jsonl`` file is one session's records. A file in a folder
+that cannot be read is named on stderr and skipped (exit status 1); a single bad file, or a
+folder with nothing readable, is an error (one line on stderr, exit status 2).
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--top", type=int, default=10, metavar="N", help="sync sites to show (default 10)"
     )
+    parser.add_argument(
+        "--html", metavar="OUT.html", help="also write one self-contained HTML page (plots inline)"
+    )
 
 
 def _console() -> Console:
@@ -56,7 +61,7 @@ def _is_records(path: Path) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from asynctrace.analysis.ranks import compare_ranks
-    from asynctrace.analysis.report import analyze, summarize_records
+    from asynctrace.analysis.report import RecordsSummary, Report, analyze, summarize_records
     from asynctrace.records import read_records
     from asynctrace.render.text import render_ranks, render_records, render_report
 
@@ -67,27 +72,47 @@ def run(args: argparse.Namespace) -> int:
         from asynctrace.trace.load import find_traces
 
         records_paths = sorted(p for p in path.iterdir() if _is_records(p))
-        trace_paths = [Path(p) for p in find_traces(path) if not _is_records(Path(p))]
-        if not records_paths and not trace_paths:
-            raise TraceFormatError(
-                str(path), f"no traces and no {RECORDS_SUFFIX} files in this folder"
-            )
+        try:
+            trace_paths = [Path(p) for p in find_traces(path) if not _is_records(Path(p))]
+        except TraceFormatError:
+            # a folder of session records only is fine; with neither, say what was looked for
+            if not records_paths:
+                raise
+            trace_paths = []
     elif _is_records(path):
         records_paths, trace_paths = [path], []
     else:
         records_paths, trace_paths = [], [path]
 
-    reports = []
+    reports: list[Report] = []
+    summaries: list[RecordsSummary] = []
+    failed: list[str] = []
     if trace_paths:
         from asynctrace.trace.load import load
 
-        reports = [
-            analyze(load(p), queue_cap=args.queue_cap, keep_sync_calls=args.json)
-            for p in trace_paths
-        ]
-    summaries = [summarize_records(read_records(p)) for p in records_paths]
+    for p in trace_paths:
+        try:
+            reports.append(analyze(load(p), queue_cap=args.queue_cap, keep_sync_calls=args.json))
+        except TraceFormatError as e:
+            # In a folder, one unreadable file must not hide the other ranks: say so, go on.
+            if not path.is_dir():
+                raise
+            failed.append(str(e))
+    for p in records_paths:
+        try:
+            summaries.append(summarize_records(read_records(p)))
+        except TraceFormatError as e:
+            if not path.is_dir():
+                raise
+            failed.append(str(e))
+    if not reports and not summaries:
+        raise TraceFormatError(str(path), f"nothing readable ({'; '.join(failed)})")
     comparison = compare_ranks(reports) if len(reports) > 1 else None
 
+    if getattr(args, "html", None):
+        from asynctrace._commands._html import write_report_html
+
+        write_report_html(args.html, trace_paths, reports, records_paths, summaries)
     if args.json:
         if path.is_dir():
             obj: object = {
@@ -99,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             obj = reports[0] if reports else summaries[0]
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(obj), indent=2).decode() + "\n")
-        return 0
+        return _skipped(failed)
 
     console = _console()
     for r in reports:
@@ -110,4 +135,10 @@ def run(args: argparse.Namespace) -> int:
     for s in summaries:
         render_records(s, console)
         console.print()
-    return 0
+    return _skipped(failed)
+
+
+def _skipped(failed: list[str]) -> int:
+    for reason in failed:
+        print(f"asynctrace report: skipped {reason}", file=sys.stderr)
+    return 1 if failed else 0

@@ -6,8 +6,8 @@ waits and are not counted again.
 
 Where the trace has Python frames (``with_stack=True``) a sync's **site** is the innermost user
 frame on the same thread that encloses the call, written ``file:line``; frames under ``torch/``,
-``site-packages``, built-ins (``<built-in ...>``) and asynctrace itself are not user frames. Without frames the
-site is empty and calls aggregate by API name only.
+``site-packages``, built-ins (``<built-in ...>``) and asynctrace itself are not user frames.
+Without frames the site is empty and calls aggregate by API name only.
 """
 
 from __future__ import annotations

@@ -175,13 +175,15 @@ def _choose_metric(per_rank: Mapping[int, Sequence[StepRecord]], metric: Metric)
 def rank_table(
     per_rank: Mapping[int, Sequence[StepRecord]],
     *,
-    metric: Metric = "auto",
+    metric: Metric = "frontend",
     records_paths: Mapping[int, str | None] | None = None,
 ) -> RankTable:
     """Build the per-rank table from each rank's step records (pure).
 
-    ``metric="auto"`` uses ``device_ns`` where every step of every rank has it, else
-    ``frontend_ns``. Only steps every rank reported (matched by step number) are compared.
+    The default compares host step time (``frontend_ns``), the figure ``asynctrace report``
+    compares across ranks too; ``metric="device"`` compares ``device_ns``, and ``"auto"`` uses
+    ``device_ns`` where every step of every rank has it. Only steps every rank reported (matched
+    by step number) are compared.
     """
     name = _choose_metric(per_rank, metric)
     ranks = tuple(sorted(per_rank))
@@ -282,7 +284,7 @@ def gather_steps(
     *,
     records_path: str | os.PathLike[str] | None = None,
     last_steps: int = DEFAULT_LAST_STEPS,
-    metric: Metric = "auto",
+    metric: Metric = "frontend",
     dst: int = 0,
     group: Any = None,
 ) -> RankTable | None:
@@ -325,7 +327,7 @@ def gather_records(
     records_path: str | os.PathLike[str] | None,
     *,
     last_steps: int = DEFAULT_LAST_STEPS,
-    metric: Metric = "auto",
+    metric: Metric = "frontend",
     dst: int = 0,
     group: Any = None,
 ) -> RankTable | None:

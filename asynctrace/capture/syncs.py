@@ -264,7 +264,7 @@ class _Hub:
 
         # "always" so every sync is seen (not once per line) and so that an "error" filter
         # (pytest's filterwarnings=error) does not turn the user's sync into an exception.
-        warnings.filterwarnings("always", message=_SYNC_WARNING, category=UserWarning)
+        warnings.filterwarnings("always", message=".*" + _SYNC_WARNING, category=UserWarning)
         entry = warnings.filters[0]
         previous_show = warnings.showwarning
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import PurePath
+
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from asynctrace.analysis.ranks import RankComparison
@@ -33,12 +36,12 @@ def render_report(
     report: Report, console: Console, *, steps: bool = False, top_sites: int = 10
 ) -> None:
     """Print a report: activities, launches, queues, syncs, steps (summary or all), verdict."""
-    console.print(f"[bold]{_title(report)}[/bold]")
+    console.print(f"[bold]{escape(_title(report))}[/bold]")
     a = report.activities
     kinds = ", ".join(f"{v} {k}" for k, v in a.per_kind.items())
     console.print(f"activities: {a.total} ({kinds}) on {len(a.per_stream)} stream(s)")
     for reason, n in report.trace.skipped.items():
-        console.print(f"skipped by the loader: {n} ({reason})")
+        console.print(f"skipped by the loader: {n} ({escape(reason)})")
 
     la = report.launch
     t = Table(title=f"launch delays ({la.matched} matched, {la.unmatched} unmatched)")
@@ -82,8 +85,8 @@ def render_report(
             t.add_column(col, justify="left" if col in ("site", "op") else "right")
         for site in s.sites[:top_sites]:
             t.add_row(
-                site.site or "-",
-                site.op,
+                escape(site.site or "-"),
+                escape(site.op),
                 str(site.count),
                 format_ns(site.total_ns),
                 str(site.steps),
@@ -111,9 +114,10 @@ def render_report(
             t.add_row(
                 str(st.step),
                 format_ns(st.cpu_ns),
-                format_ns(st.device_ns),
-                format_ns(st.gpu_busy_ns),
-                format_ns(st.gpu_idle_ns),
+                *(
+                    format_ns(v if st.device_start_ns is not None else None)
+                    for v in (st.device_ns, st.gpu_busy_ns, st.gpu_idle_ns)
+                ),
                 str(st.sync_count),
                 format_ns(st.sync_wait_ns),
                 format_ns(st.run_ahead_ns),
@@ -124,7 +128,7 @@ def render_report(
         console.print(t)
     console.print(_verdict_line(report.verdict))
     for finding in report.verdict.findings[1:]:
-        console.print(f"  also: {finding}")
+        console.print(f"  also: {escape(finding)}")
 
 
 def _summary_steps(report: Report) -> list[StepFigures]:
@@ -137,6 +141,7 @@ def render_ranks(comparison: RankComparison, console: Console) -> None:
     t = Table(title=f"ranks ({len(comparison.ranks)})")
     for col in (
         "rank",
+        "file",
         "steps",
         "mean cpu",
         "mean device",
@@ -149,6 +154,7 @@ def render_ranks(comparison: RankComparison, console: Console) -> None:
     for r in comparison.ranks:
         t.add_row(
             "?" if r.rank is None else str(r.rank),
+            escape(PurePath(r.source).name),
             str(r.steps),
             format_ns(r.cpu_ns_mean),
             format_ns(r.device_ns_mean),
@@ -177,9 +183,10 @@ def render_ranks(comparison: RankComparison, console: Console) -> None:
 def render_records(summary: RecordsSummary, console: Console) -> None:
     """Print a session's per-step summary (mean/median/p90 of each figure)."""
     rank = f", rank {summary.rank}" if summary.rank is not None else ""
-    note = "" if summary.complete else " [incomplete: no summary line, the run was killed]"
+    note = "" if summary.complete else " (incomplete: no summary line, the run was killed)"
     console.print(
-        f"[bold]{summary.source}[/bold] ({summary.device_kind}, {summary.device}{rank}): "
+        f"[bold]{escape(summary.source)}[/bold] "
+        f"({escape(summary.device_kind)}, {escape(summary.device)}{rank}): "
         f"{summary.steps} step(s){note}"
     )
     t = Table(title="per-step figures")
@@ -196,7 +203,9 @@ def render_records(summary: RecordsSummary, console: Console) -> None:
         for col in ("site", "op", "count", "wait", "steps"):
             t.add_column(col, justify="left" if col in ("site", "op") else "right")
         for s in summary.sync_sites:
-            t.add_row(s.site, s.op, str(s.count), format_ns(s.wait_ns), str(s.steps))
+            t.add_row(
+                escape(s.site), escape(s.op), str(s.count), format_ns(s.wait_ns), str(s.steps)
+            )
         console.print(t)
     console.print(_verdict_line(summary.verdict))
 
@@ -204,5 +213,5 @@ def render_records(summary: RecordsSummary, console: Console) -> None:
 def _verdict_line(v: VerdictInfo) -> str:
     # the verdict's message may already start with its code; say it once
     if v.message.startswith(v.code):
-        return f"verdict: [bold]{v.code}[/bold]{v.message[len(v.code) :]}"
-    return f"verdict: [bold]{v.code}[/bold]: {v.message}"
+        return f"verdict: [bold]{escape(v.code)}[/bold]{escape(v.message[len(v.code) :])}"
+    return f"verdict: [bold]{escape(v.code)}[/bold]: {escape(v.message)}"

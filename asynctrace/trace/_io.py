@@ -10,9 +10,9 @@ import os
 import queue
 import threading
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import BinaryIO, Literal, cast
 
 from asynctrace.errors import TraceFormatError
 
@@ -146,7 +146,9 @@ def _inflate(p: Path, f: BinaryIO, limit: int, block_bytes: int) -> Iterator[byt
 _END = object()
 
 
-def prefetched(make: Callable[[], Iterator[bytes]], *, depth: int = 2) -> Iterator[bytes]:
+def prefetched(
+    make: Callable[[], Iterator[bytes]], *, depth: int = 2
+) -> Generator[bytes, None, None]:
     """Run the block iterator ``make()`` in a helper thread, ``depth`` blocks ahead.
 
     zlib and file reads release the GIL, so inflating the next blocks overlaps with decoding
@@ -189,7 +191,7 @@ def prefetched(make: Callable[[], Iterator[bytes]], *, depth: int = 2) -> Iterat
                 return
             if isinstance(item, BaseException):
                 raise item
-            yield item  # type: ignore[misc]
+            yield cast(bytes, item)
     finally:
         stop.set()
         thread.join()

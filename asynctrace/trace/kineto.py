@@ -52,9 +52,9 @@ from asynctrace.trace.model import (
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "load_kineto"]
 
-#: Inflated JSON text decoded at once. 32 MiB keeps peak memory small next to the columns and
+#: Inflated JSON text decoded at once. 16 MiB keeps peak memory small next to the columns and
 #: the per-chunk overhead (one concatenation, one decoder call) negligible.
-DEFAULT_CHUNK_BYTES = 32 << 20
+DEFAULT_CHUNK_BYTES = 16 << 20
 
 #: How far into a JSON object we look for ``"traceEvents"`` before calling it something else.
 _MAX_ENVELOPE_BYTES = 64 << 20
@@ -200,8 +200,10 @@ def load_kineto(
     if chunk_bytes < 1:
         raise ValueError("chunk_bytes must be positive")
     block_bytes = min(chunk_bytes, 4 << 20)
+    # read ahead about one chunk, so that inflating the next chunk overlaps decoding this one
     blocks = prefetched(
-        lambda: iter_blocks(p, max_inflated_bytes=max_inflated_bytes, block_bytes=block_bytes)
+        lambda: iter_blocks(p, max_inflated_bytes=max_inflated_bytes, block_bytes=block_bytes),
+        depth=max(2, chunk_bytes // block_bytes),
     )
     try:
         return _Loader(p, blocks, chunk_bytes).run()
@@ -379,7 +381,8 @@ class _Loader:
             prefix, events_start = self._find_trace_events(i)
         else:
             raise self.fail(
-                f"not a Kineto trace: expected a JSON object or list, found {bytes(buf[i : i + 20])!r}"
+                "not a Kineto trace: expected a JSON object or list, "
+                f"found {bytes(buf[i : i + 20])!r}"
             )
         tail = self._read_events(events_start)
         envelope = self._decode_envelope(prefix, tail)
@@ -529,7 +532,8 @@ class _Loader:
             self.buf = bytearray()
             if len(rest) > _MAX_ENVELOPE_BYTES:
                 raise self.fail(
-                    f"not a Kineto trace: more than {_MAX_ENVELOPE_BYTES >> 20} MiB after traceEvents"
+                    "not a Kineto trace: more than "
+                    f"{_MAX_ENVELOPE_BYTES >> 20} MiB of JSON after traceEvents"
                 )
         return rest
 
@@ -728,9 +732,9 @@ class _Loader:
             pass
         out = np.empty(len(values), dtype=np.int64)
         for i, v in enumerate(values):
-            if type(v) is float and v.is_integer():
-                v = int(v)
-            elif type(v) is str and v.strip().lstrip("-").isdigit():
+            if (type(v) is float and v.is_integer()) or (
+                type(v) is str and v.strip().lstrip("-").isdigit()
+            ):
                 v = int(v)
             if type(v) is int and _I64_MIN <= v <= _I64_MAX:
                 out[i] = v
@@ -844,7 +848,7 @@ class _Loader:
             a_pid, a_tid = cat(self.act, "pid"), cat(self.act, "tid")
             by_track = {
                 (int(p), int(t), int(ts)): int(i)
-                for p, t, ts, i in zip(f_pid[e_mask], f_tid[e_mask], ets, eid)
+                for p, t, ts, i in zip(f_pid[e_mask], f_tid[e_mask], ets, eid, strict=True)
             }
             for j in missing:
                 found = by_track.get((int(a_pid[j]), int(a_tid[j]), int(a_ts[j])))
@@ -868,8 +872,8 @@ class _Loader:
         r_name = cat(self.rng, "name", np.int32)
         r_code = cat(self.rng, "kind")
         r_kind = np.zeros(len(r_code), dtype=np.uint8)
-        for code, kind in _RANGE_KIND.items():
-            r_kind[r_code == code] = int(kind)
+        for code, rkind in _RANGE_KIND.items():
+            r_kind[r_code == code] = int(rkind)
         r_step = np.full(len(r_name), -1, dtype=np.int64)
         host = r_code != _GPU_ANNOT
         for nid in np.unique(r_name):

@@ -181,7 +181,7 @@ def test_memory_creep_and_flat_memory() -> None:
     # a significant but tiny trend (a few KiB over the window) is not creep
     tiny = judge_steps(steps(64, mem=lambda i: base + 64 * i), asynchronous=True)
     assert tiny.code == "synchronized"
-    assert 64 * 63 < MEM_CREEP_MIN_BYTES
+    assert MEM_CREEP_MIN_BYTES > 64 * 63
 
 
 def test_findings_list_every_problem_headline_first() -> None:
@@ -293,7 +293,8 @@ def _run(synchronized: bool, n: int = 40) -> asynctrace.capture.session.SessionR
 def test_fake_device_never_synchronized_runs_away() -> None:
     report = _run(synchronized=False)
     assert report.verdict == "never-synchronized"
-    assert report.in_flight is not None and report.in_flight.p90 >= 5
+    assert report.in_flight is not None
+    assert report.in_flight.p90 >= 5
     assert any(f.startswith("memory creep") for f in report.findings)
 
 
@@ -301,5 +302,6 @@ def test_fake_device_synchronized_once_per_step() -> None:
     report = _run(synchronized=True)
     assert report.verdict == "synchronized"
     assert report.verdict_message == "synchronized once per step (bounded queue)"
-    assert report.in_flight is not None and report.in_flight.p90 == 0
+    assert report.in_flight is not None
+    assert report.in_flight.p90 == 0
     assert [s.count for s in report.sync_sites] == [40]

@@ -17,7 +17,8 @@ from asynctrace.capture.devices import FakeClock, FakeDevice
 def here(offset: int = 0) -> str:
     """file:line of the caller's line plus ``offset``."""
     frame = inspect.currentframe()
-    assert frame is not None and frame.f_back is not None
+    assert frame is not None
+    assert frame.f_back is not None
     return f"{__file__}:{frame.f_back.f_lineno + offset}"
 
 
@@ -35,9 +36,8 @@ def test_guard_a_training_step_in_a_cpu_test() -> None:
     with expect_syncs():
         _step(model, opt, log=False)
     line = inspect.getsourcelines(_step)[1] + 5
-    with pytest.raises(UnexpectedSyncError) as err:
-        with expect_syncs():
-            _step(model, opt, log=True)
+    with pytest.raises(UnexpectedSyncError) as err, expect_syncs():
+        _step(model, opt, log=True)
     msg = str(err.value)
     assert f"{__file__}:{line}: aten::_local_scalar_dense ×1" in msg
     assert "at most 0 per step" in msg
@@ -45,11 +45,17 @@ def test_guard_a_training_step_in_a_cpu_test() -> None:
 
 def test_only_the_excess_is_named() -> None:
     x = torch.ones(3)
-    with pytest.raises(UnexpectedSyncError) as err, expect_syncs(max=1):
+    sites: list[str] = []
+
+    def body() -> None:
         x.sum().item()
-        first = here(-1)
+        sites.append(here(-1))
         x.tolist()
-        second = here(-1)
+        sites.append(here(-1))
+
+    with pytest.raises(UnexpectedSyncError) as err:
+        expect_syncs(max=1)(body)()
+    first, second = sites
     msg = str(err.value)
     assert msg.startswith("1 unexpected host-device synchronization (at most 1 per step")
     assert f"{second}: Tensor.tolist ×1" in msg
@@ -58,16 +64,20 @@ def test_only_the_excess_is_named() -> None:
 
 def test_counts_repeat_at_one_site() -> None:
     x = torch.ones(3)
-    with pytest.raises(UnexpectedSyncError, match=re.escape("×3")), expect_syncs(per="total"):
+
+    @expect_syncs(per="total")
+    def body() -> None:
         for _ in range(3):
             x.sum().item()
+
+    with pytest.raises(UnexpectedSyncError, match=re.escape("×3")):
+        body()
 
 
 def test_warn_instead_of_raise() -> None:
     x = torch.ones(3)
-    with pytest.warns(AsyncTraceWarning, match=re.escape(here(2))):
-        with expect_syncs(action="warn"):
-            bool(x.any())
+    with pytest.warns(AsyncTraceWarning, match=re.escape(here(1))), expect_syncs(action="warn"):
+        bool(x.any())
 
 
 def test_decorator_counts_per_call() -> None:
@@ -90,9 +100,14 @@ def test_decorator_counts_per_call() -> None:
 
 def test_the_body_error_wins_over_the_count() -> None:
     x = torch.ones(3)
-    with pytest.raises(KeyError), expect_syncs():
+
+    @expect_syncs()
+    def body() -> None:
         x.sum().item()
         raise KeyError("body")
+
+    with pytest.raises(KeyError):
+        body()
 
 
 def test_a_guard_can_be_reused_and_nested() -> None:
@@ -100,10 +115,15 @@ def test_a_guard_can_be_reused_and_nested() -> None:
     guard = expect_syncs(max=1)
     with guard:
         x.sum().item()
-    with pytest.raises(UnexpectedSyncError) as err, guard:
-        with expect_syncs(max=5):
-            x.sum().item()
-            x.sum().item()
+
+    @guard
+    @expect_syncs(max=5)
+    def body() -> None:
+        x.sum().item()
+        x.sum().item()
+
+    with pytest.raises(UnexpectedSyncError) as err:
+        body()
     assert str(err.value).startswith("1 unexpected")
 
 
@@ -128,16 +148,21 @@ def test_per_step_counts_per_session_step() -> None:
         for _ in range(3):
             x.sum().item()
             session.step()
-    with pytest.raises(UnexpectedSyncError) as err:
+    lines: list[str] = []
+
+    def body() -> None:
         with _session() as session, expect_syncs(max=1):
             for i in range(3):
                 x.sum().item()
                 if i == 1:
                     x.tolist()
-                    line = here(-1)
+                    lines.append(here(-1))
                 session.step()
+
+    with pytest.raises(UnexpectedSyncError) as err:
+        body()
     assert str(err.value).startswith("1 unexpected")
-    assert f"{line}: Tensor.tolist ×1" in str(err.value)
+    assert f"{lines[0]}: Tensor.tolist ×1" in str(err.value)
 
 
 def test_session_lint_counts_syncs_per_step_with_sites() -> None:
@@ -158,7 +183,8 @@ def test_session_lint_counts_syncs_per_step_with_sites() -> None:
                 print_line = here(-1)
             session.step()
     report = session.summary()
-    assert report.sync_count is not None and report.sync_count.mean == 1.5
+    assert report.sync_count is not None
+    assert report.sync_count.mean == 1.5
     sites = {(s.site, s.op): (s.count, s.steps) for s in report.sync_sites}
     assert sites == {
         (item_line, "aten::_local_scalar_dense"): (4, 4),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,13 +11,6 @@ torch = pytest.importorskip("torch")
 
 import asynctrace  # noqa: E402
 from asynctrace.capture import ranges  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _balanced() -> Iterator[None]:
-    before = ranges.open_ranges()
-    yield
-    assert ranges.open_ranges() == before, "a test left an asynctrace range open"
 
 
 class _Recorder:

@@ -56,12 +56,12 @@ def test_records_file_json_summary(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_records_folder_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("asynctrace.trace.load", reason="the trace loader has not landed")
     _write_records(tmp_path / "a.rank0.records.jsonl", 0, [1000, 3000])
     _write_records(tmp_path / "a.rank1.records.jsonl", 1, [5000], complete=False)
     assert main(["report", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "rank 0" in out and "rank 1" in out
+    assert "rank 0" in out
+    assert "rank 1" in out
     assert "2.000 µs" in out  # rank 0 mean frontend
     assert "incomplete" in out
     assert "\x1b[" not in out  # no colour when not a terminal
@@ -81,7 +81,6 @@ def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_empty_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("asynctrace.trace.load", reason="the trace loader has not landed")
     _bad([str(tmp_path)], capsys)
 
 
@@ -92,12 +91,10 @@ def test_bad_records_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_not_kineto(capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("asynctrace.trace.load", reason="the trace loader has not landed")
     _bad([str(shared_trace("kineto", "NOT_KINETO_execution_trace.json.gz"))], capsys)
 
 
 def test_truncated_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("asynctrace.trace.load", reason="the trace loader has not landed")
     raw = gzip.decompress(shared_trace("kineto", "hta_a100_event_sync.json.gz").read_bytes())
     p = tmp_path / "cut.json"
     p.write_bytes(raw[: len(raw) // 2])
@@ -121,7 +118,6 @@ def test_subprocess_one_line_no_traceback(tmp_path: Path) -> None:
 
 
 def test_trace_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("asynctrace.trace.load", reason="the trace loader has not landed")
     path = shared_trace("kineto", "hta_a100_event_sync.json.gz")
     assert main(["report", str(path), "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
@@ -139,11 +135,11 @@ def test_trace_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert obj["activities"]["total"] == 5
     assert main(["report", str(path), "--steps"]) == 0
     out = capsys.readouterr().out
-    assert "launch delays" in out and "verdict" in out
+    assert "launch delays" in out
+    assert "verdict" in out
 
 
 def test_rank_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("asynctrace.trace.load", reason="the trace loader has not landed")
     for r in (0, 1):
         src = shared_trace("kineto", f"hta_sampled_rank{r}.json.gz")
         (tmp_path / f"rank{r}.json.gz").write_bytes(src.read_bytes())
@@ -153,3 +149,17 @@ def test_rank_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert sum(r["slowest"] for r in obj["ranks"]["ranks"]) == 1
     assert main(["report", str(tmp_path)]) == 0
     assert "slowest" in capsys.readouterr().out
+
+
+def test_folder_with_a_bad_file_reports_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = shared_trace("kineto", "hta_a100_event_sync.json.gz")
+    (tmp_path / "rank0.json.gz").write_bytes(good.read_bytes())
+    (tmp_path / "rank1.json").write_text("{not json")
+    assert main(["report", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert "launch delays" in captured.out
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith("asynctrace report: skipped ")
+    assert "rank1.json" in line

@@ -48,3 +48,17 @@ def test_ranks_table_flags_slowest() -> None:
     a = analyze(steps_trace())
     render_ranks(compare_ranks([a, a]), console)
     assert buf.getvalue().count("slowest") >= 1
+
+
+def test_names_with_brackets_are_printed_literally() -> None:
+    from asynctrace.trace.builder import TraceBuilder
+    from asynctrace.trace.model import RuntimeKind
+
+    b = TraceBuilder("[odd].json")
+    b.python_frame("we[bold]ird.py(3): f", 0, 100)
+    b.runtime("cudaDeviceSynchronize", 10, 50, kind=RuntimeKind.SYNC)
+    console, buf = _console()
+    render_report(analyze(b.build()), console)
+    out = buf.getvalue()
+    assert "we[bold]ird.py:3" in out
+    assert "[odd].json" in out

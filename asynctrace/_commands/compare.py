@@ -1,0 +1,129 @@
+"""``asynctrace compare A B [--json]``: before/after, per figure, judged against noise.
+
+A and B are both session records (``*.records.jsonl``), or both traces / saved reports (the JSON
+``asynctrace report --json`` prints). How noise is judged: :mod:`asynctrace.analysis.compare`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from asynctrace.errors import TraceFormatError
+from asynctrace.records import RECORDS_SUFFIX
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("a", metavar="A", help="before: records, a trace or a saved report JSON")
+    parser.add_argument("b", metavar="B", help="after: the same kind as A")
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    parser.add_argument(
+        "--alpha", type=float, default=0.01, help="significance level of the test (default 0.01)"
+    )
+    parser.add_argument(
+        "--min-effect",
+        type=float,
+        default=0.02,
+        help="smallest relative change of a median that counts (default 0.02 = 2%%)",
+    )
+
+
+def _kind(path: Path) -> str:
+    if not path.exists():
+        raise TraceFormatError(str(path), "no such file")
+    if path.name.endswith(RECORDS_SUFFIX):
+        return "records"
+    if path.suffix == ".json":
+        head = path.read_bytes()[:4096].lstrip()
+        if head.startswith(b"{") and b'"schema_version"' in head and b'"traceEvents"' not in head:
+            return "report"
+    return "trace"
+
+
+def _report(path: Path, kind: str) -> object:
+    from asynctrace.analysis.report import Report, analyze
+
+    if kind == "report":
+        try:
+            return Report.from_json(path.read_bytes())
+        except TraceFormatError as e:
+            raise TraceFormatError(str(path), e.reason) from None
+    from asynctrace.trace.load import load
+
+    return analyze(load(path))
+
+
+def run(args: argparse.Namespace) -> int:
+    from asynctrace.analysis.compare import compare_records, compare_reports
+
+    pa, pb = Path(args.a), Path(args.b)
+    ka, kb = _kind(pa), _kind(pb)
+    opts = {"alpha": args.alpha, "min_effect": args.min_effect}
+    if (ka == "records") != (kb == "records"):
+        raise TraceFormatError(
+            str(pb), f"cannot compare {ka} with {kb}: give two records files or two traces/reports"
+        )
+    if ka == "records":
+        from asynctrace.records import read_records
+
+        comparison = compare_records(read_records(pa), read_records(pb), **opts)
+    else:
+        from asynctrace.analysis.report import Report
+
+        ra, rb = _report(pa, ka), _report(pb, kb)
+        assert isinstance(ra, Report) and isinstance(rb, Report)
+        comparison = compare_reports(ra, rb, **opts)
+
+    if args.json:
+        data = msgspec.json.format(msgspec.json.encode(comparison), indent=2)
+        sys.stdout.write(data.decode() + "\n")
+        return 0
+    console = (
+        Console()
+        if sys.stdout.isatty()
+        else Console(width=140, no_color=True, highlight=False, color_system=None)
+    )
+    table = Table(title=f"A: {comparison.a}\nB: {comparison.b}", title_justify="left")
+    for col in ("figure", "A median", "B median", "delta", "p", "judged"):
+        table.add_column(col, justify="left" if col in ("figure", "judged") else "right")
+    style = {"improvement": "green", "regression": "red", "changed": "yellow"}
+    for f in comparison.figures:
+        table.add_row(
+            f"{f.figure} ({f.unit})",
+            _num(f.a_median),
+            _num(f.b_median),
+            "—" if f.delta is None else _num(f.delta, sign=True) + _pct(f.delta_pct),
+            "—" if f.p_value is None else f"{f.p_value:.3g}",
+            Text(f.change, style=style.get(f.change, "")),
+        )
+    console.print(table)
+    va, vb = comparison.verdict_a, comparison.verdict_b
+    if comparison.verdict_changed:
+        console.print(f"verdict changed: {va.code} -> {vb.code}", markup=False)
+    else:
+        console.print(f"verdict unchanged: {va.code}", markup=False)
+    for x in comparison.findings_added:
+        console.print(f"  + {x}", markup=False)
+    for x in comparison.findings_removed:
+        console.print(f"  - {x}", markup=False)
+    console.print(f"B is: {comparison.outcome} (step time)", markup=False)
+    console.print(f"noise: {comparison.noise}", markup=False)
+    return 0
+
+
+def _num(v: float | None, *, sign: bool = False) -> str:
+    if v is None:
+        return "—"
+    return f"{v:+.4g}" if sign else f"{v:.4g}"
+
+
+def _pct(p: float | None) -> str:
+    return "" if p is None else f" ({p:+.1f}%)"

@@ -1,0 +1,93 @@
+"""``asynctrace plot TRACE|RECORDS -o FILE``: draw a trace or a session's records (PNG or SVG)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from asynctrace.errors import TraceFormatError
+from asynctrace.records import RECORDS_SUFFIX
+
+__all__ = ["add_arguments", "parse_steps", "run"]
+
+VIEWS = ("overview", "timeline", "steps", "run-ahead")
+
+
+def parse_steps(text: str) -> tuple[int, int]:
+    """``"3"`` -> (3, 3); ``"3:7"`` -> (3, 7) (inclusive)."""
+    try:
+        lo, _, hi = text.partition(":")
+        a = int(lo)
+        b = int(hi) if hi else a
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write a step N or a range A:B") from None
+    if b < a:
+        raise argparse.ArgumentTypeError(f"{text!r}: the range ends before it starts")
+    return a, b
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "path",
+        metavar="TRACE|RECORDS",
+        help=f"a Kineto trace, an Nsight Systems .sqlite export or a session's {RECORDS_SUFFIX}",
+    )
+    parser.add_argument(
+        "-o", "--output", required=True, metavar="FILE", help="the picture to write: .png or .svg"
+    )
+    parser.add_argument(
+        "--view",
+        choices=VIEWS,
+        default="overview",
+        help="overview (all three, default), timeline (host/device lanes), steps (per-step "
+        "bars) or run-ahead",
+    )
+    parser.add_argument(
+        "--steps",
+        type=parse_steps,
+        default=None,
+        metavar="A:B",
+        help="steps drawn on the timeline (default: the first 3 of a trace, 8 of records)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from asynctrace.render import plot
+
+    path = Path(args.path)
+    out = Path(args.output)
+    if out.suffix.lower() not in (".png", ".svg"):
+        raise plot.PlotError(f"{out}: the output must end in .png or .svg")
+    if not path.exists():
+        raise TraceFormatError(str(path), "no such file")
+    fig: Any
+    if path.name.endswith(RECORDS_SUFFIX):
+        from asynctrace.records import read_records
+
+        rec = read_records(path)
+        if args.view == "overview":
+            fig = plot.plot_records_overview(rec, steps=args.steps)
+        elif args.view == "timeline":
+            fig = plot.records_timeline(rec, steps=args.steps)
+        elif args.view == "steps":
+            fig = plot.records_step_bars(rec)
+        else:
+            fig = plot.records_run_ahead(rec)
+    else:
+        from asynctrace.analysis.report import analyze
+        from asynctrace.trace.load import load
+
+        trace = load(path)
+        report = analyze(trace)
+        if args.view == "overview":
+            fig = plot.overview_figure(trace, report, steps=args.steps)
+        elif args.view == "timeline":
+            fig = plot.plot_timeline(trace, report, steps=args.steps)
+        elif args.view == "steps":
+            fig = plot.plot_step_bars(report)
+        else:
+            fig = plot.plot_run_ahead(report)
+    plot.save_figure(fig, out)
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,193 @@
+"""``asynctrace run script.py [args…]``: run any training script unchanged inside a session.
+
+The script runs as ``__main__`` (``sys.argv`` = the script and its arguments, its folder first
+on ``sys.path``) inside ``asynctrace.trace(optimizer_steps=True)``: each ``optimizer.step()`` of
+any optimizer ends a step. When the script ends the session's summary is printed (also when the
+script failed), and the command exits with the script's own status.
+
+Options go before the script; everything after it belongs to the script.
+
+* ``--nsys-capture A:B`` calls ``cudaProfilerStart()`` when step A starts and
+  ``cudaProfilerStop()`` when step B starts, for ``nsys profile -c cudaProfilerApi``.
+* ``--gather-ranks``: under torch.distributed, gather every rank's recent steps to rank 0 at the
+  end and print the per-rank table (slowest rank and skew per step). Every rank must reach the
+  end of its script with the process group still initialized.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from asynctrace._commands._script import resolve_script, run_script
+from asynctrace.errors import AsyncTraceError
+
+if TYPE_CHECKING:
+    from asynctrace.capture._nsys import NsysCapture
+    from asynctrace.capture.session import Session
+
+__all__ = ["add_arguments", "parse_step_range", "run"]
+
+
+def parse_step_range(text: str) -> range:
+    """``"10:20"`` → ``range(10, 20)`` (steps 10 to 19); ``"5"`` → ``range(5, 6)``."""
+    start_s, sep, stop_s = text.partition(":")
+    try:
+        start = int(start_s)
+        stop = int(stop_s) if sep else start + 1
+    except ValueError:
+        raise AsyncTraceError(
+            f"--nsys-capture {text!r}: give steps as START:STOP, e.g. 10:20 for steps 10 to 19"
+        ) from None
+    if start < 0 or stop <= start:
+        raise AsyncTraceError(
+            f"--nsys-capture {text!r}: need 0 <= START < STOP (steps count from 0)"
+        )
+    return range(start, stop)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--name", default=None, help="session name (default: the script's name)")
+    parser.add_argument(
+        "--dir", default="traces", help="where the session records go (default: traces)"
+    )
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="device to time, e.g. cuda:1 (default: cuda if any, else cpu)",
+    )
+    parser.add_argument(
+        "--detect",
+        choices=("auto", "cuda", "lint", "off"),
+        default="auto",
+        help="sync detection mode (default: auto)",
+    )
+    parser.add_argument("--no-nvtx", action="store_true", help="no NVTX range per step")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary as JSON on stdout (the script's own prints go to stderr)",
+    )
+    parser.add_argument(
+        "--nsys-capture",
+        metavar="START:STOP",
+        type=parse_step_range,
+        default=None,
+        help="call cudaProfilerStart/Stop around steps START..STOP-1 "
+        "(for nsys profile -c cudaProfilerApi)",
+    )
+    parser.add_argument(
+        "--gather-ranks",
+        action="store_true",
+        help="under torch.distributed: print a per-rank step table on rank 0 at the end",
+    )
+    parser.add_argument("script", help="the Python script to run")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+
+
+class _NsysSteps:
+    """Drives :class:`NsysCapture` from optimizer steps, alongside the session's own hook.
+
+    Registered after the session's hook, so it runs right after each step boundary: after the
+    n-th ``optimizer.step()``, step n starts.
+    """
+
+    def __init__(self, session: Session, steps: range) -> None:
+        self._session = session
+        self._steps = steps
+        self._capture: NsysCapture | None = None
+        self._hook: Any = None
+        self._count = 0
+
+    def __enter__(self) -> _NsysSteps:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        from asynctrace.capture._nsys import NsysCapture
+
+        self._session.__enter__()
+        try:
+            self._capture = NsysCapture(self._steps, device_kind=self._session.device.kind)
+            self._hook = register_optimizer_step_post_hook(self._on_step)
+            self._capture.on_step_start(0)
+        except BaseException:
+            self._session.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def _on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._count += 1
+        if self._capture is not None:
+            self._capture.on_step_start(self._count)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if self._hook is not None:
+                self._hook.remove()
+            if self._capture is not None:
+                self._capture.close()
+        finally:
+            self._session.__exit__(exc_type, exc, tb)
+
+
+def run(args: argparse.Namespace) -> int:
+    from asynctrace.capture.session import print_report, trace
+
+    script = resolve_script(args.script)
+    script_args = list(args.args)
+    if script_args[:1] == ["--"]:
+        script_args = script_args[1:]
+    session = trace(
+        args.name or script.stem,
+        dir=args.dir,
+        device=args.device,
+        nvtx=not args.no_nvtx,
+        detect_syncs=args.detect,
+        optimizer_steps=True,
+        # printed below, also when the script fails (the session prints only on success)
+        print_summary=False,
+    )
+    around: Any = session if args.nsys_capture is None else _NsysSteps(session, args.nsys_capture)
+    # with --json, stdout carries only the result
+    out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with out:
+        status = run_script(script, script_args, around=around)
+
+    report = session.summary()
+    sys.stdout.flush()
+    if args.json:
+        print(report.to_json())
+    else:
+        print_report(report)
+        if report.steps == 0:
+            print(
+                "note: no optimizer.step() ended a step; asynctrace run counts steps from "
+                "optimizer steps (use asynctrace.trace() in the script for other loops)"
+            )
+    if args.gather_ranks:
+        _gather(session)
+    if status and not args.json:
+        print(f"the script exited with status {status}", file=sys.stderr)
+    return status
+
+
+def _gather(session: Session) -> None:
+    from asynctrace.capture import _distributed
+
+    if not _distributed.is_distributed():
+        print(
+            "note: --gather-ranks: no initialized torch.distributed process group of more than "
+            "one rank at the end of the script (did it call destroy_process_group()?)",
+            file=sys.stderr,
+        )
+        return
+    table = _distributed.gather_records(session.records_path)
+    if table is not None:
+        print(_distributed.format_rank_table(table))

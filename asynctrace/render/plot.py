@@ -1,0 +1,446 @@
+"""Pictures of asynchrony, drawn from data with matplotlib (PNG or SVG).
+
+Three pictures, from a trace's :class:`~asynctrace.analysis.report.Report` or from a session's
+:class:`~asynctrace.records.Records`:
+
+* **timeline** — the book's frontend/backend picture: a host lane and a device lane on one time
+  axis, an arrow from each launch to its execution, sync stalls marked, for a window of steps;
+* **steps** — per step, two stacked bars: the host (issuing work, sync wait, data wait) and the
+  device (busy, idle);
+* **run-ahead** — run-ahead per step, with queue depth (trace) or in-flight steps (records).
+
+Figures are built with ``matplotlib.figure.Figure`` directly: no pyplot, no global backend
+change, nothing left open. Layout only: every number drawn is a figure the analysis computed.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from asynctrace.errors import AsyncTraceError
+
+if TYPE_CHECKING:
+    from asynctrace.analysis.report import Report
+    from asynctrace.records import Records
+    from asynctrace.trace.model import Trace
+
+__all__ = [
+    "COLORS",
+    "PlotError",
+    "figure_bytes",
+    "overview_figure",
+    "plot_records_overview",
+    "plot_run_ahead",
+    "plot_step_bars",
+    "plot_timeline",
+    "records_run_ahead",
+    "records_step_bars",
+    "records_timeline",
+    "save_figure",
+]
+
+#: one colour per kind of time, shared by every picture and the HTML report
+COLORS: dict[str, str] = {
+    "host": "#4E79A7",
+    "launch": "#4E79A7",
+    "sync": "#E15759",
+    "data": "#EDC948",
+    "busy": "#59A14F",
+    "idle": "#BAB0AC",
+    "arrow": "#555555",
+    "run_ahead": "#F28E2B",
+    "queue": "#B07AA1",
+}
+_MAX_ARROWS = 80
+_MAX_BARS = 4000
+
+
+class PlotError(AsyncTraceError):
+    """A picture cannot be drawn (matplotlib missing, unknown format, nothing to draw)."""
+
+
+def _figure(width: float, height: float) -> Any:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise PlotError(
+            "plots need matplotlib: pip install 'asynctrace[plot]' (or pip install matplotlib)"
+        ) from None
+    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+
+
+def figure_bytes(fig: Any, fmt: str) -> bytes:
+    """The figure rendered as ``"png"`` or ``"svg"``."""
+    if fmt not in ("png", "svg"):
+        raise PlotError(f"format {fmt!r}: use png or svg")
+    import matplotlib
+
+    buf = io.BytesIO()
+    # no date and a fixed id salt keep SVG output byte-identical between runs; rc_context
+    # restores matplotlib's settings afterwards
+    metadata: dict[str, Any] = {"Date": None} if fmt == "svg" else {"Software": "asynctrace"}
+    with matplotlib.rc_context({"svg.hashsalt": "asynctrace"}):
+        fig.savefig(buf, format=fmt, metadata=metadata)
+    return buf.getvalue()
+
+
+def save_figure(fig: Any, path: str | os.PathLike[str]) -> Path:
+    """Write the figure; the format comes from the suffix (.png or .svg)."""
+    p = Path(path)
+    fmt = p.suffix.lower().lstrip(".")
+    if fmt not in ("png", "svg"):
+        raise PlotError(f"{p}: write .png or .svg")
+    p.write_bytes(figure_bytes(fig, fmt))
+    return p
+
+
+# ------------------------------------------------------------------ timeline
+
+
+@dataclass(frozen=True)
+class _Lanes:
+    """What the timeline draws, in ms from the window start."""
+
+    host: list[tuple[float, float, str]]  # (start, width, kind) kind: "launch" / "sync"
+    device: list[tuple[float, float]]
+    arrows: list[tuple[float, float]]  # (host x, device x)
+    steps: list[tuple[float, float, str]]  # host spans of steps (start, width, label)
+    t0_ns: int
+
+
+def _window(report: Report, steps: tuple[int, int] | None) -> tuple[int, int, list[Any]]:
+    """Host start and host end of the chosen steps, and the steps."""
+    chosen = list(report.steps)
+    if steps is not None:
+        lo, hi = steps
+        chosen = [s for s in chosen if lo <= s.step <= hi]
+    elif len(chosen) > 3:
+        chosen = chosen[:3]
+    if not chosen:
+        raise PlotError("no step in the chosen window: check --steps against the trace's steps")
+    return min(s.start_ns for s in chosen), max(s.end_ns for s in chosen), chosen
+
+
+def _trace_lanes(trace: Trace, report: Report, steps: tuple[int, int] | None) -> _Lanes:
+    from asynctrace.analysis.launches import link_launches
+    from asynctrace.analysis.steps import SYNC_KINDS
+
+    w0, w1, chosen = _window(report, steps)
+    ms = 1e-6
+    act = trace.activities
+    links = link_launches(trace)
+    matched = np.flatnonzero(links.matched)
+    launch = links.launch_start_ns[matched]
+    sel = matched[(launch >= w0) & (launch < w1)]
+    rt = trace.runtime
+    host: list[tuple[float, float, str]] = []
+    launch_rows = np.unique(links.launch_index[sel])
+    for i in launch_rows.tolist()[:_MAX_BARS]:
+        host.append(((rt.start_ns[i] - w0) * ms, rt.dur_ns[i] * ms, "launch"))
+    is_sync = np.isin(rt.kind, np.array([int(k) for k in SYNC_KINDS], dtype=np.uint8))
+    s_idx = np.flatnonzero(is_sync & (rt.start_ns < w1) & (rt.start_ns + rt.dur_ns > w0))
+    for i in s_idx.tolist()[:_MAX_BARS]:
+        host.append(((rt.start_ns[i] - w0) * ms, rt.dur_ns[i] * ms, "sync"))
+    device = [
+        ((act.start_ns[i] - w0) * ms, act.dur_ns[i] * ms) for i in sel.tolist()[:_MAX_BARS]
+    ]
+    step_arrows = sel[:: max(1, len(sel) // _MAX_ARROWS)][:_MAX_ARROWS]
+    arrows = [
+        ((links.launch_end_ns[i] - w0) * ms, (act.start_ns[i] - w0) * ms)
+        for i in step_arrows.tolist()
+    ]
+    spans = [((s.start_ns - w0) * ms, s.cpu_ns * ms, f"step {s.step}") for s in chosen]
+    return _Lanes(host, device, arrows, spans, w0)
+
+
+def _draw_lanes(ax: Any, lanes: _Lanes, *, title: str) -> None:
+    from matplotlib.patches import Patch
+
+    host_y, dev_y, h = 1.0, 0.0, 0.6
+    for x, wdt, label in lanes.steps:
+        ax.axvspan(x, x + wdt, color="#000000", alpha=0.04 if label[-1] in "02468" else 0.09)
+        ax.text(x, 1.45, label, fontsize=8, va="bottom", ha="left", clip_on=True)
+    for kind in ("data", "launch", "sync"):
+        bars = [(x, wd) for x, wd, k in lanes.host if k == kind]
+        if bars:
+            # the edge in the face colour keeps sub-pixel bars visible without widening them
+            c = COLORS[kind]
+            ax.broken_barh(bars, (host_y - h / 2, h), facecolors=c, edgecolors=c, linewidth=0.5)
+    if lanes.device:
+        c = COLORS["busy"]
+        ax.broken_barh(
+            lanes.device, (dev_y - h / 2, h), facecolors=c, edgecolors=c, linewidth=0.5
+        )
+    for hx, dx in lanes.arrows:
+        ax.annotate(
+            "",
+            xy=(dx, dev_y + h / 2),
+            xytext=(hx, host_y - h / 2),
+            arrowprops={"arrowstyle": "->", "color": COLORS["arrow"], "lw": 0.6, "alpha": 0.6},
+        )
+    ax.set_yticks([dev_y, host_y], ["device", "host"])
+    ax.set_ylim(-0.6, 1.8)
+    ax.set_xlabel("time (ms from the window's start)")
+    ax.set_title(title, fontsize=10)
+    has_data = any(k == "data" for _, _, k in lanes.host)
+    ax.legend(
+        handles=[
+            *([Patch(color=COLORS["data"], label="data wait (host)")] if has_data else []),
+            Patch(color=COLORS["launch"], label="launch / issue (host)"),
+            Patch(color=COLORS["sync"], label="sync stall (host waits)"),
+            Patch(color=COLORS["busy"], label="executing (device)"),
+        ],
+        loc="upper right",
+        fontsize=7,
+        ncols=4,
+    )
+
+
+def plot_timeline(
+    trace: Trace,
+    report: Report | None = None,
+    *,
+    steps: tuple[int, int] | None = None,
+    ax: Any = None,
+) -> Any:
+    """Host and device lanes of steps ``steps`` (inclusive; default the first three)."""
+    from asynctrace.analysis.report import analyze
+
+    report = report if report is not None else analyze(trace)
+    lanes = _trace_lanes(trace, report, steps)
+    fig = None
+    if ax is None:
+        fig = _figure(10, 3)
+        ax = fig.add_subplot()
+    _draw_lanes(ax, lanes, title=f"frontend (host) vs backend (device): {Path(trace.source).name}")
+    return fig if fig is not None else ax.figure
+
+
+# ------------------------------------------------------------------ per-step bars
+
+
+def _stacked(
+    ax: Any,
+    x: Any,
+    width: float,
+    parts: Sequence[tuple[str, str, Sequence[float]]],
+) -> None:
+    bottom = np.zeros(len(x))
+    for label, color, values in parts:
+        v = np.asarray(values, dtype=float)
+        ax.bar(x, v, width, bottom=bottom, color=color, label=label)
+        bottom += v
+
+
+def plot_step_bars(report: Report, *, ax: Any = None) -> Any:
+    """Per step: host bar (issuing, sync wait) and device bar (busy, idle), in ms."""
+    fig = None
+    if ax is None:
+        fig = _figure(10, 3)
+        ax = fig.add_subplot()
+    s = report.steps
+    if not s:
+        raise PlotError("the report has no steps to draw")
+    x = np.arange(len(s), dtype=float)
+    _stacked(
+        ax,
+        x - 0.2,
+        0.38,
+        [
+            ("host: issuing", COLORS["host"], [(t.cpu_ns - t.sync_wait_ns) / 1e6 for t in s]),
+            ("host: sync wait", COLORS["sync"], [t.sync_wait_ns / 1e6 for t in s]),
+        ],
+    )
+    _stacked(
+        ax,
+        x + 0.2,
+        0.38,
+        [
+            ("device: busy", COLORS["busy"], [t.gpu_busy_ns / 1e6 for t in s]),
+            ("device: idle", COLORS["idle"], [t.gpu_idle_ns / 1e6 for t in s]),
+        ],
+    )
+    _step_axis(ax, [t.step for t in s])
+    ax.set_ylabel("ms")
+    ax.set_title("per step: host time (left bar) and device window (right bar)", fontsize=10)
+    ax.legend(fontsize=7, ncols=4, loc="upper right")
+    return fig if fig is not None else ax.figure
+
+
+def _step_axis(ax: Any, numbers: Sequence[int]) -> None:
+    n = len(numbers)
+    stride = max(1, n // 20)
+    ticks = list(range(0, n, stride))
+    ax.set_xticks(ticks, [str(numbers[i]) for i in ticks])
+    ax.set_xlabel("step")
+
+
+def plot_run_ahead(report: Report, *, ax: Any = None) -> Any:
+    """Run-ahead (ms) per step, and the step's highest queue depth on a second axis."""
+    fig = None
+    if ax is None:
+        fig = _figure(10, 3)
+        ax = fig.add_subplot()
+    s = report.steps
+    if not s:
+        raise PlotError("the report has no steps to draw")
+    x = np.arange(len(s))
+    ra = [np.nan if t.run_ahead_ns is None else t.run_ahead_ns / 1e6 for t in s]
+    ax.plot(x, ra, marker="o", ms=3, color=COLORS["run_ahead"], label="run-ahead (ms)")
+    ax.axhline(0, color="#999999", lw=0.6)
+    ax.set_ylabel("run-ahead (ms)")
+    ax2 = ax.twinx()
+    ax2.step(x, [t.queue_max for t in s], where="mid", color=COLORS["queue"], label="queue max")
+    ax2.set_ylabel("queue depth (max in step)")
+    ax2.set_ylim(bottom=0)
+    _step_axis(ax, [t.step for t in s])
+    ax.set_title("device completion − host end of step, and queue depth", fontsize=10)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
+    return fig if fig is not None else ax.figure
+
+
+def overview_figure(
+    trace: Trace, report: Report | None = None, *, steps: tuple[int, int] | None = None
+) -> Any:
+    """The three pictures of a trace stacked in one figure."""
+    from asynctrace.analysis.report import analyze
+
+    report = report if report is not None else analyze(trace)
+    fig = _figure(11, 9)
+    a, b, c = fig.subplots(3, 1)
+    plot_timeline(trace, report, steps=steps, ax=a)
+    plot_step_bars(report, ax=b)
+    plot_run_ahead(report, ax=c)
+    return fig
+
+
+# ------------------------------------------------------------------ records
+
+
+def records_timeline(
+    records: Records, *, steps: tuple[int, int] | None = None, ax: Any = None
+) -> Any:
+    """Host and device lanes from a session's per-step records (steps as whole spans).
+
+    A step's device span ends at host end + run-ahead and lasts ``device_ns`` (the session's
+    figures); steps without device figures get no device span.
+    """
+    chosen = list(records.steps)
+    if steps is not None:
+        chosen = [s for s in chosen if steps[0] <= s.step <= steps[1]]
+    elif len(chosen) > 8:
+        chosen = chosen[:8]
+    if not chosen:
+        raise PlotError("no step in the chosen window")
+    t0 = chosen[0].start_ns
+    ms = 1e-6
+    host: list[tuple[float, float, str]] = []
+    device: list[tuple[float, float]] = []
+    arrows: list[tuple[float, float]] = []
+    spans: list[tuple[float, float, str]] = []
+    for s in chosen:
+        x = (s.start_ns - t0) * ms
+        issue = s.frontend_ns - s.sync_wait_ns - s.data_wait_ns
+        if s.data_wait_ns:
+            # session.steps() measures the wait for the batch at the start of the step
+            host.append((x, s.data_wait_ns * ms, "data"))
+        host.append((x + s.data_wait_ns * ms, issue * ms, "launch"))
+        if s.sync_wait_ns:
+            # where inside the step the waits fell is not recorded: drawn at the step's end
+            host.append((x + (s.frontend_ns - s.sync_wait_ns) * ms, s.sync_wait_ns * ms, "sync"))
+        spans.append((x, s.frontend_ns * ms, f"step {s.step}"))
+        if s.device_ns is not None and s.run_ahead_ns is not None:
+            d_end = s.start_ns + s.frontend_ns + s.run_ahead_ns
+            d_start = d_end - s.device_ns
+            device.append(((d_start - t0) * ms, s.device_ns * ms))
+            arrows.append((x, (d_start - t0) * ms))
+    lanes = _Lanes(host, device, arrows, spans, t0)
+    fig = None
+    if ax is None:
+        fig = _figure(10, 3)
+        ax = fig.add_subplot()
+    _draw_lanes(ax, lanes, title=f"frontend (host) vs backend (device): {records.header.name}")
+    return fig if fig is not None else ax.figure
+
+
+def records_step_bars(records: Records, *, ax: Any = None) -> Any:
+    """Per step: host bar (issuing, data wait, sync wait) and device bar (device time), in ms."""
+    fig = None
+    if ax is None:
+        fig = _figure(10, 3)
+        ax = fig.add_subplot()
+    s = records.steps
+    if not s:
+        raise PlotError("the records have no steps to draw")
+    x = np.arange(len(s), dtype=float)
+    _stacked(
+        ax,
+        x - 0.2,
+        0.38,
+        [
+            (
+                "host: issuing",
+                COLORS["host"],
+                [(t.frontend_ns - t.data_wait_ns - t.sync_wait_ns) / 1e6 for t in s],
+            ),
+            ("host: data wait", COLORS["data"], [t.data_wait_ns / 1e6 for t in s]),
+            ("host: sync wait", COLORS["sync"], [t.sync_wait_ns / 1e6 for t in s]),
+        ],
+    )
+    if any(t.device_ns is not None for t in s):
+        _stacked(
+            ax,
+            x + 0.2,
+            0.38,
+            [("device", COLORS["busy"], [(t.device_ns or 0) / 1e6 for t in s])],
+        )
+    _step_axis(ax, [t.step for t in s])
+    ax.set_ylabel("ms")
+    ax.set_title("per step: host (left bar) and device (right bar)", fontsize=10)
+    ax.legend(fontsize=7, ncols=4, loc="upper right")
+    return fig if fig is not None else ax.figure
+
+
+def records_run_ahead(records: Records, *, ax: Any = None) -> Any:
+    """Run-ahead (ms) per step, and steps in flight on a second axis."""
+    fig = None
+    if ax is None:
+        fig = _figure(10, 3)
+        ax = fig.add_subplot()
+    s = records.steps
+    if not s:
+        raise PlotError("the records have no steps to draw")
+    x = np.arange(len(s))
+    ra = [np.nan if t.run_ahead_ns is None else t.run_ahead_ns / 1e6 for t in s]
+    ax.plot(x, ra, marker="o", ms=3, color=COLORS["run_ahead"], label="run-ahead (ms)")
+    ax.axhline(0, color="#999999", lw=0.6)
+    ax.set_ylabel("run-ahead (ms)")
+    ax2 = ax.twinx()
+    ax2.step(x, [t.in_flight for t in s], where="mid", color=COLORS["queue"], label="in flight")
+    ax2.set_ylabel("steps in flight")
+    ax2.set_ylim(bottom=0)
+    _step_axis(ax, [t.step for t in s])
+    ax.set_title("run-ahead and steps in flight", fontsize=10)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
+    return fig if fig is not None else ax.figure
+
+
+def plot_records_overview(records: Records, *, steps: tuple[int, int] | None = None) -> Any:
+    """The three pictures of a session's records stacked in one figure."""
+    fig = _figure(11, 9)
+    a, b, c = fig.subplots(3, 1)
+    records_timeline(records, steps=steps, ax=a)
+    records_step_bars(records, ax=b)
+    records_run_ahead(records, ax=c)
+    return fig

@@ -1,0 +1,216 @@
+"""Capture overhead: a small CPU training step run bare, under asynctrace, under torch.profiler.
+
+    python benchmarks/overhead.py            # ~1 minute on 2 cores
+    python benchmarks/overhead.py --json out.json
+
+The step: an MLP of 8 Linear(64, 64)+ReLU layers, batch 32, SGD (about 0.5 ms on a desktop
+core). Three ways, interleaved in one process so drifts in machine load hit all of them alike:
+
+* ``bare``        — the loop as written;
+* ``asynctrace``  — ``asynctrace.trace(print_summary=False)`` with ``session.steps(...)`` and one
+  ``asynctrace.range("train_step")`` per step (records written to a temp folder);
+* ``profiler``    — ``torch.profiler.profile(activities=[CPU])`` with ``prof.step()`` per step.
+
+Each round runs every mode for ``--steps`` steps, in an order that rotates between rounds. The
+figure per mode is the median over rounds of (loop time / steps); the loop is timed inside the
+context (set-up and tear-down are reported separately). Ratios are to bare.
+
+It also measures what one range costs with no NVTX tool attached (ns per ``with range``), the
+fast push/pop the session uses per step, and ``record_function`` with no profiler running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import timeit
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+
+import asynctrace
+from asynctrace.capture import ranges
+
+__all__ = ["main"]
+
+
+def make_step() -> tuple[
+    Callable[[torch.Tensor, torch.Tensor], None], list[tuple[torch.Tensor, torch.Tensor]]
+]:
+    torch.manual_seed(0)
+    layers: list[torch.nn.Module] = []
+    for _ in range(8):
+        layers += [torch.nn.Linear(64, 64), torch.nn.ReLU()]
+    net = torch.nn.Sequential(*layers)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    loss_fn = torch.nn.MSELoss()
+    data = [(torch.randn(32, 64), torch.randn(32, 64)) for _ in range(16)]
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        opt.step()
+
+    return step, data
+
+
+def batches(data: list[Any], n: int) -> Iterator[Any]:
+    for i in range(n):
+        yield data[i % len(data)]
+
+
+def run_bare(step: Callable[..., None], data: list[Any], n: int, out: str) -> tuple[int, int]:
+    t0 = time.perf_counter_ns()
+    for x, y in batches(data, n):
+        step(x, y)
+    t1 = time.perf_counter_ns()
+    return t1 - t0, 0
+
+
+def run_asynctrace(step: Callable[..., None], data: list[Any], n: int, out: str) -> tuple[int, int]:
+    s0 = time.perf_counter_ns()
+    session = asynctrace.trace("overhead", dir=out, device="cpu", print_summary=False)
+    loop = 0
+    with session as s:
+        t0 = time.perf_counter_ns()
+        for x, y in s.steps(batches(data, n)):
+            with asynctrace.range("train_step"):
+                step(x, y)
+        loop = time.perf_counter_ns() - t0
+    return loop, time.perf_counter_ns() - s0 - loop
+
+
+def run_profiler(step: Callable[..., None], data: list[Any], n: int, out: str) -> tuple[int, int]:
+    from torch.profiler import ProfilerActivity, profile
+
+    s0 = time.perf_counter_ns()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter_ns()
+        for x, y in batches(data, n):
+            step(x, y)
+            prof.step()
+        loop = time.perf_counter_ns() - t0
+    return loop, time.perf_counter_ns() - s0 - loop
+
+
+MODES: dict[str, Callable[..., tuple[int, int]]] = {
+    "bare": run_bare,
+    "asynctrace": run_asynctrace,
+    "profiler": run_profiler,
+}
+
+
+def range_costs(number: int = 200_000, repeat: int = 7) -> dict[str, float]:
+    """ns per call, best of ``repeat`` (other processes can only add time)."""
+    rng = asynctrace.range
+
+    def with_range() -> None:
+        with rng("forward"):
+            pass
+
+    h = ranges._handle("step")
+
+    def push_pop() -> None:
+        ranges._push(h)
+        ranges._pop()
+
+    def record_function() -> None:
+        with torch.autograd.profiler.record_function("forward"):
+            pass
+
+    def empty() -> None:
+        with nullcontext():
+            pass
+
+    def best(fn: Callable[[], None], n: int = number) -> float:
+        return min(timeit.repeat(fn, number=n, repeat=repeat)) / n * 1e9
+
+    return {
+        "with asynctrace.range(name)": best(with_range),
+        "session step push+pop": best(push_pop),
+        "with record_function(name), no profiler": best(record_function, number // 10),
+        "with nullcontext() (Python floor)": best(empty),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--steps", type=int, default=400, help="steps per mode per round")
+    p.add_argument("--warmup", type=int, default=200)
+    p.add_argument("--json", default=None, help="also write the figures here")
+    args = p.parse_args(argv)
+
+    torch.set_num_threads(1)  # one intra-op thread: less noise from the other core's load
+    step, data = make_step()
+    out = tempfile.mkdtemp(prefix="asynctrace-overhead-")
+    for mode in MODES.values():  # warm every path once (lazy imports, allocator, profiler init)
+        mode(step, data, args.warmup, out)
+
+    per_step: dict[str, list[float]] = {m: [] for m in MODES}
+    setup: dict[str, list[int]] = {m: [] for m in MODES}
+    names = list(MODES)
+    t_start = time.perf_counter()
+    for r in range(args.rounds):
+        order = names[r % 3 :] + names[: r % 3]
+        if r % 2:
+            order.reverse()
+        for m in order:
+            loop_ns, other_ns = MODES[m](step, data, args.steps, out)
+            per_step[m].append(loop_ns / args.steps)
+            setup[m].append(other_ns)
+    wall = time.perf_counter() - t_start
+
+    med = {m: statistics.median(v) for m, v in per_step.items()}
+    costs = range_costs()
+    result: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.node()} {platform.machine()} {platform.processor() or ''}".strip(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "asynctrace": asynctrace.__version__,
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "rounds": args.rounds,
+        "steps_per_round": args.steps,
+        "median_step_us": {m: v / 1e3 for m, v in med.items()},
+        "ratio_to_bare": {m: med[m] / med["bare"] for m in MODES},
+        "per_round_step_us": {m: [x / 1e3 for x in v] for m, v in per_step.items()},
+        "median_setup_teardown_ms": {m: statistics.median(v) / 1e6 for m, v in setup.items()},
+        "range_cost_ns": costs,
+        "nvtx_tool_attached": ranges.nvtx_attached(),
+        "wall_s": wall,
+    }
+    print(f"{'mode':<12}{'median µs/step':>16}{'× bare':>9}{'set-up+tear-down ms':>22}")
+    for m in MODES:
+        print(
+            f"{m:<12}{result['median_step_us'][m]:>16.1f}{result['ratio_to_bare'][m]:>9.3f}"
+            f"{result['median_setup_teardown_ms'][m]:>22.1f}"
+        )
+    print(
+        f"({args.rounds} interleaved rounds × {args.steps} steps, {wall:.0f} s, "
+        f"load average {result['load_average']})"
+    )
+    print("cost per call, no NVTX tool attached" if not ranges.nvtx_attached() else "cost per call")
+    for k, v in costs.items():
+        print(f"  {k:<42}{v:>8.0f} ns")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""Ranks: rank-aware records files and the per-rank step table gathered to rank 0.
+
+The table is checked on hand-built steps with known answers, then end to end under a real
+``torchrun --nproc_per_node=2`` on CPU (gloo), against figures recomputed from each rank's own
+records file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from asynctrace.capture._distributed import (
+    format_rank_table,
+    rank_and_world,
+    rank_table,
+    rank_tag,
+    tail_steps,
+)
+from asynctrace.errors import AsyncTraceError
+from asynctrace.records import StepRecord, read_records
+
+
+def _steps(*frontend_ms: float, first: int = 0, device: bool = False) -> list[StepRecord]:
+    return [
+        StepRecord(
+            step=first + i,
+            start_ns=0,
+            frontend_ns=int(ms * 1e6),
+            device_ns=int(ms * 2e6) if device else None,
+        )
+        for i, ms in enumerate(frontend_ms)
+    ]
+
+
+def test_rank_table_known_answer() -> None:
+    table = rank_table(
+        {0: _steps(10, 12, 11), 1: _steps(14, 9, 11), 2: _steps(10, 10, 20, first=1)},
+        records_paths={0: "a", 1: "b"},
+    )
+    assert table.metric == "frontend_ns"
+    assert table.ranks == (0, 1, 2)
+    # only steps 1 and 2 are on every rank
+    assert [s.step for s in table.steps] == [1, 2]
+    s1, s2 = table.steps
+    assert s1.time_ns == (12_000_000, 9_000_000, 10_000_000)
+    assert (s1.slowest_rank, s1.fastest_rank, s1.skew_ns) == (0, 1, 3_000_000)
+    assert s2.time_ns == (11_000_000, 11_000_000, 10_000_000)
+    # a tie goes to the lowest rank
+    assert (s2.slowest_rank, s2.fastest_rank, s2.skew_ns) == (0, 2, 1_000_000)
+    assert table.median_skew_ns == 2_000_000
+    assert (table.max_skew_ns, table.max_skew_step) == (3_000_000, 1)
+    r0, r1, r2 = table.per_rank
+    assert (r0.steps, r0.median_ns, r0.slowest_count, r0.records_path) == (3, 11_000_000, 2, "a")
+    assert (r1.median_ns, r1.slowest_count, r1.records_path) == (11_000_000, 0, "b")
+    assert (r2.median_ns, r2.slowest_count, r2.records_path) == (10_000_000, 0, None)
+    js = table.to_json()
+    assert json.loads(json.dumps(js)) == js
+    text = format_rank_table(table)
+    assert "slowest" in text and "rank0" in text and "3.000" in text
+
+
+def test_rank_table_metrics() -> None:
+    per_rank = {0: _steps(1, 2, device=True), 1: _steps(3, 1, device=True)}
+    dev = rank_table(per_rank, metric="device")
+    assert dev.metric == "device_ns" and [s.skew_ns for s in dev.steps] == [4_000_000, 2_000_000]
+    assert rank_table(per_rank, metric="auto").metric == "device_ns"
+    mixed = {0: _steps(1, 2, device=True), 1: _steps(3, 1)}
+    assert rank_table(mixed, metric="auto").metric == "frontend_ns"
+    with pytest.raises(ValueError, match="metric"):
+        rank_table(per_rank, metric="gpu")  # type: ignore[arg-type]
+
+
+def test_rank_table_long_runs_show_the_worst_steps() -> None:
+    table = rank_table({0: _steps(*[1.0] * 50), 1: _steps(*[1.0 + i / 100 for i in range(50)])})
+    text = format_rank_table(table, max_rows=5)
+    assert "5 of 50 steps shown" in text
+    assert f"max {49 / 100 * 1e3 / 1e3:.3f} ms (step 49)" in text
+
+
+def test_rank_helpers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert rank_and_world() == (None, None)
+    assert rank_tag(None) == ""
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert rank_and_world() == (3, 4)
+    assert rank_tag(3) == ".rank3"
+
+
+def test_gather_outside_a_process_group_says_what_to_do() -> None:
+    from asynctrace.capture._distributed import gather_steps
+
+    with pytest.raises(AsyncTraceError, match="init_process_group"):
+        gather_steps(_steps(1))
+
+
+def test_tail_steps_is_bounded(tmp_path: Path) -> None:
+    from asynctrace.capture.session import trace
+
+    with trace("tail", dir=tmp_path, device="cpu", print_summary=False) as s:
+        for _ in range(30):
+            s.step()
+    assert s.records_path is not None
+    last = tail_steps(s.records_path, last_steps=7)
+    assert [r.step for r in last] == list(range(23, 30))
+    assert last == read_records(s.records_path).steps[-7:]
+
+
+WORKER = """
+import json, os, sys, time
+import torch
+import torch.distributed as dist
+import asynctrace
+from asynctrace.capture import _distributed
+
+out = sys.argv[1]
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+for run in range(2):  # two sessions with the same name: nothing may be overwritten
+    with asynctrace.trace("ddp", dir=out, device="cpu", print_summary=False) as s:
+        for i in range(6):
+            x = torch.randn(64, 64)
+            (x @ x).sum()
+            # rank 1 is the straggler: 30 ms a step more, far above scheduling noise
+            time.sleep(0.002 + (0.030 if rank == 1 else 0.0))
+            s.step()
+    table = _distributed.gather_records(s.records_path)
+    if rank == 0:
+        assert table is not None
+        print(_distributed.format_rank_table(table))
+        with open(os.path.join(out, f"table{run}.json"), "w") as f:
+            json.dump(table.to_json(), f)
+    else:
+        assert table is None
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks(tmp_path: Path) -> None:
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or shutil.which(
+        "torchrun"
+    )
+    if torchrun is None:
+        pytest.skip("torchrun not found next to this Python")
+    worker = tmp_path / "worker.py"
+    worker.write_text(textwrap.dedent(WORKER))
+    out = tmp_path / "traces"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [
+            torchrun,
+            "--nproc_per_node=2",
+            "--nnodes=1",
+            "--master_addr=127.0.0.1",
+            "--master_port=0",
+            str(worker),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    files = sorted(out.glob("*.records.jsonl"))
+    assert not list(out.glob("*.tmp"))
+    # 2 ranks x 2 sessions, every one its own file
+    assert len(files) == 4
+    by_rank: dict[int, list[Path]] = {0: [], 1: []}
+    for f in files:
+        rec = read_records(f)
+        assert rec.complete and rec.header.world_size == 2
+        assert rec.header.rank in (0, 1)
+        assert f".rank{rec.header.rank}." in f.name
+        by_rank[rec.header.rank].append(f)
+    assert len(by_rank[0]) == len(by_rank[1]) == 2
+
+    for run in range(2):
+        table = json.loads((out / f"table{run}.json").read_text())
+        assert table["ranks"] == [0, 1]
+        paths = [Path(p["records_path"]) for p in table["per_rank"]]
+        assert {p.name for p in paths} <= {f.name for f in files}
+        own = [read_records(p).steps for p in paths]
+        assert [s["step"] for s in table["steps"]] == list(range(6))
+        for row in table["steps"]:
+            i = row["step"]
+            fe = [own[0][i].frontend_ns, own[1][i].frontend_ns]
+            # the gathered table against each rank's own records, recomputed here
+            assert row["time_ns"] == fe
+            assert row["skew_ns"] == max(fe) - min(fe)
+            assert row["slowest_rank"] == 1
+            assert row["skew_ns"] > 20_000_000
+        assert table["per_rank"][1]["slowest_count"] == 6
+    assert "slowest" in proc.stdout
