@@ -2,8 +2,9 @@
 
 The session writes every step as it completes, so memory stays flat however long the run;
 records are batched and encoded a block at a time (``encode_lines``), one ``write(2)`` per
-block, which keeps the per-step cost to a list append and a fraction of a µs of encoding. The file is written as ``<final>.tmp`` and renamed into place by :meth:`finish`,
-so a file without the ``.tmp`` suffix is always complete.
+block, which keeps the per-step cost to a list append and a fraction of a µs of encoding.
+The file is written as ``<final>.tmp`` and renamed into place by :meth:`finish`, so a file
+without the ``.tmp`` suffix is always complete.
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ class FigureStats(msgspec.Struct, frozen=True, kw_only=True):
     count: int
     #: mean over every step of the session
     mean: float
-    #: median and 90th percentile (linear interpolation) over the last ``window_steps`` steps
+    #: median and nearest-rank 90th percentile (an observed value, as ``asynctrace report``
+    #: computes it) over the last ``window_steps`` steps
     median: float
     p90: float
     window_steps: int
@@ -151,14 +152,18 @@ _FIGURES: Final = (
 )
 
 
-def _quantile(sorted_values: Sequence[int], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default ``linear`` method)."""
+def _median(sorted_values: Sequence[int]) -> float:
     n = len(sorted_values)
-    pos = q * (n - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, n - 1)
-    frac = pos - lo
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+    mid = n // 2
+    if n % 2:
+        return float(sorted_values[mid])
+    return (sorted_values[mid - 1] + sorted_values[mid]) / 2
+
+
+def _p90(sorted_values: Sequence[int]) -> int:
+    """Nearest rank, like ``asynctrace report``: the value at 1-based rank ``ceil(0.9 n)``."""
+    n = len(sorted_values)
+    return sorted_values[max(-(-9 * n // 10), 1) - 1]
 
 
 class Session:
@@ -783,8 +788,8 @@ class Session:
             stats[attr] = FigureStats(
                 count=count,
                 mean=self._sums[i] / count,
-                median=_quantile(values, 0.5) if values else math.nan,
-                p90=_quantile(values, 0.9) if values else math.nan,
+                median=_median(values) if values else math.nan,
+                p90=_p90(values) if values else math.nan,
                 window_steps=len(values),
             )
         code, message, findings = self._verdict()

@@ -242,6 +242,9 @@ class _Hub:
                     targets = [d for d in hub.lint if not on_host or d.cpu_is_device]
                     if not lint_only and not on_host:
                         targets += hub.cuda
+                    if not targets:
+                        # nobody counts this read here: let the syncs inside it be seen
+                        return original(self, *args, **kwargs)
                     hub.emit(op, targets)
                     with hub.suppressed():
                         return original(self, *args, **kwargs)
@@ -365,6 +368,9 @@ def _make_lint_mode(hub: _Hub) -> Any:
     }
     mask_ops = {aten.index, aten.index_put_, aten.index_put, aten._index_put_impl_}
     mask_dtypes = (torch.bool, torch.uint8)
+    candidates = frozenset(
+        scalar_reads | shape_ops | mask_ops | {aten.repeat_interleave, aten._to_copy, aten.copy_}
+    )
 
     def is_mask_index(args: tuple[Any, ...]) -> bool:
         indices = args[1] if len(args) > 1 else ()
@@ -385,8 +391,9 @@ def _make_lint_mode(hub: _Hub) -> Any:
             kwargs: dict[str, Any] | None = None,
         ) -> Any:
             kwargs = kwargs or {}
-            if hub.depth() == 0:
-                packet = func.overloadpacket
+            packet = func.overloadpacket
+            # most ops are none of ours: one set look-up before anything else
+            if packet in candidates and hub.depth() == 0:
                 flagged = (
                     packet in scalar_reads
                     or packet in shape_ops

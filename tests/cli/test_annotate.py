@@ -1,0 +1,63 @@
+"""``asynctrace annotate``: real and hand-built traces, checked by the strict validator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from asynctrace.analysis.report import analyze
+from asynctrace.cli import main
+from asynctrace.trace.load import load
+from tests.conftest import shared_trace
+from tests.export._trace_event_validator import load_events, tb_profiler_problems, validate
+
+REAL = [
+    "hta_a100_event_sync.json.gz",
+    "hta_v100_ns_resolution_rank0.json.gz",
+    "kineto_2021_resnet50_barelist.json.gz",
+    "tracelens_h100_bert_small_with_stack.json.gz",
+    "hta_cpu_only_rank34.json.gz",
+]
+
+
+@pytest.mark.real_traces
+@pytest.mark.parametrize("name", REAL)
+def test_annotate_real_trace(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = shared_trace("kineto", name)
+    out = tmp_path / "out.json.gz"
+    assert main(["annotate", str(src), "-o", str(out)]) == 0
+    assert str(out) in capsys.readouterr().out
+    events, doc = load_events(out)
+    original, _ = load_events(src)
+    assert events[: len(original)] == original
+    overlay = events[len(original) :]
+    assert validate(overlay) == []
+    assert tb_profiler_problems(overlay) == []
+    # nothing the overlay adds makes the whole file less valid than the original was
+    assert len(validate(events, doc=doc, strict_ids=False)) == len(
+        validate(original, strict_ids=False)
+    )
+    # the overlay's host spans sit exactly on the trace's own step ranges
+    report = analyze(load(src))
+    host = [e for e in overlay if e["ph"] == "X" and e["tid"] == 1]
+    assert len(host) == len(report.steps)
+    steps = [
+        e for e in original
+        if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")
+    ]  # fmt: skip
+    if steps:
+        assert [round(e["ts"], 3) for e in host] == [round(float(e["ts"]), 3) for e in steps]
+    syncs = [e for e in overlay if e["ph"] == "i"]
+    assert len(syncs) == report.syncs.count
+
+
+def test_annotate_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps({"nodes": []}))
+    assert main(["annotate", str(bad), "-o", str(tmp_path / "o.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("asynctrace annotate: error:")
+    assert main(["annotate", str(bad), "-o", str(bad)]) == 2

@@ -1,0 +1,106 @@
+"""``asynctrace compare``: deltas, verdict changes and the noise test, on known inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from asynctrace.analysis.compare import compare_values, mann_whitney_p
+from asynctrace.cli import main
+from tests.conftest import shared_trace
+from tests.export._records import make_steps, write_records_file
+
+
+def test_mann_whitney_matches_the_textbook_value() -> None:
+    # scipy.stats.mannwhitneyu([1,2,3],[4,5,6], method="asymptotic") -> 0.08085559837005...
+    assert mann_whitney_p([1, 2, 3], [4, 5, 6]) == pytest.approx(0.0808555983700523, rel=1e-12)
+    assert mann_whitney_p([5, 5, 5], [5, 5, 5]) == 1.0
+    # with ties: z = (|U − n1 n2/2| − ½)/σ, σ² = n1 n2/12 · ((n+1) − Σ(t³−t)/(n(n−1)))
+    import math
+
+    a, b = [1, 2, 2, 3], [2, 3, 4, 4, 5]
+    u1 = sum((x > y) + 0.5 * (x == y) for x in a for y in b)
+    ties = [1, 3, 2, 2, 1]  # 1, 2×3, 3×2, 4×2, 5
+    n1, n2, n = 4, 5, 9
+    var = n1 * n2 / 12 * ((n + 1) - sum(t**3 - t for t in ties) / (n * (n - 1)))
+    z = (abs(u1 - n1 * n2 / 2) - 0.5) / math.sqrt(var)
+    assert mann_whitney_p(a, b) == pytest.approx(math.erfc(z / math.sqrt(2)), rel=1e-12)
+
+
+def test_noise_rules() -> None:
+    base = [10.0, 10.2, 9.8] * 10
+    assert compare_values("x", "ms", base, [v * 0.7 for v in base]).change == "improvement"
+    assert compare_values("x", "ms", base, [v * 1.3 for v in base]).change == "regression"
+    assert compare_values("x", "ms", base, list(base)).change == "same"
+    # significant but below the 2 % effect floor
+    assert compare_values("x", "ms", base, [v * 1.01 for v in base]).change == "same"
+    assert compare_values("x", "ms", base[:3], base[:3]).change == "too few steps"
+    assert compare_values("x", "ms", base, [v * 2 for v in base], better=None).change == "changed"
+    assert compare_values("x", "ms", [], base).change == "n/a"
+
+
+def _pair(tmp_path: Path) -> tuple[Path, Path]:
+    a = write_records_file(
+        tmp_path / "a.records.jsonl",
+        make_steps(30, frontend_ns=10_000_000, jitter_ns=300_000, sync_count=1,
+                   sync_wait_ns=4_000_000, run_ahead_ns=0, in_flight=0),
+    )  # fmt: skip
+    b = write_records_file(
+        tmp_path / "b.records.jsonl",
+        make_steps(30, frontend_ns=7_000_000, jitter_ns=300_000, run_ahead_ns=5_000_000,
+                   in_flight=2),
+    )  # fmt: skip
+    return a, b
+
+
+def test_compare_records_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = _pair(tmp_path)
+    assert main(["compare", str(a), str(b), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["kind"] == "records"
+    assert out["outcome"] == "improvement"
+    fig = {f["figure"]: f for f in out["figures"]}
+    assert fig["step time"]["a_median"] == 10.0
+    assert fig["step time"]["b_median"] == 7.0
+    assert fig["step time"]["delta"] == pytest.approx(-3.0)
+    assert fig["step time"]["delta_pct"] == pytest.approx(-30.0)
+    assert fig["syncs per step"]["change"] == "improvement"
+    assert fig["sync wait"]["b_median"] == 0.0
+    assert fig["run-ahead"]["change"] == "changed"
+    assert fig["device"]["change"] == "same"
+    assert "Mann-Whitney" in out["noise"]
+    # B vs A is the mirror image
+    assert main(["compare", str(b), str(a), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["outcome"] == "regression"
+
+
+def test_compare_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = _pair(tmp_path)
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "B is: improvement (step time)" in out
+    assert "noise: two-sided Mann-Whitney U" in out
+
+
+@pytest.mark.real_traces
+def test_compare_traces_and_saved_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = shared_trace("kineto", "hta_v100_ns_resolution_rank0.json.gz")
+    assert main(["report", str(a), "--json"]) == 0
+    saved = tmp_path / "a.report.json"
+    saved.write_text(capsys.readouterr().out)
+    assert main(["compare", str(saved), str(a), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["kind"] == "report"
+    assert out["outcome"] == "same"
+    assert all(f["delta"] in (0, None) for f in out["figures"])
+    assert out["verdict_changed"] is False
+
+
+def test_mixed_kinds_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, _ = _pair(tmp_path)
+    t = tmp_path / "t.json"
+    t.write_text('{"traceEvents": []}')
+    assert main(["compare", str(a), str(t)]) == 2
+    assert "cannot compare" in capsys.readouterr().err
