@@ -232,7 +232,7 @@ def run_statements(
                 device_done_ns=dev.executed_at_ns(ev) - origin,
             )
         )
-    title = "as in the book" if not queue_matmuls else f"with {queue_matmuls} matmuls queued first"
+    title = "as in the book" if not queue_matmuls else f"with {queue_matmuls} matmuls issued first"
     return StatementsResult(
         title=title, statements=rows, print_ns=print_ns, print_again_ns=again_ns, printed=printed
     )

@@ -206,16 +206,22 @@ def main(argv: list[str] | None = None) -> int:
     loops_dir = out / "loops"
     loops_dir.mkdir(exist_ok=True)
     width, batch, nsteps = (4096, 2048, 30) if on_gpu else (128, 64, 5)
-    synced = loop_figures(
-        run_loop(
-            dev, tdev, synchronized=True, steps=nsteps, out=loops_dir, batch=batch, width=width
+    loops = {
+        sync: loop_figures(
+            run_loop(
+                dev,
+                tdev,
+                synchronized=sync,
+                steps=nsteps,
+                out=loops_dir,
+                batch=batch,
+                width=width,
+                name="gpu-synced" if sync else "gpu-unsynced",
+            )
         )
-    )
-    unsynced = loop_figures(
-        run_loop(
-            dev, tdev, synchronized=False, steps=nsteps, out=loops_dir, batch=batch, width=width
-        )
-    )
+        for sync in (True, False)
+    }
+    synced, unsynced = loops[True], loops[False]
     for lp in (synced, unsynced):
         print(
             f"loop {lp['name']}: frontend {lp['median_frontend_us']:.1f} µs, device "

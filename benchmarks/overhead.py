@@ -9,11 +9,13 @@ core). Three ways, interleaved in one process so drifts in machine load hit all 
 * ``bare``        — the loop as written;
 * ``asynctrace``  — ``asynctrace.trace(print_summary=False)`` with ``session.steps(...)`` and one
   ``asynctrace.range("train_step")`` per step (records written to a temp folder);
-* ``profiler``    — ``torch.profiler.profile(activities=[CPU])`` with ``prof.step()`` per step.
+* ``profiler``    — ``torch.profiler.profile(activities=[CPU])`` with ``prof.step()`` per step;
+* ``bare again``  — the bare loop once more: its ratio to bare is the noise floor.
 
 Each round runs every mode for ``--steps`` steps, in an order that rotates between rounds. The
 figure per mode is the median over rounds of (loop time / steps); the loop is timed inside the
-context (set-up and tear-down are reported separately). Ratios are to bare.
+context (set-up and tear-down are reported separately). Ratios to bare: of the medians, the
+median of per-round (paired) ratios, and of the minima.
 
 It also measures what one range costs with no NVTX tool attached (ns per ``with range``), the
 fast push/pop the session uses per step, and ``record_function`` with no profiler running.
@@ -105,6 +107,8 @@ def run_profiler(step: Callable[..., None], data: list[Any], n: int, out: str) -
 
 MODES: dict[str, Callable[..., tuple[int, int]]] = {
     "bare": run_bare,
+    # the same loop again: its ratio to bare is the noise floor of the measurement
+    "bare again": run_bare,
     "asynctrace": run_asynctrace,
     "profiler": run_profiler,
 }
@@ -183,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     names = list(MODES)
     t_start = time.perf_counter()
     for r in range(args.rounds):
-        order = names[r % 3 :] + names[: r % 3]
+        order = names[r % len(names) :] + names[: r % len(names)]
         if r % 2:
             order.reverse()
         for m in order:
@@ -219,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         "per_round_step_us": {m: [x / 1e3 for x in v] for m, v in per_step.items()},
         "median_setup_teardown_ms": {m: statistics.median(v) / 1e6 for m, v in setup.items()},
         "range_cost_ns": costs,
+        # the per-step cost measured on an empty step, over the bare step time
+        "implied_ratio_from_step_cost": 1
+        + costs["asynctrace step + range, empty body"] / med["bare"],
         "nvtx_tool_attached": ranges.nvtx_attached(),
         "wall_s": wall,
     }
@@ -238,6 +245,10 @@ def main(argv: list[str] | None = None) -> int:
     print("cost per call, no NVTX tool attached" if not ranges.nvtx_attached() else "cost per call")
     for k, v in costs.items():
         print(f"  {k:<42}{v:>8.0f} ns")
+    print(
+        f"implied asynctrace ratio: 1 + {costs['asynctrace step + range, empty body']:.0f} ns / "
+        f"{med['bare']:.0f} ns = {result['implied_ratio_from_step_cost']:.4f}"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

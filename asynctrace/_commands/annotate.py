@@ -33,7 +33,9 @@ def run(args: argparse.Namespace) -> int:
     src = Path(args.trace)
     out = Path(args.output)
     if src.resolve() == out.resolve():
-        raise TraceFormatError(str(out), "OUT is TRACE: choose another file for the annotated trace")
+        raise TraceFormatError(
+            str(out), "OUT is TRACE: choose another file for the annotated trace"
+        )
     if src.suffix == ".sqlite":
         raise TraceFormatError(
             str(src), "annotate writes Chrome traces; give it a Kineto/Chrome trace, not nsys"

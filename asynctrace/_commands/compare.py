@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 from rich.console import Console
@@ -16,6 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from asynctrace.errors import TraceFormatError
+
+if TYPE_CHECKING:
+    from asynctrace.analysis.report import Report
 from asynctrace.records import RECORDS_SUFFIX
 
 __all__ = ["add_arguments", "run"]
@@ -48,7 +52,7 @@ def _kind(path: Path) -> str:
     return "trace"
 
 
-def _report(path: Path, kind: str) -> object:
+def _report(path: Path, kind: str) -> Report:
     from asynctrace.analysis.report import Report, analyze
 
     if kind == "report":
@@ -76,11 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
         comparison = compare_records(read_records(pa), read_records(pb), **opts)
     else:
-        from asynctrace.analysis.report import Report
-
-        ra, rb = _report(pa, ka), _report(pb, kb)
-        assert isinstance(ra, Report) and isinstance(rb, Report)
-        comparison = compare_reports(ra, rb, **opts)
+        comparison = compare_reports(_report(pa, ka), _report(pb, kb), **opts)
 
     if args.json:
         data = msgspec.json.format(msgspec.json.encode(comparison), indent=2)

@@ -235,7 +235,7 @@ def make_profiler(
     run: str,
     on_trace: Callable[[Path], None] | None = None,
 ) -> DeepProfiler | None:
-    """What the session builds from its ``profile=`` argument: None, True (defaults) or a Profile."""
+    """The session's deep mode from ``profile=``: None, True (the defaults) or a Profile."""
     if profile is None or profile is False:
         return None
     options = Profile() if profile is True else profile

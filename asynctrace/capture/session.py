@@ -259,6 +259,7 @@ class Session:
         self._sites: dict[str, list[Any]] = {}
         self._sites_dropped = 0
         self._notes: list[str] = []
+        self._final_verdict: tuple[str, str, list[str]] | None = None
         self._error: str | None = None
         self._writer: RecordsWriter | None = None
         self._write_error: str | None = None
@@ -305,6 +306,7 @@ class Session:
             self._t0 = self._now()
             self._open_step(self._t0, self._record() if self._async else None)
         except BaseException:
+            self._discard_open()
             self._active = False
             self._restore_globals()
             if self._writer is not None:
@@ -328,9 +330,23 @@ class Session:
         self._wall_ns = end_ns - self._t0
         if exc is not None:
             self._error = f"{type(exc).__name__}: {exc}"
-        self._drain()
-        self._finish_writer(raising=exc is None)
-        self._report = self._build_report()
+        try:
+            self._drain()
+            self._finish_writer(raising=exc is None)
+            self._report = self._build_report()
+        except Exception as e:
+            if self._writer is not None:
+                self._writer.abort()
+                self._writer = None
+            if exc is None:
+                raise
+            # never mask the user's exception with one of ours
+            warnings.warn(
+                f"asynctrace could not finish the session after {type(exc).__name__}: {e}",
+                AsyncTraceWarning,
+                stacklevel=2,
+            )
+            return
         if self.print_summary and exc is None:
             print_report(self._report)
 

@@ -25,6 +25,7 @@ annotating a large trace costs little more than copying it.
 from __future__ import annotations
 
 import gzip
+import io
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -287,27 +288,13 @@ def _read_bytes(path: Path) -> bytes:
         raise TraceFormatError(str(path), f"cannot read: {e.strerror or e}") from None
     if data[:2] == b"\x1f\x8b":
         try:
-            with gzip.GzipFile(fileobj=_BytesReader(data)) as f:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
                 data = f.read(_MAX_INFLATED + 1)
         except (OSError, EOFError) as e:
             raise TraceFormatError(str(path), f"corrupt gzip ({e})") from None
         if len(data) > _MAX_INFLATED:
             raise TraceFormatError(str(path), "inflates beyond 8 GiB; refusing to annotate it")
     return data
-
-
-class _BytesReader:
-    """The minimal file object GzipFile needs, without copying ``data``."""
-
-    def __init__(self, data: bytes) -> None:
-        self._view = memoryview(data)
-        self._pos = 0
-
-    def read(self, n: int = -1) -> bytes:
-        end = len(self._view) if n < 0 else min(len(self._view), self._pos + n)
-        out = bytes(self._view[self._pos : end])
-        self._pos = end
-        return out
 
 
 def write_trace(path: str | os.PathLike[str], doc: Any) -> Path:
@@ -355,5 +342,7 @@ def annotate_file(
             raise TraceFormatError(str(src_p), f"traceEvents is not an array ({e})") from None
         doc = {**top, "traceEvents": events}
     pid = _free_pid(events)
-    events.extend(msgspec.Raw(msgspec.json.encode(e)) for e in overlay_events(trace, report, pid=pid))
+    events.extend(
+        msgspec.Raw(msgspec.json.encode(e)) for e in overlay_events(trace, report, pid=pid)
+    )
     return write_trace(dst, doc)

@@ -85,7 +85,8 @@ def summary_markdown(records: Records) -> str:
         f"{'asynchronous' if h.asynchronous else 'synchronous'}), host {_md(h.host)}, "
         f"pid {h.pid}" + (f", rank {h.rank}" if h.rank is not None else ""),
         "",
-        f"steps recorded: {len(records.steps)}" + ("" if records.complete else " (incomplete file)"),
+        f"steps recorded: {len(records.steps)}"
+        + ("" if records.complete else " (incomplete file)"),
     ]
     s = records.summary
     if s is not None:

@@ -71,7 +71,7 @@ def _svg(fig: Any) -> str:
 
 def _page(title: str, body: str) -> str:
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>{body}"
         '<p class="meta">written by asynctrace; self-contained: no scripts, nothing loaded '
@@ -81,7 +81,9 @@ def _page(title: str, body: str) -> str:
 
 def report_html(report: Report, *, trace: Trace | None = None, max_steps: int = 200) -> str:
     """The page for one trace's report; with ``trace``, the plots too."""
-    return _page(f"asynctrace: {Path(report.trace.source).name}", _report_body(report, trace, max_steps))
+    return _page(
+        f"asynctrace: {Path(report.trace.source).name}", _report_body(report, trace, max_steps)
+    )
 
 
 def _report_body(report: Report, trace: Trace | None, max_steps: int) -> str:
@@ -104,18 +106,33 @@ def _report_body(report: Report, trace: Trace | None, max_steps: int) -> str:
         f"<h2>Steps ({len(report.steps)}, from {_e(report.step_source)})</h2>",
         _table(
             [
-                "step", "cpu ms", "device ms", "gpu busy ms", "gpu idle ms", "sync wait ms",
-                "syncs", "run-ahead ms", "queue max", "in flight",
+                "step",
+                "cpu ms",
+                "device ms",
+                "gpu busy ms",
+                "gpu idle ms",
+                "sync wait ms",
+                "syncs",
+                "run-ahead ms",
+                "queue max",
+                "in flight",
             ],
             (
                 (
-                    s.step, _ms(s.cpu_ns), _ms(s.device_ns), _ms(s.gpu_busy_ns),
-                    _ms(s.gpu_idle_ns), _ms(s.sync_wait_ns), s.sync_count,
-                    _ms(s.run_ahead_ns), s.queue_max, s.in_flight_steps,
+                    s.step,
+                    _ms(s.cpu_ns),
+                    _ms(s.device_ns),
+                    _ms(s.gpu_busy_ns),
+                    _ms(s.gpu_idle_ns),
+                    _ms(s.sync_wait_ns),
+                    s.sync_count,
+                    _ms(s.run_ahead_ns),
+                    s.queue_max,
+                    s.in_flight_steps,
                 )
                 for s in steps
             ),
-        ),  # fmt: skip
+        ),
     ]
     if len(report.steps) > max_steps:
         parts.append(f'<p class="meta">first {max_steps} steps shown</p>')
@@ -199,11 +216,16 @@ def _records_body(summary: RecordsSummary, records: Records | None) -> str:
         _table(
             ["figure", "steps", "mean", "median", "p90"],
             (
-                (name.removesuffix("_ns") + (" (ms)" if name.endswith("_ns") else ""), f.n,
-                 fmt(name, f.mean), fmt(name, f.median), fmt(name, f.p90))
+                (
+                    name.removesuffix("_ns") + (" (ms)" if name.endswith("_ns") else ""),
+                    f.n,
+                    fmt(name, f.mean),
+                    fmt(name, f.median),
+                    fmt(name, f.p90),
+                )
                 for name, f in summary.figures.items()
             ),
-        ),  # fmt: skip
+        ),
         "<h2>Sync sites</h2>",
         _table(
             ["site", "op", "count", "wait ms", "steps"],

@@ -148,9 +148,7 @@ def _trace_lanes(trace: Trace, report: Report, steps: tuple[int, int] | None) ->
     s_idx = np.flatnonzero(is_sync & (rt.start_ns < w1) & (rt.start_ns + rt.dur_ns > w0))
     for i in s_idx.tolist()[:_MAX_BARS]:
         host.append(((rt.start_ns[i] - w0) * ms, rt.dur_ns[i] * ms, "sync"))
-    device = [
-        ((act.start_ns[i] - w0) * ms, act.dur_ns[i] * ms) for i in sel.tolist()[:_MAX_BARS]
-    ]
+    device = [((act.start_ns[i] - w0) * ms, act.dur_ns[i] * ms) for i in sel.tolist()[:_MAX_BARS]]
     step_arrows = sel[:: max(1, len(sel) // _MAX_ARROWS)][:_MAX_ARROWS]
     arrows = [
         ((links.launch_end_ns[i] - w0) * ms, (act.start_ns[i] - w0) * ms)
@@ -175,9 +173,7 @@ def _draw_lanes(ax: Any, lanes: _Lanes, *, title: str) -> None:
             ax.broken_barh(bars, (host_y - h / 2, h), facecolors=c, edgecolors=c, linewidth=0.5)
     if lanes.device:
         c = COLORS["busy"]
-        ax.broken_barh(
-            lanes.device, (dev_y - h / 2, h), facecolors=c, edgecolors=c, linewidth=0.5
-        )
+        ax.broken_barh(lanes.device, (dev_y - h / 2, h), facecolors=c, edgecolors=c, linewidth=0.5)
     for hx, dx in lanes.arrows:
         ax.annotate(
             "",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -64,13 +65,16 @@ def test_rank_table_known_answer() -> None:
     js = table.to_json()
     assert json.loads(json.dumps(js)) == js
     text = format_rank_table(table)
-    assert "slowest" in text and "rank0" in text and "3.000" in text
+    assert "slowest" in text
+    assert "rank0" in text
+    assert "3.000" in text
 
 
 def test_rank_table_metrics() -> None:
     per_rank = {0: _steps(1, 2, device=True), 1: _steps(3, 1, device=True)}
     dev = rank_table(per_rank, metric="device")
-    assert dev.metric == "device_ns" and [s.skew_ns for s in dev.steps] == [4_000_000, 2_000_000]
+    assert dev.metric == "device_ns"
+    assert [s.skew_ns for s in dev.steps] == [4_000_000, 2_000_000]
     assert rank_table(per_rank, metric="auto").metric == "device_ns"
     mixed = {0: _steps(1, 2, device=True), 1: _steps(3, 1)}
     assert rank_table(mixed, metric="auto").metric == "frontend_ns"
@@ -157,22 +161,22 @@ def test_torchrun_two_ranks(tmp_path: Path) -> None:
     worker.write_text(textwrap.dedent(WORKER))
     out = tmp_path / "traces"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [
-            torchrun,
-            "--nproc_per_node=2",
-            "--nnodes=1",
-            "--master_addr=127.0.0.1",
-            "--master_port=0",
-            str(worker),
-            str(out),
-        ],
-        capture_output=True,
+    # its own session, so a hang can be ended with every worker torchrun started
+    proc = subprocess.Popen(
+        [torchrun, "--standalone", "--nproc_per_node=2", str(worker), str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=240,
         env=env,
+        start_new_session=True,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    try:
+        stdout, _ = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, _ = proc.communicate()
+        pytest.fail(f"torchrun hung:\n{stdout}")
+    assert proc.returncode == 0, stdout
 
     files = sorted(out.glob("*.records.jsonl"))
     assert not list(out.glob("*.tmp"))
@@ -181,7 +185,8 @@ def test_torchrun_two_ranks(tmp_path: Path) -> None:
     by_rank: dict[int, list[Path]] = {0: [], 1: []}
     for f in files:
         rec = read_records(f)
-        assert rec.complete and rec.header.world_size == 2
+        assert rec.complete
+        assert rec.header.world_size == 2
         assert rec.header.rank in (0, 1)
         assert f".rank{rec.header.rank}." in f.name
         by_rank[rec.header.rank].append(f)
@@ -203,4 +208,4 @@ def test_torchrun_two_ranks(tmp_path: Path) -> None:
             assert row["slowest_rank"] == 1
             assert row["skew_ns"] > 20_000_000
         assert table["per_rank"][1]["slowest_count"] == 6
-    assert "slowest" in proc.stdout
+    assert "slowest" in stdout

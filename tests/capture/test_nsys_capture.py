@@ -61,13 +61,17 @@ def test_steps_never_reached_call_nothing() -> None:
     assert calls == []
 
 
+def _run_twice(cap: NsysCapture, n_steps: int) -> None:
+    for step in range(n_steps):
+        cap.on_step_start(step)
+        cap.on_step_start(step)
+    cap.close()
+
+
 def test_cpu_is_a_noop_with_one_warning() -> None:
     cap, calls = _recording(range(2, 4), kind="cpu")
     with pytest.warns(AsyncTraceWarning, match="no CUDA/ROCm device") as record:
-        for step in range(6):
-            cap.on_step_start(step)
-            cap.on_step_start(step)
-        cap.close()
+        _run_twice(cap, 6)
     assert len(record) == 1
     assert calls == []
     assert not cap.enabled

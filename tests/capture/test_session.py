@@ -793,3 +793,45 @@ def test_summary_statistics_by_hand(tmp_path: Path) -> None:
     r = s.summary().frontend_ns
     assert r is not None
     assert (r.count, r.mean, r.median, r.p90, r.window_steps) == (10, 55.0, 55.0, 90, 10)
+
+
+def test_lint_mode_counts_real_syncs_per_step(tmp_path: Path) -> None:
+    x = torch.randn(8, 4)
+    w = torch.randn(4, 1, requires_grad=True)
+    with trace(dir=tmp_path, device="cpu", detect_syncs="lint", print_summary=False) as s:
+        for i in range(4):
+            loss = (x @ w).square().mean()
+            loss.backward()
+            if i % 2 == 0:
+                loss.item()  # a sync on an accelerator: the lint flags it on CPU too
+            s.step()
+    rec = read_records(s.records_path)  # type: ignore[arg-type]
+    assert [r.sync_count > 0 for r in rec.steps] == [True, False, True, False]
+    assert len(rec.syncs) == 1
+    assert (
+        rec.syncs[0].site.startswith("test_session.py:") or "test_session.py" in rec.syncs[0].site
+    )
+    assert rec.syncs[0].steps == 2
+
+
+def test_a_failure_while_finishing_never_masks_the_users_exception(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock(T0)
+    s = session(tmp_path, FakeDevice(clock))
+
+    def broken_drain() -> None:
+        raise RuntimeError("drain broke")
+
+    monkeypatch.setattr(s, "_drain", broken_drain)
+
+    def train() -> None:
+        with s:
+            raise KeyError("user")
+
+    with (
+        pytest.warns(AsyncTraceWarning, match="could not finish the session after KeyError"),
+        pytest.raises(KeyError, match="user"),
+    ):
+        train()
+    assert current_session() is None

@@ -85,7 +85,9 @@ def test_compare_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 
 @pytest.mark.real_traces
-def test_compare_traces_and_saved_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_compare_traces_and_saved_reports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     a = shared_trace("kineto", "hta_v100_ns_resolution_rank0.json.gz")
     assert main(["report", str(a), "--json"]) == 0
     saved = tmp_path / "a.report.json"

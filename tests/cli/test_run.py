@@ -64,7 +64,8 @@ def test_runs_the_script_as_main_with_a_step_per_optimizer_step(
     status = main(["run", "--dir", str(d), "--device", "cpu", str(script), str(out), "5"])
     assert status == 0
     assert sys.argv == argv_before
-    assert current_session() is None and ranges.open_ranges() == 0
+    assert current_session() is None
+    assert ranges.open_ranges() == 0
     seen = json.loads(out.read_text())
     assert seen["name"] == "__main__"
     assert seen["argv"] == [str(script), str(out), "5"]
@@ -73,7 +74,8 @@ def test_runs_the_script_as_main_with_a_step_per_optimizer_step(
     assert "script done" in stdout
     assert "asynctrace train: 5 steps" in stdout
     rec = read_records(_records(d))
-    assert rec.header.name == "train" and rec.complete
+    assert rec.header.name == "train"
+    assert rec.complete
     assert [s.step for s in rec.steps] == [0, 1, 2, 3, 4]
     # step 0 runs from the session's start to the first optimizer.step(); each later step from
     # one optimizer.step() to the next, which the script timed itself
@@ -95,7 +97,9 @@ def test_keeps_the_scripts_exit_status(
     assert "asynctrace train: 2 steps" in captured.out
     assert "status 3" in captured.err
     rec = read_records(_records(d))
-    assert len(rec.steps) == 2 and rec.summary is not None and rec.summary.error is None
+    assert len(rec.steps) == 2
+    assert rec.summary is not None
+    assert rec.summary.error is None
 
 
 def test_a_failing_script_exits_1_and_its_session_records_the_error(
@@ -109,7 +113,8 @@ def test_a_failing_script_exits_1_and_its_session_records_the_error(
     assert "asynctrace train: 3 steps" in captured.out
     rec = read_records(_records(d))
     assert len(rec.steps) == 3
-    assert rec.summary is not None and rec.summary.error == "ValueError: script failed"
+    assert rec.summary is not None
+    assert rec.summary.error == "ValueError: script failed"
     assert current_session() is None
 
 
@@ -118,7 +123,8 @@ def test_json_summary(tmp_path: Path, script: Path, capsys: pytest.CaptureFixtur
     assert main([*args, str(script), str(tmp_path / "o"), "4"]) == 0
     captured = capsys.readouterr()
     report = SessionReport.from_json(captured.out)
-    assert report.name == "j" and report.steps == 4
+    assert report.name == "j"
+    assert report.steps == 4
     assert "script done" in captured.err  # the script's prints keep stdout clean
 
 

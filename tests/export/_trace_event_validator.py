@@ -121,10 +121,9 @@ def validate(
                 err(f"{key} {v!r} is not an integer")
             elif not (_is_int(v) or isinstance(v, str)):
                 err(f"{key} {v!r} is neither an integer nor a string")
-        if ph != "M":
-            if not _is_num(e.get("ts")):
-                err(f"ts {e.get('ts')!r} is not a finite number")
-                continue
+        if ph != "M" and not _is_num(e.get("ts")):
+            err(f"ts {e.get('ts')!r} is not a finite number")
+            continue
         ts = float(e.get("ts", 0))
         thread = (e.get("pid"), e.get("tid"))
         if ph == "X":

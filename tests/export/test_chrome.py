@@ -1,4 +1,4 @@
-"""The annotated Chrome trace: hand-built traces with known answers, checked by the strict validator."""
+"""The annotated Chrome trace: hand-built traces with known answers, strictly validated."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TensorBoard scalars: the values written, read back by tensorboard itself, and served over HTTP."""
+"""TensorBoard scalars: the values written, read back by tensorboard, and served over HTTP."""
 
 from __future__ import annotations
 

@@ -11,14 +11,14 @@ import pytest
 
 pytest.importorskip("lightning", reason="needs the lightning extra: pip install '.[lightning]'")
 
-import lightning.pytorch as pl  # noqa: E402
-import torch  # noqa: E402
-from lightning.fabric.utilities.warnings import PossibleUserWarning  # noqa: E402
+import lightning.pytorch as pl
+import torch
+from lightning.fabric.utilities.warnings import PossibleUserWarning
 
-from asynctrace.capture import ranges  # noqa: E402
-from asynctrace.capture.session import current_session  # noqa: E402
-from asynctrace.integrations.lightning import AsyncTraceCallback  # noqa: E402
-from asynctrace.records import read_records  # noqa: E402
+from asynctrace.capture import ranges
+from asynctrace.capture.session import current_session
+from asynctrace.integrations.lightning import AsyncTraceCallback
+from asynctrace.records import read_records
 
 BATCHES = 6  # per epoch
 EPOCHS = 2
@@ -138,11 +138,14 @@ def test_fit_is_one_session_with_a_step_per_batch(tmp_path: Path, nvtx_log: list
     assert current_session() is None
     assert ranges.open_ranges() == 0
     session = cb.session
-    assert session is not None and session.records_path is not None
+    assert session is not None
+    assert session.records_path is not None
     assert session.records_path.parent == tmp_path / "traces"
     assert session.records_path.name.startswith("tiny.")
     rec = read_records(session.records_path)
-    assert rec.complete and rec.summary is not None and rec.summary.error is None
+    assert rec.complete
+    assert rec.summary is not None
+    assert rec.summary.error is None
     n = BATCHES * EPOCHS
     assert [s.step for s in rec.steps] == list(range(n))
     assert session.summary().steps == n
@@ -157,7 +160,8 @@ def test_fit_is_one_session_with_a_step_per_batch(tmp_path: Path, nvtx_log: list
         assert s.frontend_ns >= SLEEP_MS[i % len(SLEEP_MS)] * 1_000_000
         # CPU backend: synchronous, so device time is frontend time and nothing runs ahead
         assert s.device_ns == s.frontend_ns
-        assert s.run_ahead_ns == 0 and s.in_flight == 0
+        assert s.run_ahead_ns == 0
+        assert s.in_flight == 0
 
     # hook ranges, balanced, nested inside the step ranges
     assert nvtx_log.count("train_batch") == n
@@ -193,11 +197,13 @@ def test_exception_in_training_ends_the_session_cleanly(
     assert current_session() is None
     assert ranges.open_ranges() == 0
     assert nvtx_log.count("/") == len(nvtx_log) - nvtx_log.count("/")
-    assert cb.session is not None and cb.session.records_path is not None
+    assert cb.session is not None
+    assert cb.session.records_path is not None
     rec = read_records(cb.session.records_path)
     # batches 0-2 completed; batch 3 raised inside its step, which is dropped
     assert [s.step for s in rec.steps] == [0, 1, 2]
-    assert rec.summary is not None and rec.summary.error is not None
+    assert rec.summary is not None
+    assert rec.summary.error is not None
     assert "boom" in rec.summary.error
 
 
@@ -212,5 +218,5 @@ def test_optimizer_steps_option_is_refused() -> None:
 
     with pytest.raises(CaptureError, match="counted twice"):
         AsyncTraceCallback(optimizer_steps=True)
-    with pytest.raises(TypeError, match="unknown asynctrace.trace option"):
+    with pytest.raises(TypeError, match=r"unknown asynctrace\.trace option"):
         AsyncTraceCallback(colour="red")

@@ -16,8 +16,8 @@ import pytest
 pytest.importorskip("transformers", reason="needs the transformers extra")
 pytest.importorskip("accelerate", reason="the Trainer needs accelerate (transformers extra)")
 
-import torch  # noqa: E402
-from transformers import (  # noqa: E402
+import torch
+from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
     Trainer,
@@ -25,10 +25,10 @@ from transformers import (  # noqa: E402
     TrainingArguments,
 )
 
-from asynctrace.capture import ranges  # noqa: E402
-from asynctrace.capture.session import current_session  # noqa: E402
-from asynctrace.integrations.transformers import AsyncTraceCallback  # noqa: E402
-from asynctrace.records import read_records  # noqa: E402
+from asynctrace.capture import ranges
+from asynctrace.capture.session import current_session
+from asynctrace.integrations.transformers import AsyncTraceCallback
+from asynctrace.records import read_records
 
 STEPS = 6
 SLEEP_MS = (2, 6, 4)
@@ -72,7 +72,13 @@ class _Probe(TrainerCallback):  # type: ignore[misc]
 
 def _train(tmp_path: Path, *callbacks: TrainerCallback) -> Trainer:
     config = GPT2Config(
-        n_layer=2, n_head=2, n_embd=16, vocab_size=64, n_positions=16, bos_token_id=0, eos_token_id=0
+        n_layer=2,
+        n_head=2,
+        n_embd=16,
+        vocab_size=64,
+        n_positions=16,
+        bos_token_id=0,
+        eos_token_id=0,
     )
     torch.manual_seed(0)
     args = TrainingArguments(
@@ -102,9 +108,11 @@ def test_train_is_one_session_with_a_step_per_optimizer_step(tmp_path: Path) -> 
     assert os.environ["HF_HUB_OFFLINE"] == "1"
     assert current_session() is None
     assert ranges.open_ranges() == 0
-    assert cb.session is not None and cb.session.records_path is not None
+    assert cb.session is not None
+    assert cb.session.records_path is not None
     rec = read_records(cb.session.records_path)
-    assert rec.complete and rec.header.name == "gpt2-tiny"
+    assert rec.complete
+    assert rec.header.name == "gpt2-tiny"
     assert [s.step for s in rec.steps] == list(range(STEPS))
     # step i: from step i-1's end (step 0: its begin) to step i's end, as the probe saw them
     bounds = [probe.begins[0], *probe.ends]
@@ -112,7 +120,8 @@ def test_train_is_one_session_with_a_step_per_optimizer_step(tmp_path: Path) -> 
         expected_ns = bounds[i + 1] - bounds[i]
         assert abs(s.frontend_ns - expected_ns) < 1_000_000, (i, s.frontend_ns, expected_ns)
         assert s.frontend_ns >= SLEEP_MS[i % len(SLEEP_MS)] * 1_000_000
-        assert s.device_ns == s.frontend_ns and s.run_ahead_ns == 0
+        assert s.device_ns == s.frontend_ns
+        assert s.run_ahead_ns == 0
     # inside every step: the step range and the train_step hook range
     assert probe.depth_in_step == [2] * STEPS
 
@@ -125,16 +134,19 @@ def test_ranges_off(tmp_path: Path) -> None:
 
 
 def test_failed_train_is_closed_by_the_context_manager(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError, match="boom"), AsyncTraceCallback(
-        "fail", dir=tmp_path, device="cpu", print_summary=False
-    ) as cb:
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        AsyncTraceCallback("fail", dir=tmp_path, device="cpu", print_summary=False) as cb,
+    ):
         _train(tmp_path, cb, _Probe(fail_at=3))
     assert current_session() is None
     assert ranges.open_ranges() == 0
-    assert cb.session is not None and cb.session.records_path is not None
+    assert cb.session is not None
+    assert cb.session.records_path is not None
     rec = read_records(cb.session.records_path)
     assert [s.step for s in rec.steps] == [0, 1, 2]
-    assert rec.summary is not None and rec.summary.error is not None
+    assert rec.summary is not None
+    assert rec.summary.error is not None
     assert "boom" in rec.summary.error
 
 

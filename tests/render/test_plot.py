@@ -31,9 +31,7 @@ def test_timeline_draws_every_launch_activity_and_sync_of_the_window() -> None:
     ax = fig.axes[0]
     # broken_barh collections: host launches, host syncs, device activities
     bars = [c.get_paths() for c in ax.collections]
-    widths = sorted(
-        round(float(np.ptp(p.vertices[:, 0])), 6) for paths in bars for p in paths
-    )
+    widths = sorted(round(float(np.ptp(p.vertices[:, 0])), 6) for paths in bars for p in paths)
     # 2 launches of 0.05 µs, 1 sync of 0.7 µs, kernels of 0.3 and 0.4 µs (in ms)
     assert widths == [5e-05, 5e-05, 0.0003, 0.0004, 0.0007]
     arrows = [a for a in ax.texts if getattr(a, "arrow_patch", None) is not None]
@@ -61,7 +59,7 @@ def test_png_and_svg(tmp_path: Path) -> None:
     assert png.startswith(b"\x89PNG")
     svg = save_figure(fig, tmp_path / "a.svg").read_text()
     assert "<svg" in svg
-    with pytest.raises(PlotError, match="png or .svg"):
+    with pytest.raises(PlotError, match=r"png or \.svg"):
         save_figure(fig, tmp_path / "a.pdf")
     assert figure_bytes(fig, "svg") == figure_bytes(fig, "svg")
 
