@@ -292,7 +292,7 @@ class _IdMap:
         n = self.labels.get(s)
         if n is None:
             t = s.strip()
-            if t.isdigit() and int(t) <= _I64_MAX:
+            if _is_i64_digits(t):
                 n = int(t)
             else:
                 n = self.next_label
@@ -416,6 +416,8 @@ class _Loader:
             env = _DEC_ENVELOPE.decode(text)
         except msgspec.DecodeError as e:
             raise self.fail(_json_reason(e, truncated_hint=True)) from None
+        except RecursionError:
+            raise self.fail(_TOO_DEEP_REASON) from None
         if env.nodes != _RAW_NULL and env.schema != _RAW_NULL:
             raise self.fail(_EXEC_TRACE_REASON)
         raise self.fail("not a Kineto trace: the JSON object has no traceEvents array")
@@ -567,6 +569,9 @@ class _Loader:
             if fallback is not True:
                 return False
             raise self.fail(_json_reason(e, truncated_hint=False)) from None
+        except RecursionError:
+            # a cut never deepens nesting, so this is the file's own depth whatever the cut
+            raise self.fail(_TOO_DEEP_REASON) from None
 
     # -- per-chunk columns ---------------------------------------------------------------------
 
@@ -733,7 +738,7 @@ class _Loader:
         out = np.empty(len(values), dtype=np.int64)
         for i, v in enumerate(values):
             if (type(v) is float and v.is_integer()) or (
-                type(v) is str and v.strip().lstrip("-").isdigit()
+                type(v) is str and _is_i64_digits(v.strip().lstrip("-"))
             ):
                 v = int(v)
             if type(v) is int and _I64_MIN <= v <= _I64_MAX:
@@ -792,6 +797,8 @@ class _Loader:
             return _DEC_ENVELOPE.decode(text)
         except msgspec.DecodeError as e:
             raise self.fail(_json_reason(e, truncated_hint=True)) from None
+        except RecursionError:
+            raise self.fail(_TOO_DEEP_REASON) from None
 
     def _build(self, env: _Envelope) -> Trace:
         def cat(cols: _Cols, name: str, dtype: Any = np.int64) -> npt.NDArray[Any]:
@@ -878,7 +885,7 @@ class _Loader:
         host = r_code != _GPU_ANNOT
         for nid in np.unique(r_name):
             m = _STEP_NAME.match(strings[nid])
-            if m is not None:
+            if m is not None and _is_i64_digits(m.group(1)):
                 rows = (r_name == nid) & host
                 r_kind[rows] = int(RangeKind.STEP)
                 r_step[rows] = int(m.group(1))
@@ -942,6 +949,15 @@ class _Loader:
             metadata=metadata,
             skipped=skipped,
         )
+
+
+_TOO_DEEP_REASON = "malformed JSON: values nested too deeply to decode"
+
+
+def _is_i64_digits(s: str) -> bool:
+    """True for a plain decimal (ASCII digits only) that fits in int64: ``str.isdigit`` also
+    accepts digits ``int()`` refuses (``"²"``), and ``int()`` refuses > 4300 digits."""
+    return s.isascii() and s.isdigit() and (len(s) < 19 or (len(s) < 40 and int(s) <= _I64_MAX))
 
 
 _EXEC_TRACE_REASON = (
@@ -1020,7 +1036,7 @@ def _raw_us_to_ns(raw: bytes, loader: _Loader) -> int:
 def _lenient(raw: msgspec.Raw, typ: type[Any]) -> Any:
     try:
         return msgspec.json.decode(raw, type=typ | None)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
 
 
@@ -1035,7 +1051,7 @@ def _distributed(raw: msgspec.Raw) -> tuple[int | None, int | None]:
             return None
         if isinstance(v, int):
             return v
-        if isinstance(v, str) and v.strip().isdigit():
+        if isinstance(v, str) and _is_i64_digits(v.strip()):
             return int(v)
         return None
 
