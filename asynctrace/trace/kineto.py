@@ -1018,16 +1018,21 @@ def _raw_us_to_ns(raw: bytes, loader: _Loader) -> int:
         return _NO_TS
     # Kineto's own form, "1712195495519689.047", parsed with integer arithmetic; anything else
     # (other digit counts, exponents, signs) exactly through Decimal.
+    ns: int | None = None
     if len(raw) > 4 and raw[-4] == 0x2E and raw[0] != 0x2D:
         try:
-            return int(raw[:-4]) * 1000 + int(raw[-3:])
+            ns = int(raw[:-4]) * 1000 + int(raw[-3:])
         except ValueError:
-            pass
-    try:
-        d = decimal.Decimal(raw.decode("ascii"))
-        ns = int((d * 1000).to_integral_value(context=_DEC_CTX))
-    except (decimal.InvalidOperation, UnicodeDecodeError, ValueError, OverflowError):
-        raise loader.fail(f"bad timestamp {raw[:40]!r}") from None
+            ns = None
+    if ns is None:
+        try:
+            d = decimal.Decimal(raw.decode("ascii"))
+            # 1e999999999 is valid JSON: refuse it before int() builds a billion-digit number
+            if d.is_finite() and d.adjusted() > 24:
+                raise loader.fail(f"timestamp out of range: {raw[:40]!r}")
+            ns = int((d * 1000).to_integral_value(context=_DEC_CTX))
+        except (decimal.InvalidOperation, UnicodeDecodeError, ValueError, OverflowError):
+            raise loader.fail(f"bad timestamp {raw[:40]!r}") from None
     if not _I64_MIN <= ns <= _I64_MAX:
         raise loader.fail(f"timestamp out of range: {raw[:40]!r}")
     return ns

@@ -143,7 +143,9 @@ def load_nsys(path: str | os.PathLike[str]) -> Trace:
             conn.text_factory = _decode_text
             return _Reader(name, conn).read()
     except sqlite3.Error as exc:
-        raise TraceFormatError(name, f"not a readable SQLite database ({exc})") from None
+        # SQLite quotes the broken schema text, newlines included: keep the reason one line
+        reason = " ".join(str(exc).split())
+        raise TraceFormatError(name, f"not a readable SQLite database ({reason})") from None
     except (TypeError, ValueError, OverflowError) as exc:
         # A NULL or text where nsys always writes an integer: a damaged or hand-made file.
         raise TraceFormatError(name, f"malformed values in the export ({exc})") from None
