@@ -113,6 +113,15 @@ class Records(msgspec.Struct, frozen=True, kw_only=True):
     complete: bool
 
 
+def _beyond_int64(obj: msgspec.Struct) -> str | None:
+    """The first integer field of ``obj`` outside int64, or None."""
+    for name in obj.__struct_fields__:
+        v = getattr(obj, name)
+        if type(v) is int and not -(2**63) <= v < 2**63:
+            return name
+    return None
+
+
 def read_records(path: str | Path) -> Records:
     """Read a records file; raise :class:`TraceFormatError` if it is not one."""
     p = Path(path)
@@ -133,6 +142,16 @@ def read_records(path: str | Path) -> Records:
             raise TraceFormatError(
                 str(p), f"line {lineno}: not an asynctrace record ({e})"
             ) from None
+        except RecursionError:
+            raise TraceFormatError(
+                str(p), f"line {lineno}: not an asynctrace record (nested too deeply)"
+            ) from None
+        bad = _beyond_int64(obj)
+        if bad is not None:
+            # msgspec reads uint64 into int; every figure downstream is int64
+            raise TraceFormatError(
+                str(p), f"line {lineno}: {bad} is out of range (records hold int64 values)"
+            )
         if isinstance(obj, SessionHeader):
             if header is not None:
                 raise TraceFormatError(str(p), f"line {lineno}: second header")

@@ -138,10 +138,11 @@ def test_collection_is_lazy_and_never_waits_inside_steps(tmp_path: Path) -> None
             now = (i + 1) * frontend
             done = sum(1 for j in range(i + 1) if (j + 1) * work <= now)
             assert s.summary().steps == done
-            assert s._writer is not None
         # the file holds exactly the collected steps, in order (flushed by hand here)
-        s._writer.flush()
-        tmp = s._writer.tmp_path
+        writer = s._writer
+        assert writer is not None
+        writer.flush()
+        tmp = writer.tmp_path
         lines = [json.loads(x) for x in tmp.read_bytes().splitlines()]
         assert [x["step"] for x in lines if x["type"] == "step"] == list(range(done))
         pending = n - done

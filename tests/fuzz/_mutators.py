@@ -16,6 +16,7 @@ import gzip
 import io
 import json
 import math
+import re
 import shutil
 import signal
 import sqlite3
@@ -228,21 +229,15 @@ def _events(doc: Any) -> list[Any]:
 
 
 def _nested(depth: int) -> Any:
-    # built iteratively: the point is to feed deep nesting to the loader, not to json.dumps
-    return {"__deep__": depth}
+    # a marker expanded after serialising: json.dumps itself would recurse that deep
+    return f"__deep_{depth}__"
+
+
+_DEEP_MARKER = re.compile(rb'"__deep_(\d+)__"')
 
 
 def _expand_deep(text: bytes) -> bytes:
-    marker = b'{"__deep__": '
-    out = bytearray()
-    pos = 0
-    while (i := text.find(marker, pos)) >= 0:
-        j = text.index(b"}", i)
-        depth = int(text[i + len(marker) : j])
-        out += text[pos:i] + b"[" * depth + b"]" * depth
-        pos = j + 1
-    out += text[pos:]
-    return bytes(out)
+    return _DEEP_MARKER.sub(lambda m: b"[" * int(m.group(1)) + b"]" * int(m.group(1)), text)
 
 
 def _apply_doc_op(doc: Any, op: Op) -> Any:
