@@ -50,9 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _console() -> Console:
     # Not a terminal (a pipe, a file, CI): no colour, and wide enough that tables do not fold.
+    # emoji=False: names from a trace print as written (":fire:" is not an emoji code here).
     if sys.stdout.isatty():
-        return Console()
-    return Console(width=160, no_color=True, highlight=False, color_system=None)
+        return Console(emoji=False)
+    return Console(width=160, no_color=True, highlight=False, color_system=None, emoji=False)
 
 
 def _is_records(path: Path) -> bool:

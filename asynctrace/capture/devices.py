@@ -242,9 +242,13 @@ class FakeDevice:
         *,
         asynchronous: bool = True,
         memory: Callable[[], tuple[int, int] | None] | None = None,
+        latency_ns: int = 0,
     ) -> None:
         self.clock = clock
         self._executes = executes or (lambda i, t: t)
+        #: like a real GPU, a marker executes at least this long after it is recorded, and
+        #: ``align()`` reports it as the round trip's uncertainty
+        self.latency_ns = latency_ns
         self.asynchronous = asynchronous
         self._memory = memory
         self.recorded = 0
@@ -255,11 +259,14 @@ class FakeDevice:
         return self.clock.now_ns
 
     def align(self) -> ClockAlignment:
-        return ClockAlignment(method="fake", ref_host_ns=self.clock.now_ns, uncertainty_ns=0)
+        return ClockAlignment(
+            method="fake", ref_host_ns=self.clock.now_ns, uncertainty_ns=self.latency_ns
+        )
 
     def record(self) -> _FakeEvent:
         now = self.clock.now_ns
-        ev = _FakeEvent(self.recorded, now, max(now, self._executes(self.recorded, now)))
+        executes = max(now + self.latency_ns, self._executes(self.recorded, now))
+        ev = _FakeEvent(self.recorded, now, executes)
         self.recorded += 1
         return ev
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from asynctrace.capture._distributed import rank_and_world
 from asynctrace.errors import CaptureError
 
 __all__ = [
@@ -82,14 +83,6 @@ def worker_name(*, host: str | None = None, pid: int | None = None, rank: int | 
     return f"{name}_rank{rank}" if rank is not None else name
 
 
-def _current_rank() -> int | None:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return int(dist.get_rank())
-    return None
-
-
 class DeepProfiler:
     """Runs ``torch.profiler`` over the steps a :class:`Profile` schedule chooses.
 
@@ -110,7 +103,7 @@ class DeepProfiler:
 
         self.options = options
         self.run_dir = Path(dir) / (options.run or run)
-        self.worker = worker or worker_name(rank=_current_rank())
+        self.worker = worker or worker_name(rank=rank_and_world()[0])
         self.on_trace = on_trace
         self.traces: list[Path] = []
         self.annotated: list[Path] = []

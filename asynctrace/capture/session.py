@@ -38,13 +38,18 @@ from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
 
 import msgspec
 
-from asynctrace.capture._writer import RecordsWriter, records_file_name
+from asynctrace.capture._distributed import RankTable, format_rank_table, rank_and_world
+from asynctrace.capture._live import LiveStatus
+from asynctrace.capture._nsys import NsysCapture
+from asynctrace.capture._writer import RecordsWriter, records_file_name, sanitize_name
 from asynctrace.capture.devices import ClockAlignment, Device, get_device
 from asynctrace.errors import AsyncTraceWarning, CaptureError
 from asynctrace.records import SessionHeader, SessionSummary, StepRecord, SyncSite
 
 if TYPE_CHECKING:
+    from asynctrace.capture.profiler import DeepProfiler, Profile
     from asynctrace.capture.syncs import SyncDetector, SyncEvent
+    from asynctrace.export.tensorboard import TensorBoardWriter
 
 __all__ = [
     "DEFAULT_MAX_PENDING",
@@ -191,6 +196,11 @@ class Session:
         strict: bool = False,
         max_pending: int = DEFAULT_MAX_PENDING,
         window: int = DEFAULT_WINDOW,
+        profile: bool | Profile | None = None,
+        nsys_capture: Iterable[int] | None = None,
+        tensorboard: bool = False,
+        live: bool = False,
+        gather_ranks: bool = False,
     ) -> None:
         if detect_syncs not in _DETECT_MODES:
             raise CaptureError(
@@ -211,6 +221,20 @@ class Session:
         self.strict = strict
         self.max_pending = max_pending
         self.window = window
+        self.profile = profile
+        self.nsys_capture: tuple[int, ...] | None = None
+        if nsys_capture is not None:
+            try:
+                # validated now, so a wrong argument fails before training starts
+                NsysCapture(nsys_capture, device_kind=self.device.kind)
+            except (TypeError, ValueError) as e:
+                raise CaptureError(str(e)) from None
+            self.nsys_capture = tuple(nsys_capture)
+        self.tensorboard = tensorboard
+        self.live = live
+        self.gather_ranks = gather_ranks
+        #: the per-rank table gathered at exit (rank 0, ``gather_ranks=True``); else None
+        self.rank_table: RankTable | None = None
         #: where the last run's records were written (set at exit); None before or if not written
         self.records_path: Path | None = None
         self._report: SessionReport | None = None
@@ -245,6 +269,10 @@ class Session:
         # the end marker of the last step written and its device time: the next step's start
         self._last_ev: Any = None
         self._last_ev_ns = 0
+        # execution times of recent steps' end markers (increasing: one stream runs them in
+        # order), for the exact in-flight count; None once a dropped step broke the chain
+        self._ends: deque[int] | None = deque()
+        self._latency_ns = 0
         self._dropped = 0
         self._collected_at_exit = 0
         self._exit_wait_ns = 0
@@ -269,6 +297,10 @@ class Session:
         self._nvtx_pop: Callable[[], None] | None = None
         self._nvtx_handle: Any = None
         self._nvtx_handle_for: Callable[[int], Any] | None = None
+        self._profiler: DeepProfiler | None = None
+        self._nsys: NsysCapture | None = None
+        self._tb: TensorBoardWriter | None = None
+        self._live: LiveStatus | None = None
 
     # ------------------------------------------------------------------ context manager
     def __enter__(self) -> Session:
@@ -284,9 +316,12 @@ class Session:
         self._report = None
         self.records_path = None
         self._started_unix_ns = time.time_ns()
-        self._rank, self._world_size = _distributed_rank()
+        self._rank, self._world_size = rank_and_world()
         # the one blocking call a session makes, before any step
         self._alignment = self.device.align()
+        # an empty marker needs this long to execute and be seen; a step whose end marker
+        # executed within it of the next step's start was not really still running
+        self._latency_ns = max(0, self._alignment.uncertainty_ns)
         if self.write:
             self._open_writer()
         try:
@@ -301,6 +336,7 @@ class Session:
                 self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
             if self.nvtx:
                 self._setup_nvtx()
+            self._start_extras()
             _active.append(self)
             self._active = True
             self._t0 = self._now()
@@ -332,8 +368,11 @@ class Session:
             self._error = f"{type(exc).__name__}: {exc}"
         try:
             self._drain()
+            self._close_tensorboard()
             self._finish_writer(raising=exc is None)
             self._report = self._build_report()
+            if self.gather_ranks and exc is None:
+                self._gather()
         except Exception as e:
             if self._writer is not None:
                 self._writer.abort()
@@ -349,6 +388,16 @@ class Session:
             return
         if self.print_summary and exc is None:
             print_report(self._report)
+            if self.rank_table is not None:
+                print(format_rank_table(self.rank_table))
+
+    def _gather(self) -> None:
+        """Rank 0 collects every rank's step summary over the existing process group."""
+        from asynctrace.capture import _distributed
+
+        if not _distributed.is_distributed():
+            return
+        self.rank_table = _distributed.gather_records(self.records_path)
 
     def __call__(self, fn: Callable[_P, _R]) -> Callable[_P, _R]:
         """``@session`` / ``@asynctrace.trace()``: each call of ``fn`` runs in this session."""
@@ -460,6 +509,9 @@ class Session:
         self._sync_count = 0
         self._sync_wait_ns = 0
         self._open = True
+        nsys = self._nsys
+        if nsys is not None:
+            nsys.on_step_start(self._index)
         push = self._nvtx_push
         if push is not None:
             h = self._nvtx_handle
@@ -471,6 +523,9 @@ class Session:
         pop = self._nvtx_pop
         if pop is not None:
             pop()
+        prof = self._profiler
+        if prof is not None:
+            prof.step()
         index = self._index
         self._index = index + 1
         frontend_ns = now - self._start_ns
@@ -516,6 +571,15 @@ class Session:
         start_dev = self._last_ev_ns if sev is self._last_ev else executed_at(sev)
         self._last_ev = eev
         self._last_ev_ns = end_dev
+        ends = self._ends
+        if ends is not None:
+            # exact, now that the earlier markers' execution times are known: the earlier steps
+            # whose end marker executed after this step started (beyond the marker latency)
+            limit = start_ns + self._latency_ns
+            while ends and ends[0] <= limit:
+                ends.popleft()
+            in_flight = len(ends)
+            ends.append(end_dev)
         self._emit(
             StepRecord(
                 step=index,
@@ -540,6 +604,8 @@ class Session:
         if overflow:
             self._dropped += 1
         self._last_ev = None
+        # an end time is unknown from here on: fall back to the count polled at step start
+        self._ends = None
         self._emit(
             StepRecord(
                 step=index,
@@ -580,6 +646,12 @@ class Session:
             self._n_mem += 1
             s[7] += allocated
             s[8] += rec.mem_reserved_bytes or 0
+        tb = self._tb
+        if tb is not None:
+            tb.add_step(rec)
+        live = self._live
+        if live is not None:
+            live.update(rec)
 
     def _discard_open(self) -> None:
         if self._open:
@@ -634,8 +706,72 @@ class Session:
             # nobody sees the name: one handle serves every step (keeps the depth count right)
             self._nvtx_handle = ranges._handle("step")
 
+    def _start_extras(self) -> None:
+        """The optional parts: deep-mode profiler, nsys capture range, live status line."""
+        run = self.name or "session"
+        if self.nsys_capture is not None:
+            self._nsys = NsysCapture(self.nsys_capture, device_kind=self.device.kind)
+        if self.live:
+            self._live = LiveStatus(run)
+            self._live.start()
+        if self.tensorboard:
+            from asynctrace.export.tensorboard import TensorBoardWriter
+
+            try:
+                self._tb = TensorBoardWriter(self.dir, run=sanitize_name(run))
+            except OSError as e:
+                if self.strict:
+                    raise CaptureError(
+                        f"cannot write TensorBoard events under {self.dir}: {e}"
+                    ) from e
+                warnings.warn(
+                    f"asynctrace could not write TensorBoard events under {self.dir}: {e}",
+                    AsyncTraceWarning,
+                    stacklevel=3,
+                )
+        if self.profile is not None and self.profile is not False:
+            from asynctrace.capture.profiler import make_profiler
+
+            self._profiler = make_profiler(self.profile, dir=self.dir, run=sanitize_name(run))
+            if self._profiler is not None:
+                self._profiler.start()
+
+    def _stop_extras(self) -> None:
+        try:
+            prof, self._profiler = self._profiler, None
+            if prof is not None:
+                prof.stop()
+        finally:
+            try:
+                nsys, self._nsys = self._nsys, None
+                if nsys is not None:
+                    nsys.close()
+            finally:
+                live, self._live = self._live, None
+                if live is not None:
+                    live.stop()
+
+    def _close_tensorboard(self) -> None:
+        tb, self._tb = self._tb, None
+        if tb is None:
+            return
+        try:
+            tb.close()
+        except OSError as e:
+            warnings.warn(
+                f"asynctrace could not finish the TensorBoard events: {e}",
+                AsyncTraceWarning,
+                stacklevel=3,
+            )
+
     def _restore_globals(self) -> None:
         """Undo everything __enter__ changed, each step independent of the others' failure."""
+        try:
+            self._stop_extras()
+        finally:
+            self._restore_hooks()
+
+    def _restore_hooks(self) -> None:
         try:
             hook, self._hook = self._hook, None
             if hook is not None:
@@ -838,18 +974,6 @@ class Session:
         return self._build_report()
 
 
-def _distributed_rank() -> tuple[int | None, int | None]:
-    """(rank, world size) under an initialized torch.distributed, else (None, None)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        # torch not imported: nothing can have initialized a process group
-        return None, None
-    dist = torch.distributed
-    if not dist.is_available() or not dist.is_initialized():
-        return None, None
-    return int(dist.get_rank()), int(dist.get_world_size())
-
-
 # ---------------------------------------------------------------------- printing
 def _fmt(value: float, unit: str) -> str:
     if math.isnan(value):
@@ -929,6 +1053,11 @@ def trace(
     print_summary: bool = True,
     write: bool = True,
     strict: bool = False,
+    profile: bool | Profile | None = None,
+    nsys_capture: Iterable[int] | None = None,
+    tensorboard: bool = False,
+    live: bool = False,
+    gather_ranks: bool = False,
 ) -> Session: ...
 
 
@@ -943,6 +1072,11 @@ def trace(
     print_summary: bool = True,
     write: bool = True,
     strict: bool = False,
+    profile: bool | Profile | None = None,
+    nsys_capture: Iterable[int] | None = None,
+    tensorboard: bool = False,
+    live: bool = False,
+    gather_ranks: bool = False,
 ) -> Session | Callable[..., Any]:
     """A capture session over a training loop: ``with asynctrace.trace() as session:``.
 
@@ -961,26 +1095,31 @@ def trace(
     - ``write``: write the records file.
     - ``strict``: a records file that cannot be written raises :class:`CaptureError`
       instead of warning.
+    - ``profile``: deep mode: ``True`` or an :class:`asynctrace.Profile` schedule runs
+      ``torch.profiler`` over the chosen steps and writes
+      ``<dir>/<name>/{worker}.{time_ns}.pt.trace.json.gz`` (plus an annotated copy).
+    - ``nsys_capture``: step numbers (e.g. ``range(10, 20)``) around which the CUDA profiler
+      API is started and stopped, for ``nsys profile --capture-range=cudaProfilerApi``.
+    - ``tensorboard``: write per-step scalars under ``asynctrace/`` to ``<dir>/<name>/``.
+    - ``live``: one status line in the terminal, refreshed at most once a second.
+    - ``gather_ranks``: under torch.distributed, gather every rank's step summary to rank 0 at
+      exit and print the per-rank table (a collective: every rank must enable it).
     """
+    options: dict[str, Any] = {
+        "dir": dir,
+        "device": device,
+        "nvtx": nvtx,
+        "detect_syncs": detect_syncs,
+        "optimizer_steps": optimizer_steps,
+        "print_summary": print_summary,
+        "write": write,
+        "strict": strict,
+        "profile": profile,
+        "nsys_capture": nsys_capture,
+        "tensorboard": tensorboard,
+        "live": live,
+        "gather_ranks": gather_ranks,
+    }
     if callable(name):
-        return Session(
-            dir=dir,
-            device=device,
-            nvtx=nvtx,
-            detect_syncs=detect_syncs,
-            optimizer_steps=optimizer_steps,
-            print_summary=print_summary,
-            write=write,
-            strict=strict,
-        )(name)
-    return Session(
-        name,
-        dir=dir,
-        device=device,
-        nvtx=nvtx,
-        detect_syncs=detect_syncs,
-        optimizer_steps=optimizer_steps,
-        print_summary=print_summary,
-        write=write,
-        strict=strict,
-    )
+        return Session(**options)(name)
+    return Session(name, **options)

@@ -128,7 +128,9 @@ def _inflate(p: Path, f: BinaryIO, limit: int, block_bytes: int) -> Iterator[byt
                 )
             yield out
         if d.eof:
-            rest = d.unused_data + pending
+            # After the end of a member, unused_data holds all the input left; unconsumed_tail
+            # may still repeat those same bytes (seen on CPython 3.11), so never add it.
+            rest = d.unused_data
             pending = b""
             if rest.strip(b"\x00"):
                 if not rest.startswith(_GZIP_MAGIC):

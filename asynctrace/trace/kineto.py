@@ -62,6 +62,15 @@ _MAX_ENVELOPE_BYTES = 64 << 20
 #: the metadata after it (``deviceProperties``, ``traceName``) are found in this last piece.
 _TAIL_BYTES = 1 << 20
 
+#: One element of ``traceEvents`` may not exceed this: it must be held whole to be decoded, so
+#: without a cap a single giant (or unterminated) element would hold the whole file in memory.
+_MAX_ELEMENT_BYTES = 64 << 20
+
+#: At most about this many events are decoded at once (see ``_Loader._adapt_cut``).
+_EVENTS_PER_DECODE = 1 << 18
+_FIRST_CUT_BYTES = 1 << 20
+_MIN_CUT_BYTES = 64 << 10
+
 _EXACT_US_LIMIT = float(2**43)
 #: marks a ``ts: null`` read as raw text (never a real time: below -9.2e15 µs)
 _NO_TS = -(2**63)
@@ -320,6 +329,8 @@ class _Loader:
         self.src = str(path)
         self.blocks = blocks
         self.chunk_bytes = chunk_bytes
+        #: text decoded at once: starts small, then set from the bytes per event seen
+        self.cut_bytes = min(chunk_bytes, _FIRST_CUT_BYTES)
         self.buf = bytearray()
         self.eof = False
         self.exact = False
@@ -366,11 +377,13 @@ class _Loader:
         if buf.startswith(b"\xef\xbb\xbf"):
             i = 3
         while True:
-            while i < len(buf) and buf[i] in b" \t\r\n":
-                i += 1
+            i = _skip_ws(buf, i)
             if i < len(buf) or self.eof:
                 break
-            self.fill(len(buf) + (1 << 16))
+            # only whitespace so far: drop it rather than hold a whole file of it
+            del buf[:i]
+            i = 0
+            self.fill(1 << 16)
         if i >= len(buf):
             raise self.fail("empty file (no JSON in it)")
         first = buf[i]
@@ -431,27 +444,35 @@ class _Loader:
             self.fill(start + self.chunk_bytes)
             buf = self.buf
             # skip separators before the next element (a cut stops right after a '}')
-            while start < len(buf) and buf[start] in b" \t\r\n":
-                start += 1
+            start = _skip_ws(buf, start)
             if after_cut and start < len(buf) and buf[start] == 0x2C:
-                start += 1
-                while start < len(buf) and buf[start] in b" \t\r\n":
-                    start += 1
+                start = _skip_ws(buf, start + 1)
+                after_cut = False
+            if start >= len(buf) and not self.eof:
+                # nothing but whitespace so far (a gzip bomb of spaces): drop it, read on
+                del buf[:start]
+                start = 0
+                continue
             after_cut = True
             if start >= len(buf) and self.eof:
                 raise self.fail("truncated JSON: the file ends inside the traceEvents array")
             if start < len(buf) and buf[start] == 0x5D:  # ']' right away: empty array / done
                 return self._rest_after(start + 1)
-            limit = len(buf) - _TAIL_BYTES if self.eof else len(buf)
+            held = len(buf) - _TAIL_BYTES if self.eof else len(buf)
+            limit = min(held, start + self.cut_bytes)
             cut = self._fast_cut(start, limit) if limit > start else -1
             if cut >= 0:
                 if self._decode_range(start, cut, fallback=False):
                     start = self._advance(cut)
                     continue
                 scan = _scan_elements(buf, start, limit)
+            elif limit < held:
+                # an element longer than the decode size: widen it over the text we hold
+                self.cut_bytes *= 2
+                continue
             elif not self.eof:
                 # one element larger than a chunk: read more before cutting
-                self.chunk_bytes *= 2
+                self._grow(start)
                 continue
             else:
                 end = self._fast_end(start)
@@ -480,8 +501,25 @@ class _Loader:
                 raise self.fail("truncated JSON: the file ends inside a string in traceEvents")
             raise self.fail("truncated JSON: the file ends inside the traceEvents array")
         # a single element is larger than what we hold: read more
-        self.chunk_bytes *= 2
+        self._grow(start)
         return start
+
+    def _adapt_cut(self, n_bytes: int, n_events: int) -> None:
+        # Decoded events cost ~100 bytes each whatever their text: tiny events (a bomb of
+        # '{},' repeated) would cost 30x their text, so decode fewer bytes at a time then.
+        # Real events (200+ bytes each) keep the full chunk.
+        if n_events:
+            per_event = max(1, n_bytes // n_events)
+            self.cut_bytes = max(_MIN_CUT_BYTES, min(self.chunk_bytes, per_event * _EVENTS_PER_DECODE))
+
+    def _grow(self, start: int) -> None:
+        if len(self.buf) - start > _MAX_ELEMENT_BYTES:
+            raise self.fail(
+                f"one element of traceEvents is larger than {_MAX_ELEMENT_BYTES >> 20} MiB "
+                "(a real event is a few hundred bytes): not a Kineto trace, or a damaged one"
+            )
+        self.chunk_bytes *= 2
+        self.cut_bytes = self.chunk_bytes
 
     def _fast_cut(self, start: int, limit: int) -> int:
         """Index of the ``}`` of the last ``}``-``,``-``{`` boundary before ``limit``, or -1."""
@@ -552,16 +590,20 @@ class _Loader:
             # epoch-µs trace with decimals is decoded once, not twice.
             self.sniffed = True
             m = _FIRST_TS.search(text)
-            if m is not None and int(m.group(1)) >= 2**43:
+            # (a length test first: int() refuses more than 4300 digits)
+            if m is not None and (len(m.group(1)) > 19 or int(m.group(1)) >= 2**43):
                 self.exact = True
+        n_before = self.n_events
         try:
             if not self.exact:
                 events: list[Any] = _DEC_EVENTS.decode(text)
                 if self._collect(events):
+                    self._adapt_cut(len(text), self.n_events - n_before)
                     return True
                 del events
                 self.exact = True
             self._collect(_DEC_EVENTS_EXACT.decode(text))
+            self._adapt_cut(len(text), self.n_events - n_before)
             return True
         except msgspec.ValidationError as e:
             raise self.fail(f"not a Kineto trace: {e}") from None
@@ -971,6 +1013,14 @@ def _json_reason(e: msgspec.DecodeError, *, truncated_hint: bool) -> str:
     if "truncated" in msg or (truncated_hint and "Input data was truncated" in msg):
         return f"truncated JSON ({msg})"
     return f"malformed JSON ({msg})"
+
+
+_WS = re.compile(rb"[ \t\r\n]*")
+
+
+def _skip_ws(buf: bytes | bytearray, start: int) -> int:
+    m = _WS.match(buf, start)
+    return m.end() if m is not None else start
 
 
 def _rstrip_ws(buf: bytes | bytearray, start: int, end: int) -> int:

@@ -29,8 +29,11 @@ def _no_leaked_capture_state() -> Iterator[None]:
     hooks_before = _hook_ids()
     modes_before = torch._C._len_torch_dispatch_stack()
     ranges_before = ranges.open_ranges()
+    profiler_before = bool(torch.autograd.profiler._is_profiler_enabled)
     yield
     leaks: list[str] = []
+    if bool(torch.autograd.profiler._is_profiler_enabled) != profiler_before:
+        leaks.append("torch profiler left enabled")
     active = list(session._active)
     if active:
         leaks.append(f"session(s) left active: {active}")

@@ -105,6 +105,34 @@ def test_synced_loop_has_no_run_ahead_and_nothing_in_flight(tmp_path: Path) -> N
     assert dev.waits == 0
 
 
+@pytest.mark.parametrize("latency_ns", [0, 4_000])
+def test_synced_loop_allows_the_marker_latency(tmp_path: Path, latency_ns: int) -> None:
+    """A real GPU executes even an empty marker a few µs after it is recorded. In a loop that
+    syncs on its work once per step, the just-closed step is not "in flight" at the next
+    step's start because of that; the session allows the latency measured at alignment."""
+    frontend, work, n, lat = 1_000, 3_000, 20, 2_500
+    clock = FakeClock(T0)
+    executes = stream(work)
+    dev = FakeDevice(clock, executes, latency_ns=lat)
+    # align() reports latency_ns as its round trip; 0 means no allowance
+    dev_align = dev.align
+    dev.align = lambda: dev_align().__class__(  # type: ignore[method-assign]
+        method="fake", ref_host_ns=clock.now_ns, uncertainty_ns=latency_ns
+    )
+    with session(tmp_path, dev) as s:
+        for i in range(n):
+            clock.advance(frontend)
+            clock.now_ns = max(clock.now_ns, T0 + (i + 1) * work)  # wait for the step's work
+            s.step()
+    steps = read_records(s.records_path).steps  # type: ignore[arg-type]
+    assert len(steps) == n
+    # the step's end marker executes `lat` after it is recorded: that is its run-ahead
+    assert all(r.run_ahead_ns == lat for r in steps)
+    expected = 0 if latency_ns >= lat else 1
+    assert [r.in_flight for r in steps[1:]] == [expected] * (n - 1)
+    assert steps[0].in_flight == 0
+
+
 def test_device_idle_gaps_count_in_device_time_and_run_ahead_never_below_zero(
     tmp_path: Path,
 ) -> None:
