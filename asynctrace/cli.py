@@ -59,7 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status: int = args._module.run(args)
     except AsyncTraceError as e:
-        print(f"asynctrace {args.command}: error: {e}", file=sys.stderr)
+        # one line, whatever the message quotes (a file name or a schema with newlines)
+        message = " ".join(str(e).splitlines())
+        print(f"asynctrace {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"asynctrace {args.command}: interrupted", file=sys.stderr)

@@ -14,9 +14,18 @@ Here the same experiments run under asynctrace instead:
     minibatch (``loss.item()`` each step) and never synchronized, with per-step frontend and
     device time, run-ahead, steps in flight and memory.
 
+(d) the unsynchronized loop once more in deep mode (``profile=``: ``torch.profiler`` over a few
+    steps), kept apart so that the profiler's overhead stays out of (c)'s figures.
+
+Then it writes everything the project can show, under ``out`` (default ``traces/demo/``): the
+session records, TensorBoard event files with the ``asynctrace/`` scalars (one run per loop),
+the profiler trace in the TensorBoard profiler layout with its annotated copy (Perfetto,
+chrome://tracing), PNG plots and one self-contained HTML report, and prints how to view each.
+
 On the CPU backend every op runs before it returns, and the numbers show it: the forcing read
 waits nothing, the print of ``z`` costs what printing a finished tensor costs, run-ahead and
-in-flight are zero. That answers the book's exercise.
+in-flight are zero. That answers the book's exercise. The profiled trace then has no device
+activity at all, and the pictures say so rather than draw any.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy
@@ -36,21 +45,38 @@ from rich.table import Table
 
 from asynctrace.capture.benchmark import Benchmark, BenchmarkResult
 from asynctrace.capture.devices import Device, get_device
+from asynctrace.capture.profiler import Profile
 from asynctrace.capture.session import trace
-from asynctrace.records import StepRecord, read_records
+from asynctrace.records import Records, StepRecord, read_records
+
+if TYPE_CHECKING:
+    from asynctrace.analysis.report import Report
+    from asynctrace.trace.model import Trace
 
 __all__ = [
+    "DEMO_PROFILE",
+    "Artifact",
     "DemoResult",
     "LoopResult",
     "MatmulResult",
     "StatementTiming",
     "StatementsResult",
+    "clear_previous",
+    "render_artifacts",
     "render_demo",
     "run_demo",
     "run_loop",
     "run_matmuls",
     "run_statements",
+    "write_views",
 ]
+
+#: deep mode's window in the demo: step 0 runs unprofiled, step 1 warms the profiler up, steps
+#: 2-4 are recorded (the first step of a loop pays one-time costs, so it stays out)
+DEMO_PROFILE = Profile(wait=1, warmup=1, active=3)
+#: the loops' session names, which are also their TensorBoard runs and file-name prefixes
+_LOOP_NAMES = ("demo-synced", "demo-unsynced", "demo-profiled")
+_PLOTS = "plots"
 
 
 @dataclass(frozen=True)
@@ -106,6 +132,22 @@ class LoopResult:
     median_device_ns: float | None
     max_run_ahead_ns: int | None
     max_in_flight: int
+    #: the session's TensorBoard run folder (``<out>/<name>/``), when it wrote one
+    tensorboard_dir: str | None = None
+    #: deep mode: the profiler traces this session wrote, and their annotated copies
+    profiler_traces: list[str] = field(default_factory=list)
+    annotated_traces: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One file or folder the demo wrote, and how to look at it."""
+
+    #: "records", "tensorboard", "profiler trace", "annotated trace", "plot", "html", "summary"
+    kind: str
+    path: str
+    what: str
+    view: str
 
 
 @dataclass(frozen=True)
@@ -120,6 +162,9 @@ class DemoResult:
     out_dir: str
     wall_ns: int = 0
     notes: list[str] = field(default_factory=list)
+    #: (d): the unsynchronized loop under deep mode (None when not run)
+    profiled: LoopResult | None = None
+    artifacts: list[Artifact] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -259,8 +304,14 @@ def run_loop(
     batch: int = 128,
     width: int = 256,
     name: str | None = None,
+    tensorboard: bool = False,
+    profile: Profile | None = None,
 ) -> LoopResult:
-    """(c) one training loop under ``asynctrace.trace``; figures read back from its records."""
+    """(c) one training loop under ``asynctrace.trace``; figures read back from its records.
+
+    ``tensorboard``: the session also writes its scalars to ``<out>/<name>/``; ``profile``:
+    deep mode, the profiler traces land in the same folder.
+    """
     gen = torch.Generator().manual_seed(1)
     data = [
         (
@@ -285,7 +336,17 @@ def run_loop(
         name = "demo-synced" if synchronized else "demo-unsynced"
     total = torch.zeros((), device=tdev)
     losses: list[float] = []
-    session = trace(name, dir=out, device=dev, print_summary=False)
+    run_dir = out / name
+    # what deep mode writes is found by name afterwards; files already there are not ours
+    before = set(run_dir.glob("*.json.gz")) if profile is not None else set()
+    session = trace(
+        name,
+        dir=out,
+        device=dev,
+        print_summary=False,
+        tensorboard=tensorboard,
+        profile=profile,
+    )
     with session as s:
         for x, y in s.steps(data):
             loss = train_step(x, y)
@@ -310,7 +371,16 @@ def run_loop(
         median_device_ns=_median(dv) if dv else None,
         max_run_ahead_ns=max(ra) if ra else None,
         max_in_flight=max((r.in_flight for r in recs), default=0),
+        tensorboard_dir=str(run_dir) if tensorboard and run_dir.is_dir() else None,
+        profiler_traces=_new_files(run_dir, "*.pt.trace.json.gz", before),
+        annotated_traces=_new_files(run_dir, "*.annotated.json.gz", before),
     )
+
+
+def _new_files(folder: Path, pattern: str, before: set[Path]) -> list[str]:
+    if not folder.is_dir():
+        return []
+    return [str(p) for p in sorted(folder.glob(pattern)) if p not in before]
 
 
 def _median(values: list[int]) -> float:
@@ -372,15 +442,21 @@ def run_demo(
     out: str | os.PathLike[str] = "traces/demo",
     steps: int = 20,
     size: int = 1000,
+    views: bool = True,
     console: Console | None = None,
 ) -> DemoResult:
-    """Run (a), (b), (c) on ``device``; write records under ``out``; print tables to ``console``
-    (None: print nothing)."""
+    """Run (a), (b), (c), (d) on ``device``; write records, TensorBoard runs, the profiler trace
+    and, with ``views``, the annotated trace, plots and HTML report under ``out``; print tables
+    and the list of what was written to ``console`` (None: print nothing).
+
+    The demo's own earlier outputs in ``out`` are replaced (see :func:`clear_previous`).
+    """
     t_start = time.perf_counter_ns()
     dev = get_device(device)
     tdev = _torch_device(dev, device)
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    clear_previous(out_dir)
     if console is not None:
         console.print(
             f"[bold]asynctrace demo[/] on {dev.name} ({dev.kind}, "
@@ -394,12 +470,37 @@ def run_demo(
         for s in st:
             render_statements(s, console)
     loops = [
-        run_loop(dev, tdev, synchronized=True, steps=steps, out=out_dir),
-        run_loop(dev, tdev, synchronized=False, steps=steps, out=out_dir),
+        run_loop(dev, tdev, synchronized=True, steps=steps, out=out_dir, tensorboard=True),
+        run_loop(dev, tdev, synchronized=False, steps=steps, out=out_dir, tensorboard=True),
     ]
     if console is not None:
         for lp in loops:
             render_loop(lp, console)
+    p = DEMO_PROFILE
+    profiled = run_loop(
+        dev,
+        tdev,
+        synchronized=False,
+        # one step after the window, so the window closes on a step boundary
+        steps=p.wait + p.warmup + p.active + 1,
+        out=out_dir,
+        name=_LOOP_NAMES[2],
+        tensorboard=True,
+        profile=p,
+    )
+    artifacts: list[Artifact] = []
+    notes: list[str] = []
+    if views:
+        artifacts, notes = write_views(out_dir, loops=loops, profiled=profiled)
+    summary_path = out_dir / "demo.summary.json"
+    artifacts.append(
+        Artifact(
+            kind="summary",
+            path=str(summary_path),
+            what="every figure printed above, as JSON",
+            view=f"python -m json.tool {summary_path}",
+        )
+    )
     result = DemoResult(
         device_kind=dev.kind,
         device_name=dev.name,
@@ -410,13 +511,245 @@ def run_demo(
         answer=_answer(dev, m, st, loops),
         out_dir=str(out_dir),
         wall_ns=time.perf_counter_ns() - t_start,
+        notes=notes,
+        profiled=profiled,
+        artifacts=artifacts,
     )
-    (out_dir / "demo.summary.json").write_bytes(msgspec.json.encode(result.to_json()))
+    summary_path.write_bytes(msgspec.json.encode(result.to_json()))
     if console is not None:
         console.print()
         console.print(result.answer)
-        console.print(f"records and demo.summary.json in {out_dir}/")
+        render_artifacts(result, console)
     return result
+
+
+def clear_previous(out: Path) -> list[Path]:
+    """Remove what an earlier demo wrote in ``out`` (only the demo's own file names), so that
+    TensorBoard and the HTML report show this run alone; returns the files removed."""
+    patterns = [f"{name}.*.records.jsonl" for name in _LOOP_NAMES]
+    for name in _LOOP_NAMES:
+        patterns += [
+            f"{name}/events.out.tfevents.*",
+            f"{name}/*.pt.trace.json.gz",
+            f"{name}/*.annotated.json.gz",
+        ]
+    patterns += [f"{_PLOTS}/{name}.png" for name in ("timeline", *_LOOP_NAMES[:2])]
+    patterns += ["report.html", "demo.summary.json"]
+    removed: list[Path] = []
+    for pattern in patterns:
+        for path in sorted(out.glob(pattern)):
+            if path.is_file():
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+def write_views(
+    out: Path, *, loops: list[LoopResult], profiled: LoopResult | None
+) -> tuple[list[Artifact], list[str]]:
+    """Plots, the HTML report and (when deep mode did not) the annotated trace, from what the
+    loops wrote; returns every artifact with how to view it, and notes on what the pictures
+    show for this run's data."""
+    from asynctrace.analysis.report import analyze, summarize_records
+    from asynctrace.capture.profiler import annotated_path
+    from asynctrace.export.chrome import annotate_file
+    from asynctrace.render import plot
+    from asynctrace.render.html import combined_html, write_html
+    from asynctrace.trace.load import load
+
+    arts: list[Artifact] = []
+    notes: list[str] = []
+    every = [*loops, *([profiled] if profiled is not None else [])]
+    records: list[tuple[LoopResult, Records]] = [
+        (lp, read_records(lp.records_path)) for lp in loops if lp.records_path is not None
+    ]
+    for lp in every:
+        if lp.records_path is not None:
+            arts.append(
+                Artifact(
+                    kind="records",
+                    path=lp.records_path,
+                    what=f"session records of {lp.name} (JSON lines, one record per step)",
+                    view=f"asynctrace report {lp.records_path}",
+                )
+            )
+    for lp in every:
+        if lp.tensorboard_dir is not None:
+            arts.append(
+                Artifact(
+                    kind="tensorboard",
+                    path=lp.tensorboard_dir,
+                    what="per-step asynctrace/ scalars and a text summary",
+                    view=f"tensorboard --logdir {out}  (then http://localhost:6006: SCALARS, TEXT)",
+                )
+            )
+    trace: Trace | None = None
+    report: Report | None = None
+    if profiled is not None and profiled.profiler_traces:
+        trace_path = Path(profiled.profiler_traces[0])
+        arts.append(
+            Artifact(
+                kind="profiler trace",
+                path=str(trace_path),
+                what=f"torch.profiler trace of {profiled.name}'s steps "
+                f"{DEMO_PROFILE.wait + DEMO_PROFILE.warmup}-"
+                f"{DEMO_PROFILE.wait + DEMO_PROFILE.warmup + DEMO_PROFILE.active - 1} "
+                "(TensorBoard profiler layout)",
+                view=f"tensorboard --logdir {out}  (PYTORCH_PROFILER tab: needs the deprecated "
+                "torch-tb-profiler plugin, whose page loads Google Charts from the internet)",
+            )
+        )
+        trace = load(trace_path)
+        report = analyze(trace)
+        if profiled.annotated_traces:
+            annotated = Path(profiled.annotated_traces[0])
+        else:
+            annotated = annotate_file(
+                trace_path, annotated_path(trace_path), trace=trace, report=report
+            )
+        arts.append(
+            Artifact(
+                kind="annotated trace",
+                path=str(annotated),
+                what="the profiler trace plus the asynctrace overlay process",
+                view="https://ui.perfetto.dev → Open trace file (or chrome://tracing → Load)",
+            )
+        )
+        plots = out / _PLOTS
+        plots.mkdir(exist_ok=True)
+        png = plot.save_figure(plot.plot_timeline(trace, report), plots / "timeline.png")
+        arts.append(
+            Artifact(
+                kind="plot",
+                path=str(png),
+                what="frontend (host) vs backend (device) timeline of the profiled steps",
+                view="any image viewer",
+            )
+        )
+        notes += _trace_notes(report)
+    for lp, rec in records:
+        if not rec.steps:
+            continue
+        plots = out / _PLOTS
+        plots.mkdir(exist_ok=True)
+        png = plot.save_figure(plot.plot_records_overview(rec), plots / f"{lp.name}.png")
+        arts.append(
+            Artifact(
+                kind="plot",
+                path=str(png),
+                what=f"{lp.name}: timeline of 8 steps, per-step bars, run-ahead and in flight",
+                view="any image viewer",
+            )
+        )
+    notes += _records_notes(records, profiled)
+    page = combined_html(
+        reports=[(report, trace)] if report is not None else [],
+        records=[(summarize_records(rec), rec) for _, rec in records],
+        title="asynctrace demo",
+    )
+    html_path = write_html(out / "report.html", page)
+    arts.append(
+        Artifact(
+            kind="html",
+            path=str(html_path),
+            what="self-contained HTML report of the profiled trace and both loops' records",
+            view=f"open {html_path.resolve().as_uri()} in a browser",
+        )
+    )
+    return arts, notes
+
+
+def _trace_notes(report: Report) -> list[str]:
+    """What the trace's pictures show when it has no device activity (a CPU run)."""
+    if report.activities.total:
+        return []
+    syncs = "" if report.syncs.count else ", sync markers"
+    return [
+        "The profiled trace has no device activity: the CPU backend ran every operator on the "
+        "host. timeline.png therefore shows the operators on the host lane and marks the device "
+        "lane 'no device activity recorded'; the annotated trace's asynctrace process has only "
+        f"the 'steps: queued on host' lane (no device lane, flow arrows{syncs}, queue-depth or "
+        "run-ahead counters: there is nothing on a device to draw), and the HTML report's "
+        "device columns are 0 or '—'."
+    ]
+
+
+def _records_notes(
+    records: list[tuple[LoopResult, Records]], profiled: LoopResult | None
+) -> list[str]:
+    notes: list[str] = []
+    steps = [st for _, rec in records for st in rec.steps]
+    if steps and all(
+        st.run_ahead_ns == 0 and st.in_flight == 0 and st.device_ns == st.frontend_ns
+        for st in steps
+    ):
+        notes.append(
+            "In both loops' plots the device bar equals the host bar and run-ahead and in flight "
+            "are flat at 0: on a synchronous backend the session records device time = frontend "
+            "time and nothing ahead or in flight."
+        )
+    if profiled is not None and records:
+        unsynced = records[-1][0]
+        p = DEMO_PROFILE
+        first, last = p.wait + p.warmup, p.wait + p.warmup + p.active - 1
+        prof = sorted(r["frontend_ns"] for r in profiled.steps if first <= int(r["step"]) <= last)
+        if prof:
+            notes.append(
+                f"The profiled steps (median {_us(_median(prof))} of host time; "
+                f"{_us(unsynced.median_frontend_ns)} in {unsynced.name}) ran under "
+                "torch.profiler and include its overhead: deep mode runs as a separate session "
+                "so that the two loops' figures carry none of it."
+            )
+    return notes
+
+
+#: how each kind of artifact is titled in the closing list, in the order shown
+_KIND_TITLES: dict[str, str] = {
+    "annotated trace": "Annotated trace (Perfetto, chrome://tracing)",
+    "tensorboard": "TensorBoard",
+    "profiler trace": "torch.profiler trace",
+    "plot": "Plots (PNG)",
+    "html": "HTML report",
+    "records": "Session records",
+    "summary": "Summary",
+}
+
+
+def render_artifacts(result: DemoResult, console: Console) -> None:
+    """The closing list: what was written and the command to view each."""
+    for note in result.notes:
+        console.print()
+        console.print(note, highlight=False)
+    out = Path(result.out_dir)
+    console.print()
+    console.print(
+        f"[bold]Written under {out}/[/], and how to view it:", highlight=False, soft_wrap=True
+    )
+    for kind, title in _KIND_TITLES.items():
+        items = [a for a in result.artifacts if a.kind == kind]
+        if not items:
+            continue
+        console.print(f"  [bold]{title}[/]", highlight=False)
+        for a in items:
+            console.print(f"    {_rel(a.path, out)}: {a.what}", highlight=False, soft_wrap=True)
+        views = dict.fromkeys(a.view for a in items)
+        for view in views if len(views) == 1 else ():
+            console.print(f"    → {view}", highlight=False, soft_wrap=True)
+    if any(a.kind == "records" for a in result.artifacts):
+        console.print(
+            f"  every session in one table: asynctrace report {out}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _rel(path: str, out: Path) -> str:
+    p = Path(path)
+    try:
+        rel = str(p.relative_to(out))
+    except ValueError:
+        rel = path
+    return rel + "/" if p.is_dir() else rel
 
 
 def render_matmuls(m: MatmulResult, console: Console) -> None:
@@ -489,3 +822,4 @@ def render_demo(result: DemoResult, console: Console) -> None:
     for lp in result.loops:
         render_loop(lp, console)
     console.print(result.answer)
+    render_artifacts(result, console)

@@ -125,6 +125,9 @@ def _beyond_int64(obj: msgspec.Struct) -> str | None:
 def read_records(path: str | Path) -> Records:
     """Read a records file; raise :class:`TraceFormatError` if it is not one."""
     p = Path(path)
+    if p.exists() and not p.is_file():
+        # reading a FIFO blocks forever, /dev/zero never ends: refuse before opening
+        raise TraceFormatError(str(p), "not a regular file (a FIFO, socket or device)")
     try:
         data = p.read_bytes()
     except OSError as e:

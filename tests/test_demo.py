@@ -1,10 +1,14 @@
-"""``asynctrace demo``: figures from scripted devices, and the command end to end on CPU."""
+"""``asynctrace demo``: figures from scripted devices, and the command end to end on CPU, with
+every artifact it writes checked against an independent reading of the files."""
 
 from __future__ import annotations
 
 import io
 import json
+import re
+import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,8 +18,20 @@ from rich.console import Console  # noqa: E402
 
 from asynctrace.capture.devices import CpuDevice, FakeClock, FakeDevice  # noqa: E402
 from asynctrace.cli import main  # noqa: E402
-from asynctrace.demo import _median, render_demo, run_demo, run_statements  # noqa: E402
+from asynctrace.demo import (  # noqa: E402
+    _median,
+    clear_previous,
+    render_demo,
+    run_demo,
+    run_statements,
+)
 from asynctrace.records import read_records  # noqa: E402
+from tests.export._trace_event_validator import (  # noqa: E402
+    load_events,
+    tb_profiler_problems,
+    validate,
+    validate_file,
+)
 
 
 def test_statements_device_times_come_from_the_markers() -> None:
@@ -55,7 +71,7 @@ def test_median() -> None:
 def test_run_demo_small_on_cpu(tmp_path: Path) -> None:
     out = io.StringIO()
     console = Console(file=out, width=120)
-    res = run_demo(device="cpu", out=tmp_path, steps=3, size=64, console=console)
+    res = run_demo(device="cpu", out=tmp_path, steps=3, size=64, views=False, console=console)
     assert not res.asynchronous
     assert res.matmuls.numpy.done_ns == res.matmuls.numpy.returned_ns
     assert res.matmuls.torch.done_ns == res.matmuls.torch.returned_ns
@@ -80,22 +96,232 @@ def test_run_demo_small_on_cpu(tmp_path: Path) -> None:
     render_demo(res, Console(file=io.StringIO()))
 
 
-@pytest.mark.slow
-def test_demo_command_end_to_end(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    assert main(["demo", "--device", "cpu", "--steps", "2"]) == 0
-    files = sorted((tmp_path / "traces" / "demo").glob("*.records.jsonl"))
-    assert [f.name.split(".")[0] for f in files] == ["demo-synced", "demo-unsynced"]
-    for f in files:
-        assert read_records(f).complete
-    out = capsys.readouterr().out
-    assert "numpy:" in out
-    assert "torch:" in out
-    assert "(= returned: cpu is synchronous)" in out
+def test_demo_command_defaults() -> None:
+    import argparse
+
+    from asynctrace._commands import demo as command
+
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    args = parser.parse_args([])
+    assert (args.out, args.device, args.steps, args.quick) == ("traces/demo", None, None, False)
 
 
 def test_demo_command_rejects_too_few_steps(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--steps", "1"]) == 2
     assert "at least 2 steps" in capsys.readouterr().err
+
+
+# --- the whole demo, quick mode, and what it writes ----------------------------------------
+
+_TRACE_NAME = re.compile(r"^(?P<worker>.+_\d+)\.(?P<time_ns>\d+)\.pt\.trace\.json\.gz$")
+
+
+@pytest.fixture(scope="module")
+def quick_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
+    """``asynctrace demo --quick`` once for the module: (out folder, summary JSON, stdout)."""
+    import contextlib
+
+    out = tmp_path_factory.mktemp("demo") / "traces" / "demo"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(["demo", "--quick", "--device", "cpu", "--out", str(out)])
+    assert rc == 0
+    summary = json.loads((out / "demo.summary.json").read_text())
+    return out, summary, buf.getvalue()
+
+
+def _artifacts(summary: dict[str, Any], kind: str) -> list[Path]:
+    return [Path(a["path"]) for a in summary["artifacts"] if a["kind"] == kind]
+
+
+def test_quick_demo_writes_every_artifact(quick_demo: tuple[Path, dict[str, Any], str]) -> None:
+    out, summary, _ = quick_demo
+    kinds = {a["kind"] for a in summary["artifacts"]}
+    assert kinds == {
+        "records",
+        "tensorboard",
+        "profiler trace",
+        "annotated trace",
+        "plot",
+        "html",
+        "summary",
+    }
+    for a in summary["artifacts"]:
+        assert Path(a["path"]).exists(), a
+    records = sorted(out.glob("*.records.jsonl"))
+    assert [f.name.split(".")[0] for f in records] == [
+        "demo-profiled",
+        "demo-synced",
+        "demo-unsynced",
+    ]
+    for f in records:
+        assert read_records(f).complete
+    assert len(read_records(records[1]).steps) == 4  # --quick: 4 steps per loop
+    assert sorted(p.name for p in _artifacts(summary, "plot")) == [
+        "demo-synced.png",
+        "demo-unsynced.png",
+        "timeline.png",
+    ]
+    assert _artifacts(summary, "html") == [out / "report.html"]
+
+
+def test_quick_demo_prints_how_to_view_each(quick_demo: tuple[Path, dict[str, Any], str]) -> None:
+    out, summary, text = quick_demo
+    assert "Exercise: on CPU, can you still observe asynchrony in the backend? No." in text
+    assert "ui.perfetto.dev" in text
+    assert f"tensorboard --logdir {out}" in text
+    assert (out / "report.html").resolve().as_uri() in text
+    assert f"asynctrace report {out}" in text
+    for a in summary["artifacts"]:
+        rel = Path(a["path"]).relative_to(out)
+        assert str(rel) in text, rel
+    # on CPU the demo says what its pictures can and cannot show
+    assert "The profiled trace has no device activity" in text
+    assert "flat at 0" in text
+
+
+def test_deep_mode_trace_has_the_tensorboard_profiler_layout(
+    quick_demo: tuple[Path, dict[str, Any], str],
+) -> None:
+    out, summary, _ = quick_demo
+    (trace,) = _artifacts(summary, "profiler trace")
+    assert trace.parent == out / "demo-profiled"  # <logdir>/<run>/
+    m = _TRACE_NAME.match(trace.name)
+    assert m is not None, trace.name
+    # worker = {host}_{pid}: the process that wrote the profiled session's records
+    header = read_records(summary["profiled"]["records_path"]).header
+    assert m["worker"] == f"{header.host}_{header.pid}"
+    events, _ = load_events(trace)
+    assert tb_profiler_problems(events) == []
+    steps = sorted(e["name"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+    # DEMO_PROFILE: wait 1, warmup 1, active 3 -> the session's steps 2, 3, 4
+    assert steps == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+
+
+def test_annotated_trace_is_valid_and_matches_the_profiler_steps(
+    quick_demo: tuple[Path, dict[str, Any], str],
+) -> None:
+    _, summary, _ = quick_demo
+    (annotated,) = _artifacts(summary, "annotated trace")
+    (trace,) = _artifacts(summary, "profiler trace")
+    # the whole file is valid Trace Event Format; strictly (integer pid/tid, as Perfetto and
+    # TensorBoard want), the only complaints are torch's own string-pid events, copied through
+    assert validate_file(annotated, strict_ids=False) == []
+    assert validate_file(annotated) == validate_file(trace)
+    events, _ = load_events(annotated)
+    source, _ = load_events(trace)
+    # the original events are all there, unchanged
+    assert events[: len(source)] == source
+    overlay = events[len(source) :]
+    assert validate(overlay) == []
+    (pid,) = {
+        e["pid"]
+        for e in overlay
+        if e["ph"] == "M" and e["name"] == "process_name" and e["args"]["name"] == "asynctrace"
+    }
+    spans = {e["name"]: e for e in overlay if e["ph"] == "X" and e["pid"] == pid}
+    want = {
+        e["name"].replace("ProfilerStep#", "step "): e
+        for e in source
+        if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")
+    }
+    assert sorted(spans) == sorted(want)
+    for name, e in spans.items():
+        # the host lane's step span is the profiler's step range, to the nanosecond
+        assert e["ts"] == pytest.approx(want[name]["ts"], abs=1e-3)
+        assert e["dur"] == pytest.approx(want[name]["dur"], abs=1e-3)
+    # what the demo's note says the CPU overlay lacks: nothing on a device to draw
+    assert {e["ph"] for e in overlay} == {"M", "X"}
+    assert {e["tid"] for e in overlay if e["ph"] == "X"} == {1}
+
+
+def test_tensorboard_runs_hold_the_loops_scalars(
+    quick_demo: tuple[Path, dict[str, Any], str],
+) -> None:
+    import numpy as np
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    from tensorboard.util import tensor_util
+
+    out, summary, _ = quick_demo
+    runs = sorted(p.name for p in _artifacts(summary, "tensorboard"))
+    assert runs == ["demo-profiled", "demo-synced", "demo-unsynced"]
+    for loop in summary["loops"]:
+        acc = ea.EventAccumulator(str(out / loop["name"]), size_guidance={ea.TENSORS: 0})
+        acc.Reload()
+        tags = set(acc.Tags()["tensors"])
+        assert {
+            "asynctrace/frontend_ms",
+            "asynctrace/device_ms",
+            "asynctrace/run_ahead_ms",
+            "asynctrace/in_flight",
+        } <= tags
+        records = read_records(loop["records_path"])
+        fe = acc.Tensors("asynctrace/frontend_ms")
+        assert [e.step for e in fe] == [s.step for s in records.steps]
+        got = [float(tensor_util.make_ndarray(e.tensor_proto)) for e in fe]
+        # TensorBoard stores scalars as float32: the records' figure, converted to ms, rounded so
+        assert got == [float(np.float32(s.frontend_ns / 1e6)) for s in records.steps]
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return int(width), int(height)
+
+
+def test_plots_are_real_pngs_of_plausible_size(
+    quick_demo: tuple[Path, dict[str, Any], str],
+) -> None:
+    _, summary, _ = quick_demo
+    for png in _artifacts(summary, "plot"):
+        data = png.read_bytes()
+        w, h = _png_size(data)
+        # 100 dpi figures: the timeline is 10×3 in, the records overviews 11×9 in
+        assert (w, h) in ((1000, 300), (1100, 900)), (png.name, w, h)
+        assert 10_000 < len(data) < 300_000, (png.name, len(data))
+        assert data.endswith(b"IEND\xaeB`\x82")
+
+
+def test_html_report_is_self_contained(quick_demo: tuple[Path, dict[str, Any], str]) -> None:
+    out, summary, _ = quick_demo
+    page = (out / "report.html").read_text(encoding="utf-8")
+    low = page.lower()
+    assert "<script" not in low
+    assert "<link" not in low
+    # the inline SVGs refer to their own clip paths and glyphs (url(#id), href="#id"), nothing else
+    assert re.findall(r"""url\(\s*['"]?([^#'"\s])""", low) == []
+    assert re.findall(r"""(?:src|href)\s*=\s*["']?([^#"'\s])""", low) == []
+    assert "@import" not in low
+    assert low.count("<svg") == 3  # the trace's overview and each loop's
+    for loop in summary["loops"]:
+        assert Path(loop["records_path"]).name in page
+    (trace,) = _artifacts(summary, "profiler trace")
+    assert trace.name in page
+
+
+def test_clear_previous_removes_only_the_demos_files(tmp_path: Path) -> None:
+    mine = [
+        "demo-synced.vm.1.2.records.jsonl",
+        "demo-unsynced/events.out.tfevents.1.vm.1.0",
+        "demo-profiled/vm_1.2.pt.trace.json.gz",
+        "demo-profiled/vm_1.2.annotated.json.gz",
+        "plots/timeline.png",
+        "plots/demo-synced.png",
+        "report.html",
+        "demo.summary.json",
+    ]
+    theirs = [
+        "train.vm.1.2.records.jsonl",
+        "demo-synced/notes.txt",
+        "plots/mine.png",
+        "other/events.out.tfevents.1.vm.1.0",
+    ]
+    for name in mine + theirs:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    removed = clear_previous(tmp_path)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in removed) == sorted(mine)
+    for name in theirs:
+        assert (tmp_path / name).exists()

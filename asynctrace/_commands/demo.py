@@ -1,10 +1,16 @@
-"""``asynctrace demo``: the book's asynchronous-computation experiments, measured."""
+"""``asynctrace demo``: the book's asynchronous-computation experiments, measured, and every
+view the project has of them (records, TensorBoard, profiler and annotated traces, plots, HTML).
+"""
 
 from __future__ import annotations
 
 import argparse
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["QUICK_SIZE", "QUICK_STEPS", "add_arguments", "run"]
+
+#: ``--quick``: matrices and loops small enough for a test, every artifact still written
+QUICK_SIZE = 128
+QUICK_STEPS = 4
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,13 +22,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
         default="traces/demo",
-        help="folder for the session records and demo.summary.json (default: traces/demo)",
+        help="folder for everything the demo writes (default: traces/demo); the demo's own "
+        "earlier outputs there are replaced",
     )
     parser.add_argument(
         "--steps",
         type=int,
-        default=20,
-        help="steps per training loop (default: 20)",
+        default=None,
+        help="steps per training loop (default: 20, or 4 with --quick)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"{QUICK_SIZE}×{QUICK_SIZE} matmuls and {QUICK_STEPS} steps per loop: a few "
+        "seconds, the same outputs",
     )
 
 
@@ -32,7 +45,14 @@ def run(args: argparse.Namespace) -> int:
     from asynctrace.demo import run_demo
     from asynctrace.errors import CaptureError
 
-    if args.steps < 2:
-        raise CaptureError(f"--steps {args.steps}: use at least 2 steps per loop")
-    run_demo(device=args.device, out=args.out, steps=args.steps, console=Console())
+    steps = args.steps if args.steps is not None else (QUICK_STEPS if args.quick else 20)
+    if steps < 2:
+        raise CaptureError(f"--steps {steps}: use at least 2 steps per loop")
+    run_demo(
+        device=args.device,
+        out=args.out,
+        steps=steps,
+        size=QUICK_SIZE if args.quick else 1000,
+        console=Console(),
+    )
     return 0

@@ -4,12 +4,15 @@ The session writes every step as it completes, so memory stays flat however long
 records are batched and encoded a block at a time (``encode_lines``), one ``write(2)`` per
 block, which keeps the per-step cost to a list append and a fraction of a µs of encoding.
 The file is written as ``<final>.tmp`` and renamed into place by :meth:`finish`, so a file
-without the ``.tmp`` suffix is always complete.
+without the ``.tmp`` suffix is always complete. :meth:`RecordsWriter.open` claims a name
+(creates the ``.tmp`` exclusively, then checks that no final file has it), so two sessions that
+come up with the same name never write over each other: the second is told to pick another.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import socket
@@ -54,7 +57,7 @@ class RecordsWriter:
     error. After an error the writer should be :meth:`abort`-ed.
     """
 
-    __slots__ = ("_batch", "_encode_lines", "_file", "path", "tmp_path")
+    __slots__ = ("_batch", "_claimed", "_encode_lines", "_file", "path", "tmp_path")
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -62,11 +65,30 @@ class RecordsWriter:
         self._batch: list[msgspec.Struct] = []
         self._encode_lines = msgspec.json.Encoder().encode_lines
         self._file: BinaryIO | None = None
+        # whether tmp_path is this writer's file (created by open(), not yet renamed)
+        self._claimed = False
 
     def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # unbuffered: our own batch already groups lines, so each flush is one write(2)
-        self._file = open(self.tmp_path, "wb", buffering=0)  # noqa: SIM115 - closed in finish()/abort()
+        """Claim the name; :class:`FileExistsError` if another writer has it (choose another)."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            # a file where the folder should be: not a name clash, choosing another won't help
+            raise NotADirectoryError(
+                errno.ENOTDIR, "not a directory", str(self.path.parent)
+            ) from None
+        # unbuffered: our own batch already groups lines, so each flush is one write(2);
+        # "x": a .tmp of the same name belongs to another live writer
+        f = open(self.tmp_path, "xb", buffering=0)  # noqa: SIM115 - closed in finish()/abort()
+        # Checked after the .tmp is ours: a writer of this name that finished earlier renamed
+        # its .tmp away before ours could be created, so its final file is visible by now.
+        if self.path.exists():
+            f.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self.tmp_path)
+            raise FileExistsError(errno.EEXIST, "records file exists", str(self.path))
+        self._file = f
+        self._claimed = True
 
     def write(self, record: msgspec.Struct) -> None:
         """Append one record line (the hot path: called once per step)."""
@@ -102,13 +124,20 @@ class RecordsWriter:
             self._file = None
             f.close()
         os.replace(self.tmp_path, self.path)
+        self._claimed = False
         return self.path
 
-    def abort(self) -> None:
-        """Close without renaming; what was flushed stays in the ``.tmp`` file."""
+    def abort(self, *, remove: bool = False) -> None:
+        """Close without renaming; what was flushed stays in the ``.tmp`` file, unless
+        ``remove`` (after a write error: on a full disk, a partial file only takes the space
+        the training job needs for its checkpoints)."""
         f = self._file
         self._file = None
         self._batch.clear()
         if f is not None:
             with contextlib.suppress(OSError):
                 f.close()
+        if remove and self._claimed:
+            self._claimed = False
+            with contextlib.suppress(OSError):
+                os.unlink(self.tmp_path)

@@ -12,14 +12,19 @@ costs one schedule call.
 
 Each finished window is written as ``<dir>/<run>/{worker}.{time_ns}.pt.trace.json.gz``, the
 layout the TensorBoard profiler plugin reads; ``worker`` is ``{host}_{pid}`` plus ``_rank{N}``
-under torch.distributed, so files from every host, process and rank stay apart. The step
-ranges are ``ProfilerStep#N`` with N the session's step number.
+under torch.distributed, so files from every host, process and rank stay apart, and within a
+process ``time_ns`` is moved on past any name already taken, so no file is ever overwritten.
+Each file is written under a temporary name and renamed into place. ``run`` is sanitized like
+a records file name (no path separators, no ``..``). A window that cannot be written (folder
+read-only, disk full) is a warning, never an error in the training loop. The step ranges are
+``ProfilerStep#N`` with N the session's step number.
 
 An ``on_trace`` callback (the session passes the annotator) is called with each written path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -30,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from asynctrace.capture._distributed import rank_and_world
-from asynctrace.errors import CaptureError
+from asynctrace.capture._writer import sanitize_name
+from asynctrace.errors import AsyncTraceWarning, CaptureError
 
 __all__ = [
     "DeepProfiler",
@@ -102,7 +108,7 @@ class DeepProfiler:
         import torch.profiler
 
         self.options = options
-        self.run_dir = Path(dir) / (options.run or run)
+        self.run_dir = Path(dir) / sanitize_name(options.run or run)
         self.worker = worker or worker_name(rank=rank_and_world()[0])
         self.on_trace = on_trace
         self.traces: list[Path] = []
@@ -126,8 +132,10 @@ class DeepProfiler:
         return self._prof is not None
 
     def start(self) -> None:
+        """Raises :class:`OSError` where the run folder cannot be created (before any step)."""
         if self._started:
             raise CaptureError("DeepProfiler.start() called twice")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         self._started = True
         self._step = 0
         self._maybe_open()
@@ -179,10 +187,34 @@ class DeepProfiler:
         prof.start()
         self._prof = prof
 
+    def _unique_path(self) -> Path:
+        t = time.time_ns()
+        while True:
+            path = self.run_dir / f"{self.worker}.{t}.pt.trace.json.gz"
+            if not (path.exists() or annotated_path(path).exists() or _tmp_path(path).exists()):
+                return path
+            t += 1
+
     def _write(self, prof: Any) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        path = self.run_dir / f"{self.worker}.{time.time_ns()}.pt.trace.json.gz"
-        prof.export_chrome_trace(str(path))
+        # called by torch.profiler from inside a step: it must not raise into the training loop
+        tmp: Path | None = None
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            path = self._unique_path()
+            tmp = _tmp_path(path)
+            prof.export_chrome_trace(str(tmp))
+            os.replace(tmp, path)
+        except OSError as e:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+            warnings.warn(
+                f"asynctrace could not write a profiler trace under {self.run_dir}: "
+                f"{e.strerror or e}; training continues without it",
+                AsyncTraceWarning,
+                stacklevel=2,
+            )
+            return
         self.traces.append(path)
         if self.options.annotate:
             out = annotate_written_trace(path)
@@ -190,6 +222,12 @@ class DeepProfiler:
                 self.annotated.append(out)
         if self.on_trace is not None:
             self.on_trace(path)
+
+
+def _tmp_path(trace: Path) -> Path:
+    """Where a trace is written before its rename: still ``.gz`` (torch gzips by the suffix),
+    but not a name the TensorBoard plugin or ``find_traces`` lists."""
+    return trace.with_name(trace.name + ".tmp.gz")
 
 
 def annotated_path(trace: Path) -> Path:
@@ -206,7 +244,7 @@ def annotate_written_trace(trace: Path) -> Path | None:
 
     A failure here must not stop the user's training run: the plain trace is already on disk.
     """
-    from asynctrace.errors import AsyncTraceError, AsyncTraceWarning
+    from asynctrace.errors import AsyncTraceError
 
     try:
         from asynctrace.export.chrome import annotate_file

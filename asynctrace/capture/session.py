@@ -23,11 +23,14 @@ as such without markers, and the summary says so.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import math
 import os
 import socket
 import sys
+import threading
 import time
 import warnings
 from collections import deque
@@ -76,6 +79,8 @@ DEFAULT_WINDOW: Final = 10_000
 _MAX_SYNC_SITES: Final = 256
 #: stack frames kept per sync site
 _MAX_SITE_STACK: Final = 16
+#: records file names tried (time_ns, time_ns + 1, ...) before giving up on writing
+_MAX_NAME_TRIES: Final = 1000
 
 _DETECT_MODES: Final = ("auto", "cuda", "lint", "off")
 
@@ -84,14 +89,40 @@ _CPU_NOTE: Final = (
     "so device time equals frontend time and run-ahead and in-flight are zero"
 )
 
-# The sessions currently active in this process, innermost last (sessions do not nest, so at
-# most one); read through current_session().
+# The sessions currently active in this process, in the order they started: at most one per
+# thread (sessions do not nest); read through current_session().
 _active: list[Session] = []
+# whether _forget_sessions_in_child is registered to run in forked children (once per process)
+_fork_hook_registered = False
 
 
 def current_session() -> Session | None:
-    """The session active in this process, or None."""
-    return _active[-1] if _active else None
+    """The session active in the calling thread, or None."""
+    if not _active:
+        return None
+    tid = threading.get_ident()
+    for s in reversed(_active):
+        if s._thread == tid:
+            return s
+    return None
+
+
+def _forget_sessions_in_child() -> None:
+    """After fork: the child (a DataLoader worker, say) inherits copies of the parent's active
+    sessions; none of them is the child's to continue, and none may write to the parent's
+    records file through the inherited descriptor."""
+    for s in _active:
+        s._forget_in_child()
+    _active.clear()
+
+
+def _describe_exit(exc: BaseException) -> str | None:
+    """The ``error`` a session records for the exception that ended it; None for a clean
+    ``sys.exit()`` / ``sys.exit(0)``, an ordinary end of a program."""
+    if isinstance(exc, SystemExit) and exc.code in (None, 0):
+        return None
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class FigureStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -239,6 +270,8 @@ class Session:
         self.records_path: Path | None = None
         self._report: SessionReport | None = None
         self._active = False
+        # the thread that entered the session: its optimizer steps and syncs are this session's
+        self._thread = 0
         self._run = 0
         self._reset_run_state()
 
@@ -304,14 +337,25 @@ class Session:
 
     # ------------------------------------------------------------------ context manager
     def __enter__(self) -> Session:
-        if _active:
-            other = _active[-1]
+        if self._active:
+            raise CaptureError(
+                f"session {self.name or 'session'!r} is already active; a session object runs "
+                "once at a time (create one session per thread)"
+            )
+        other = current_session()
+        if other is not None:
             raise CaptureError(
                 f"session {other.name or 'session'!r} is already active; sessions do not nest. "
                 "Use asynctrace.range(...) to mark a region inside a session, or end the outer "
                 "session first"
             )
+        self._check_other_threads()
         self._reset_run_state()
+        self._thread = threading.get_ident()
+        global _fork_hook_registered
+        if not _fork_hook_registered and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_forget_sessions_in_child)
+            _fork_hook_registered = True
         self._run += 1
         self._report = None
         self.records_path = None
@@ -365,7 +409,7 @@ class Session:
             self._restore_globals()
         self._wall_ns = end_ns - self._t0
         if exc is not None:
-            self._error = f"{type(exc).__name__}: {exc}"
+            self._error = _describe_exit(exc)
         try:
             self._drain()
             self._close_tensorboard()
@@ -386,7 +430,7 @@ class Session:
                 stacklevel=2,
             )
             return
-        if self.print_summary and exc is None:
+        if self.print_summary and self._error is None:
             print_report(self._report)
             if self.rank_table is not None:
                 print(format_rank_table(self.rank_table))
@@ -490,8 +534,39 @@ class Session:
         return wrapper
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self._active:
+        # torch's hook is process-wide: another thread's optimizer step belongs to that
+        # thread's session, if any
+        if self._active and threading.get_ident() == self._thread:
             self.step()
+
+    def _check_other_threads(self) -> None:
+        """Sessions in other threads run beside this one; the parts that are process-wide by
+        nature (torch.profiler, the CUDA profiler API) can serve only one of them."""
+        for other in _active:
+            name = other.name or "session"
+            if self.profile not in (None, False) and other.profile not in (None, False):
+                raise CaptureError(
+                    f"session {name!r} in another thread already uses profile=: torch.profiler "
+                    "is process-wide, so only one session at a time can profile"
+                )
+            if self.nsys_capture is not None and other.nsys_capture is not None:
+                raise CaptureError(
+                    f"session {name!r} in another thread already uses nsys_capture=: the CUDA "
+                    "profiler API is process-wide, so only one session at a time can use it"
+                )
+
+    def _forget_in_child(self) -> None:
+        self._active = False
+        self._open = False
+        w, self._writer = self._writer, None
+        if w is not None:
+            # closes the child's copy of the descriptor only; nothing is written or renamed
+            w.abort()
+        # the parent's writers and profiler: not the child's to flush or stop
+        self._tb = None
+        self._live = None
+        self._profiler = None
+        self._nsys = None
 
     # ------------------------------------------------------------------ the hot path
     def _open_step(self, now: int, ev: Any) -> None:
@@ -508,7 +583,6 @@ class Session:
         self._data_wait_ns = 0
         self._sync_count = 0
         self._sync_wait_ns = 0
-        self._open = True
         nsys = self._nsys
         if nsys is not None:
             nsys.on_step_start(self._index)
@@ -516,10 +590,14 @@ class Session:
         if push is not None:
             h = self._nvtx_handle
             push(h if h is not None else self._nvtx_handle_for(self._index))  # type: ignore[misc]
+        # open only once its range is pushed: whatever raised before leaves nothing to pop
+        self._open = True
 
     def _close_step(self, now: int, ev: Any) -> None:
-        self._open = False
+        # read before the step counts as closed: if the device raises here, the session's exit
+        # still finds the step open and pops its range
         mem = self._memory()
+        self._open = False
         pop = self._nvtx_pop
         if pop is not None:
             pop()
@@ -648,7 +726,12 @@ class Session:
             s[8] += rec.mem_reserved_bytes or 0
         tb = self._tb
         if tb is not None:
-            tb.add_step(rec)
+            try:
+                tb.add_step(rec)
+            except Exception as e:
+                # its writer thread died (disk full, folder gone): the events stop, training
+                # and the records go on
+                self._tensorboard_failed(tb, e)
         live = self._live
         if live is not None:
             live.update(rec)
@@ -663,6 +746,10 @@ class Session:
     # ------------------------------------------------------------------ syncs
     def _on_sync(self, event: SyncEvent) -> None:
         """The SyncDetector's callback: count the sync in the open step and in its site."""
+        if len(_active) > 1 and threading.get_ident() != self._thread:
+            # the detectors are process-wide: with sessions in several threads, a sync belongs
+            # to its own thread's session (syncs in autograd's threads are then not counted)
+            return
         self._sync_count += 1
         self._sync_wait_ns += event.wait_ns
         site = self._sites.get(event.site)
@@ -734,7 +821,20 @@ class Session:
 
             self._profiler = make_profiler(self.profile, dir=self.dir, run=sanitize_name(run))
             if self._profiler is not None:
-                self._profiler.start()
+                try:
+                    self._profiler.start()
+                except OSError as e:
+                    self._profiler = None
+                    if self.strict:
+                        raise CaptureError(
+                            f"cannot write profiler traces under {self.dir}: {e}"
+                        ) from e
+                    warnings.warn(
+                        f"asynctrace could not write profiler traces under {self.dir}: {e}; "
+                        "training continues without deep mode",
+                        AsyncTraceWarning,
+                        stacklevel=3,
+                    )
 
     def _stop_extras(self) -> None:
         try:
@@ -750,6 +850,19 @@ class Session:
                 live, self._live = self._live, None
                 if live is not None:
                     live.stop()
+
+    def _tensorboard_failed(self, tb: TensorBoardWriter, error: BaseException) -> None:
+        self._tb = None
+        with contextlib.suppress(Exception):
+            tb.close()
+        msg = (
+            f"asynctrace could not write TensorBoard events under {tb.path}: {error}; "
+            "training continues without them"
+        )
+        self._notes.append(f"TensorBoard events stopped: {error}")
+        if self.strict:
+            raise CaptureError(msg) from error
+        warnings.warn(msg, AsyncTraceWarning, stacklevel=4)
 
     def _close_tensorboard(self) -> None:
         tb, self._tb = self._tb, None
@@ -787,19 +900,36 @@ class Session:
 
     # ------------------------------------------------------------------ writing
     def _open_writer(self) -> None:
-        fname = records_file_name(
-            self.name or "session",
-            pid=os.getpid(),
-            rank=self._rank,
-            time_ns=self._started_unix_ns,
-        )
-        writer = RecordsWriter(self.dir / fname)
+        # Names carry host, pid and rank, so only a session of this process can want the same
+        # one (same name, same time_ns); the later moves its time_ns on by a ns until free.
+        t = self._started_unix_ns
+        for _ in range(_MAX_NAME_TRIES):
+            fname = records_file_name(
+                self.name or "session", pid=os.getpid(), rank=self._rank, time_ns=t
+            )
+            writer = RecordsWriter(self.dir / fname)
+            try:
+                writer.open()
+            except FileExistsError:
+                t += 1
+                continue
+            except OSError as e:
+                writer.abort(remove=True)
+                self._writer = None
+                self._writer_failed(e, raising=True)
+                return
+            break
+        else:
+            self._writer_failed(
+                FileExistsError(errno.EEXIST, f"{_MAX_NAME_TRIES} names in a row are taken"),
+                raising=True,
+            )
+            return
         try:
-            writer.open()
             writer.write(self._header(writer))
             writer.flush()
         except OSError as e:
-            writer.abort()
+            writer.abort(remove=True)
             self._writer = None
             self._writer_failed(e, raising=True)
             return
@@ -834,7 +964,7 @@ class Session:
             "(pass write=False to silence this, or strict=True to make it an error)"
         )
         if self._writer is not None:
-            self._writer.abort()
+            self._writer.abort(remove=True)
             self._writer = None
         self._write_error = f"records not written: {error.strerror or error}"
         if self.strict and raising:

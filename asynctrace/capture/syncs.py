@@ -158,6 +158,7 @@ class _Hub:
         self.local = threading.local()
         self._torch_dir = ""
         self._lint_mode: Any = None
+        self._lint_thread = 0
         self._patched: list[tuple[Any, str, bool, Any]] = []
         self._cuda_restore: list[Callable[[], None]] = []
 
@@ -191,6 +192,14 @@ class _Hub:
     def attach(self, det: SyncDetector, kind: str) -> None:
         import torch
 
+        if kind == "lint" and self.lint and threading.get_ident() != self._lint_thread:
+            # torch's dispatch-mode stack is per thread: the mode pushed in the first thread
+            # sees nothing in this one, and popping it from here would corrupt both stacks
+            raise CaptureError(
+                "lint sync detection is already running in another thread; it watches one "
+                "thread at a time (use detect_syncs='off' or 'cuda' for sessions in other "
+                "threads)"
+            )
         self._torch_dir = _package_dir(torch.__file__)
         if not self.lint and not self.cuda:
             self._patch_tensor(torch)
@@ -198,6 +207,7 @@ class _Hub:
             if not self.lint:
                 self._lint_mode = _make_lint_mode(self)
                 self._lint_mode.__enter__()
+                self._lint_thread = threading.get_ident()
             self.lint.append(det)
         else:
             if not self.cuda:

@@ -59,6 +59,9 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[object]], *, left: int =
             for i, v in enumerate(r)
         )
         body.append(f"<tr>{tds}</tr>")
+    if not body:
+        # a header over nothing reads like a rendering failure
+        body.append(f'<tr><td class="l" colspan="{len(head)}">none</td></tr>')
     return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
@@ -94,7 +97,7 @@ def _report_body(report: Report, trace: Trace | None, max_steps: int) -> str:
         + (f" · rank {_e(t.rank)}" if t.rank is not None else "")
         + f" · {t.events} events</p>",
         f'<div class="verdict"><b>{_e(report.verdict.code)}</b>: {_e(report.verdict.message)}'
-        + "".join(f"<br>· {_e(f)}" for f in report.verdict.findings)
+        + "".join(f"<br>· {_e(f)}" for f in report.verdict.findings if f != report.verdict.message)
         + "</div>",
     ]
     if trace is not None and report.steps:
@@ -200,7 +203,9 @@ def _records_body(summary: RecordsSummary, records: Records | None) -> str:
         + f" · {summary.steps} steps" + ("" if summary.complete else " · incomplete file")
         + "</p>",
         f'<div class="verdict"><b>{_e(summary.verdict.code)}</b>: {_e(summary.verdict.message)}'
-        + "".join(f"<br>· {_e(f)}" for f in summary.verdict.findings)
+        + "".join(
+            f"<br>· {_e(f)}" for f in summary.verdict.findings if f != summary.verdict.message
+        )
         + "</div>",
     ]  # fmt: skip
     if records is not None and records.steps:

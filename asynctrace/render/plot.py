@@ -49,6 +49,7 @@ __all__ = [
 #: one colour per kind of time, shared by every picture and the HTML report
 COLORS: dict[str, str] = {
     "host": "#4E79A7",
+    "op": "#76B7B2",
     "launch": "#4E79A7",
     "sync": "#E15759",
     "data": "#EDC948",
@@ -148,6 +149,17 @@ def _trace_lanes(trace: Trace, report: Report, steps: tuple[int, int] | None) ->
     s_idx = np.flatnonzero(is_sync & (rt.start_ns < w1) & (rt.start_ns + rt.dur_ns > w0))
     for i in s_idx.tolist()[:_MAX_BARS]:
         host.append(((rt.start_ns[i] - w0) * ms, rt.dur_ns[i] * ms, "sync"))
+    if not len(sel):
+        # Nothing was launched to a device in the window (a CPU-only trace): the host ran the
+        # operators itself, so draw those rather than leave the host lane empty.
+        from asynctrace.trace.model import RangeKind
+
+        hr = trace.ranges
+        o_idx = np.flatnonzero(
+            (hr.kind == int(RangeKind.OP)) & (hr.start_ns < w1) & (hr.start_ns + hr.dur_ns > w0)
+        )
+        for i in o_idx.tolist()[:_MAX_BARS]:
+            host.append(((hr.start_ns[i] - w0) * ms, hr.dur_ns[i] * ms, "op"))
     device = [((act.start_ns[i] - w0) * ms, act.dur_ns[i] * ms) for i in sel.tolist()[:_MAX_BARS]]
     step_arrows = sel[:: max(1, len(sel) // _MAX_ARROWS)][:_MAX_ARROWS]
     arrows = [
@@ -162,10 +174,16 @@ def _draw_lanes(ax: Any, lanes: _Lanes, *, title: str) -> None:
     from matplotlib.patches import Patch
 
     host_y, dev_y, h = 1.0, 0.0, 0.6
+    extent = max((x + w for x, w, _ in lanes.steps), default=0.0) - min(
+        (x for x, _, _ in lanes.steps), default=0.0
+    )
     for x, wdt, label in lanes.steps:
         ax.axvspan(x, x + wdt, color="#000000", alpha=0.04 if label[-1] in "02468" else 0.09)
-        ax.text(x, 1.45, label, fontsize=8, va="bottom", ha="left", clip_on=True)
-    for kind in ("data", "launch", "sync"):
+        # a label wider than its step would print over the next step's label: only steps wide
+        # enough to hold theirs are labelled (the shading still shows every step)
+        if wdt >= extent / 14:
+            ax.text(x, 1.45, label, fontsize=8, va="bottom", ha="left", clip_on=True)
+    for kind in ("data", "op", "launch", "sync"):
         bars = [(x, wd) for x, wd, k in lanes.host if k == kind]
         if bars:
             # the edge in the face colour keeps sub-pixel bars visible without widening them
@@ -174,6 +192,18 @@ def _draw_lanes(ax: Any, lanes: _Lanes, *, title: str) -> None:
     if lanes.device:
         c = COLORS["busy"]
         ax.broken_barh(lanes.device, (dev_y - h / 2, h), facecolors=c, edgecolors=c, linewidth=0.5)
+    else:
+        # an empty lane would read as "the device was idle"; say that nothing was recorded
+        ax.text(
+            0.5,
+            dev_y,
+            "no device activity recorded in this window",
+            transform=ax.get_yaxis_transform(),
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="#666666",
+        )
     for hx, dx in lanes.arrows:
         ax.annotate(
             "",
@@ -186,9 +216,11 @@ def _draw_lanes(ax: Any, lanes: _Lanes, *, title: str) -> None:
     ax.set_xlabel("time (ms from the window's start)")
     ax.set_title(title, fontsize=10)
     has_data = any(k == "data" for _, _, k in lanes.host)
+    has_op = any(k == "op" for _, _, k in lanes.host)
     ax.legend(
         handles=[
             *([Patch(color=COLORS["data"], label="data wait (host)")] if has_data else []),
+            *([Patch(color=COLORS["op"], label="operator run on host")] if has_op else []),
             Patch(color=COLORS["launch"], label="launch / issue (host)"),
             Patch(color=COLORS["sync"], label="sync stall (host waits)"),
             Patch(color=COLORS["busy"], label="executing (device)"),
@@ -231,7 +263,12 @@ def _stacked(
     bottom = np.zeros(len(x))
     for label, color, values in parts:
         v = np.asarray(values, dtype=float)
-        ax.bar(x, v, width, bottom=bottom, color=color, label=label)
+        bars = ax.bar(x, v, width, bottom=bottom, color=color, label=label)
+        if bottom.any():
+            # A bar's base is a sticky edge for autoscaling; a stacked part's base sits at the
+            # top of the stack and would stop the top margin there, clipping the tallest bar.
+            for r in bars:
+                r.sticky_edges.y.clear()
         bottom += v
 
 
@@ -292,6 +329,18 @@ def plot_run_ahead(report: Report, *, ax: Any = None) -> Any:
     ax.plot(x, ra, marker="o", ms=3, color=COLORS["run_ahead"], label="run-ahead (ms)")
     ax.axhline(0, color="#999999", lw=0.6)
     ax.set_ylabel("run-ahead (ms)")
+    if all(t.run_ahead_ns is None for t in s):
+        # nothing to draw is not the same as zero: say why the line is missing
+        ax.text(
+            0.5,
+            0.75,
+            "run-ahead not measured: no step has device activity",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="#666666",
+        )
     ax2 = ax.twinx()
     ax2.step(x, [t.queue_max for t in s], where="mid", color=COLORS["queue"], label="queue max")
     ax2.set_ylabel("queue depth (max in step)")

@@ -510,7 +510,8 @@ class _Loader:
         # Real events (200+ bytes each) keep the full chunk.
         if n_events:
             per_event = max(1, n_bytes // n_events)
-            self.cut_bytes = max(_MIN_CUT_BYTES, min(self.chunk_bytes, per_event * _EVENTS_PER_DECODE))
+            wanted = per_event * _EVENTS_PER_DECODE
+            self.cut_bytes = max(_MIN_CUT_BYTES, min(self.chunk_bytes, wanted))
 
     def _grow(self, start: int) -> None:
         if len(self.buf) - start > _MAX_ELEMENT_BYTES:

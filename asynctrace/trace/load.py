@@ -34,6 +34,9 @@ def load(
         raise TraceFormatError(
             str(p), "is a directory: load one file, or list its traces with find_traces()"
         )
+    if p.exists() and not p.is_file():
+        # reading a FIFO blocks forever, a device never ends: refuse before opening
+        raise TraceFormatError(str(p), "not a regular file (a FIFO, socket or device)")
     kind = sniff(p)
     if kind == "empty":
         raise TraceFormatError(str(p), "empty file")

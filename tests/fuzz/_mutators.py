@@ -20,7 +20,6 @@ import re
 import shutil
 import signal
 import sqlite3
-import time
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
@@ -307,12 +306,23 @@ def _apply_doc_op(doc: Any, op: Op) -> Any:
     elif op.kind == "change_ph":
         ev["ph"] = _PHS[op.b % len(_PHS)]
     elif op.kind == "long_name":
-        ev["name"] = ("ProfilerStep#" + "9" * (1 + op.c % 40)) if op.b % 2 else "x" * (op.c % 200_000)
+        ev["name"] = (
+            ("ProfilerStep#" + "9" * (1 + op.c % 40)) if op.b % 2 else "x" * (op.c % 200_000)
+        )
     elif op.kind == "many_flows":
         ts = ev.get("ts", 0)
         for k in range(op.b % 50):
-            events.append({"ph": "f" if k % 2 else "s", "cat": "ac2g", "id": op.c % 7,
-                           "pid": 1, "tid": 1, "ts": ts, "bp": "e"})
+            events.append(
+                {
+                    "ph": "f" if k % 2 else "s",
+                    "cat": "ac2g",
+                    "id": op.c % 7,
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": ts,
+                    "bp": "e",
+                }
+            )
     return doc
 
 
@@ -398,7 +408,9 @@ def mutate_kineto(doc: Any, ops: Sequence[Op]) -> bytes:
     for op in ops:
         if op.kind not in _BYTE_OPS:
             doc = _apply_doc_op(doc, op)
-    data = _expand_deep(json.dumps(doc, allow_nan=True, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    data = _expand_deep(
+        json.dumps(doc, allow_nan=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    )
     for op in ops:
         if op.kind in _BYTE_OPS:
             data = _apply_byte_op(data, op)
@@ -589,8 +601,7 @@ def _nsys_sql_op(conn: sqlite3.Connection, op: Op) -> None:
         conn.execute(f"UPDATE StringIds SET value = NULL WHERE id % {1 + op.c % 5} = 0")
     elif op.kind == "garbage_string" and "StringIds" in tables:
         conn.execute(
-            "UPDATE StringIds SET value = CAST(x'ff00c35b' AS TEXT) "
-            f"WHERE id % {1 + op.c % 5} = 0"
+            f"UPDATE StringIds SET value = CAST(x'ff00c35b' AS TEXT) WHERE id % {1 + op.c % 5} = 0"
         )
     elif op.kind == "empty_db":
         for t in tables:
@@ -598,7 +609,10 @@ def _nsys_sql_op(conn: sqlite3.Connection, op: Op) -> None:
 
 
 #: the Nsight Systems exports in ../shared/traces/nsys small enough to copy per case
-SHARED_NSYS_SEEDS: tuple[str, ...] = ("extrap_con_kernel.sqlite", "extrap_concurrent16_nvtx_streams.sqlite")
+SHARED_NSYS_SEEDS: tuple[str, ...] = (
+    "extrap_con_kernel.sqlite",
+    "extrap_concurrent16_nvtx_streams.sqlite",
+)
 
 
 def nsys_shared_seeds(nsys_dir: Path) -> list[Path]:
