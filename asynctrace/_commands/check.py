@@ -18,15 +18,13 @@ import argparse
 import contextlib
 import json
 import os
-import runpy
 import sys
-import traceback
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
+from asynctrace._commands._script import resolve_script, run_script
 from asynctrace.errors import AsyncTraceError
 
 __all__ = ["CheckResult", "add_arguments", "run", "split_trailing_options"]
@@ -126,30 +124,6 @@ def _display(site: str) -> str:
     return f"{rel}:{line}" if not rel.startswith("..") else site
 
 
-@contextlib.contextmanager
-def _as_main(script: Path, argv: list[str]) -> Iterator[None]:
-    """``sys.argv`` and ``sys.path[0]`` as ``python script.py argv…`` would set them."""
-    saved_argv = sys.argv
-    saved_path = list(sys.path)
-    sys.argv = [str(script), *argv]
-    sys.path.insert(0, str(script.parent))
-    try:
-        yield
-    finally:
-        sys.argv = saved_argv
-        sys.path[:] = saved_path
-
-
-def _exit_code(e: SystemExit) -> int:
-    code = e.code
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
-
-
 def run(args: argparse.Namespace) -> int:
     from asynctrace.analysis.verdict import judge_steps
     from asynctrace.capture.session import trace
@@ -160,10 +134,7 @@ def run(args: argparse.Namespace) -> int:
     as_json = as_json or args.json
     if budget is not None and budget < 0:
         raise AsyncTraceError(f"--max-syncs-per-step must be >= 0, got {budget}")
-    script = Path(args.script)
-    if not script.is_file():
-        raise AsyncTraceError(f"{script}: no such script")
-    script = script.resolve()
+    script = resolve_script(args.script)
 
     session = trace(
         script.stem,
@@ -172,17 +143,10 @@ def run(args: argparse.Namespace) -> int:
         detect_syncs=args.detect,
         print_summary=False,
     )
-    status = 0
     # with --json, stdout carries only the result: the script's prints go to stderr
     out = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
-    with out, _as_main(script, script_args), session:
-        try:
-            runpy.run_path(str(script), run_name="__main__")
-        except SystemExit as e:
-            status = _exit_code(e)
-        except Exception:
-            traceback.print_exc()
-            status = 1
+    with out:
+        status = run_script(script, script_args, around=session)
 
     report = session.summary()
     # the verdict already says the CPU runs synchronously
