@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from asynctrace.capture.ranges import range
     from asynctrace.capture.session import Session, trace
     from asynctrace.capture.syncs import expect_syncs
-    from asynctrace.trace.load import load
+    from asynctrace.traces.load import load
 
 __all__ = [
     "AsyncTraceError",
@@ -51,7 +51,7 @@ _LAZY: dict[str, str] = {
     "Session": "asynctrace.capture.session",
     "trace": "asynctrace.capture.session",
     "expect_syncs": "asynctrace.capture.syncs",
-    "load": "asynctrace.trace.load",
+    "load": "asynctrace.traces.load",
     "Report": "asynctrace.analysis.report",
     "analyze": "asynctrace.analysis.report",
 }

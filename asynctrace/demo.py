@@ -51,7 +51,7 @@ from asynctrace.records import Records, StepRecord, read_records
 
 if TYPE_CHECKING:
     from asynctrace.analysis.report import Report
-    from asynctrace.trace.model import Trace
+    from asynctrace.traces.model import Trace
 
 __all__ = [
     "DEMO_PROFILE",
@@ -555,7 +555,7 @@ def write_views(
     from asynctrace.export.chrome import annotate_file
     from asynctrace.render import plot
     from asynctrace.render.html import combined_html, write_html
-    from asynctrace.trace.load import load
+    from asynctrace.traces.load import load
 
     arts: list[Artifact] = []
     notes: list[str] = []

@@ -18,7 +18,6 @@ back to the seeded random engine.
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import random
 import shutil
@@ -181,10 +180,17 @@ def _atheris_engine(f: _Fuzzer, argv: list[str]) -> bool:
         family = fdp.ConsumeIntInRange(0, 2)
         seed = fdp.ConsumeIntInRange(0, _U32 - 1)
         f.case(family, seed, f.ops_from(family, lambda n: fdp.ConsumeIntInRange(0, n - 1)))
+        # libFuzzer ends the process itself (no atexit): report as we go
+        n = sum(f.outcomes.values())
+        if n % 1000 == 0:
+            print(f.summary(time.perf_counter() - t0), flush=True)
 
-    # libFuzzer ends the process itself at the end of -runs: print the summary then
     t0 = time.perf_counter()
-    atexit.register(lambda: print(f.summary(time.perf_counter() - t0), flush=True))
+
+    # the loaders are imported lazily by load(); import them before instrumenting
+    import asynctrace.traces.kineto
+    import asynctrace.traces.nsys  # noqa: F401
+
     atheris.instrument_all()
     atheris.Setup([sys.argv[0], *argv], one_input)
     atheris.Fuzz()

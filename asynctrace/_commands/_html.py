@@ -23,7 +23,7 @@ def write_report_html(
     """Write the page; the traces are loaded again for the plots (the report kept no trace)."""
     from asynctrace.records import read_records
     from asynctrace.render.html import combined_html, write_html
-    from asynctrace.trace.load import load
+    from asynctrace.traces.load import load
 
     page = combined_html(
         reports=[(r, load(p)) for p, r in zip(trace_paths, reports, strict=True)],

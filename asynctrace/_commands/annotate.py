@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from asynctrace.analysis.report import analyze
     from asynctrace.export.chrome import annotate_file
-    from asynctrace.trace.load import load
+    from asynctrace.traces.load import load
 
     src = Path(args.trace)
     out = Path(args.output)

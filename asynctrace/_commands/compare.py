@@ -60,7 +60,7 @@ def _report(path: Path, kind: str) -> Report:
             return Report.from_json(path.read_bytes())
         except TraceFormatError as e:
             raise TraceFormatError(str(path), e.reason) from None
-    from asynctrace.trace.load import load
+    from asynctrace.traces.load import load
 
     return analyze(load(path))
 

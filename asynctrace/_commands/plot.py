@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             fig = plot.records_run_ahead(rec)
     else:
         from asynctrace.analysis.report import analyze
-        from asynctrace.trace.load import load
+        from asynctrace.traces.load import load
 
         trace = load(path)
         report = analyze(trace)

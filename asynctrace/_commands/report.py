@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if not path.exists():
         raise TraceFormatError(str(path), "no such file or directory")
     if path.is_dir():
-        from asynctrace.trace.load import find_traces
+        from asynctrace.traces.load import find_traces
 
         records_paths = sorted(p for p in path.iterdir() if _is_records(p))
         try:
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     summaries: list[RecordsSummary] = []
     failed: list[str] = []
     if trace_paths:
-        from asynctrace.trace.load import load
+        from asynctrace.traces.load import load
 
     for p in trace_paths:
         try:

@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from asynctrace.trace.model import RuntimeKind, Trace
+from asynctrace.traces.model import RuntimeKind, Trace
 
 __all__ = [
     "LAUNCHING_KINDS",

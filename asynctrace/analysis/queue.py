@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from asynctrace.analysis.launches import LaunchLinks
-from asynctrace.trace.model import Trace
+from asynctrace.traces.model import Trace
 
 __all__ = [
     "DEFAULT_QUEUE_CAP",

@@ -29,7 +29,7 @@ from asynctrace.analysis.syncs import SyncSummary, find_syncs
 from asynctrace.analysis.verdict import judge_steps
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import Records, StepRecord, SyncSite
-from asynctrace.trace.model import ActivityKind, Trace
+from asynctrace.traces.model import ActivityKind, Trace
 
 __all__ = [
     "REPORT_SCHEMA_VERSION",

@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from asynctrace.analysis.launches import LaunchLinks
 from asynctrace.analysis.queue import QueueSeries, depth_max_between
-from asynctrace.trace.model import RangeKind, RuntimeKind, Trace
+from asynctrace.traces.model import RangeKind, RuntimeKind, Trace
 
 __all__ = [
     "SYNC_KINDS",

@@ -19,7 +19,7 @@ import msgspec
 import numpy as np
 
 from asynctrace.analysis.steps import SYNC_KINDS, StepWindow
-from asynctrace.trace.model import Trace
+from asynctrace.traces.model import Trace
 
 __all__ = ["SyncCall", "SyncSiteStats", "SyncSummary", "find_syncs", "is_user_frame", "site_of"]
 

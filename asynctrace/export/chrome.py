@@ -37,7 +37,7 @@ from asynctrace.errors import TraceFormatError
 
 if TYPE_CHECKING:
     from asynctrace.analysis.report import Report
-    from asynctrace.trace.model import Trace
+    from asynctrace.traces.model import Trace
 
 __all__ = [
     "LANE_DEVICE",
@@ -322,7 +322,7 @@ def annotate_file(
     """
     src_p = Path(src)
     if trace is None:
-        from asynctrace.trace.load import load
+        from asynctrace.traces.load import load
 
         trace = load(src_p)
     data = _read_bytes(src_p)

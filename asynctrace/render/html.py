@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from asynctrace.analysis.report import RecordsSummary, Report
     from asynctrace.records import Records
-    from asynctrace.trace.model import Trace
+    from asynctrace.traces.model import Trace
 
 __all__ = ["combined_html", "records_html", "report_html", "write_html"]
 

@@ -29,7 +29,7 @@ from asynctrace.errors import AsyncTraceError
 if TYPE_CHECKING:
     from asynctrace.analysis.report import Report
     from asynctrace.records import Records
-    from asynctrace.trace.model import Trace
+    from asynctrace.traces.model import Trace
 
 __all__ = [
     "COLORS",
@@ -152,7 +152,7 @@ def _trace_lanes(trace: Trace, report: Report, steps: tuple[int, int] | None) ->
     if not len(sel):
         # Nothing was launched to a device in the window (a CPU-only trace): the host ran the
         # operators itself, so draw those rather than leave the host lane empty.
-        from asynctrace.trace.model import RangeKind
+        from asynctrace.traces.model import RangeKind
 
         hr = trace.ranges
         o_idx = np.flatnonzero(

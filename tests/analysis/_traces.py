@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from asynctrace.trace.builder import TraceBuilder
-from asynctrace.trace.model import ActivityKind, RangeKind, RuntimeKind, Trace
+from asynctrace.traces.builder import TraceBuilder
+from asynctrace.traces.model import ActivityKind, RangeKind, RuntimeKind, Trace
 
 __all__ = ["launches_trace", "steps_trace"]
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 
 from asynctrace.analysis.launches import Percentiles, launch_stats, link_launches, percentiles
-from asynctrace.trace.builder import TraceBuilder
-from asynctrace.trace.model import RuntimeKind
+from asynctrace.traces.builder import TraceBuilder
+from asynctrace.traces.model import RuntimeKind
 from tests.analysis._traces import launches_trace
 
 

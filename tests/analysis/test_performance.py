@@ -9,7 +9,7 @@ from typing import TypeVar
 import numpy as np
 
 from asynctrace.analysis.report import analyze
-from asynctrace.trace.model import Trace, _Table
+from asynctrace.traces.model import Trace, _Table
 from tests.analysis.test_real_traces import _load
 from tests.conftest import shared_trace
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from asynctrace.analysis.launches import link_launches
 from asynctrace.analysis.queue import queue_series
 from asynctrace.analysis.report import analyze
-from asynctrace.trace.builder import TraceBuilder
-from asynctrace.trace.model import ActivityKind, RangeKind, RuntimeKind, Trace
+from asynctrace.traces.builder import TraceBuilder
+from asynctrace.traces.model import ActivityKind, RangeKind, RuntimeKind, Trace
 
 _launch = st.tuples(
     st.integers(0, 2_000),  # launch call start

@@ -4,8 +4,8 @@ import pytest
 
 from asynctrace.analysis.launches import link_launches
 from asynctrace.analysis.queue import depth_max_between, queue_series, queue_stats
-from asynctrace.trace.builder import TraceBuilder
-from asynctrace.trace.model import RuntimeKind
+from asynctrace.traces.builder import TraceBuilder
+from asynctrace.traces.model import RuntimeKind
 from tests.analysis._traces import launches_trace
 
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from asynctrace.analysis.ranks import compare_ranks
 from asynctrace.analysis.report import analyze
-from asynctrace.trace.builder import TraceBuilder
-from asynctrace.trace.model import RangeKind
+from asynctrace.traces.builder import TraceBuilder
+from asynctrace.traces.model import RangeKind
 
 
 def _rank(rank: int, durations: list[int]) -> TraceBuilder:

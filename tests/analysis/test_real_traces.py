@@ -8,7 +8,7 @@ import pytest
 
 from asynctrace.analysis.report import Report, analyze
 from asynctrace.errors import TraceFormatError
-from asynctrace.trace.model import Trace
+from asynctrace.traces.model import Trace
 from tests.analysis._reference import reference_figures, reference_nsys_figures
 from tests.conftest import KINETO_DIR, NSYS_DIR, shared_trace
 
@@ -34,12 +34,12 @@ PINNED = [
 def _load(path: Path) -> Trace:
     # The format dispatcher (trace/load.py) is the entry point; until it lands, the format loaders.
     try:
-        from asynctrace.trace.load import load
+        from asynctrace.traces.load import load
     except ImportError:
         if path.suffix == ".sqlite":
-            from asynctrace.trace.nsys import load_nsys as load
+            from asynctrace.traces.nsys import load_nsys as load
         else:
-            from asynctrace.trace.kineto import load_kineto as load
+            from asynctrace.traces.kineto import load_kineto as load
     return load(path)
 
 

@@ -5,8 +5,8 @@ import numpy as np
 from asynctrace.analysis.launches import link_launches
 from asynctrace.analysis.queue import queue_series
 from asynctrace.analysis.steps import split_steps, step_windows, union_length
-from asynctrace.trace.builder import TraceBuilder
-from asynctrace.trace.model import RangeKind, RuntimeKind
+from asynctrace.traces.builder import TraceBuilder
+from asynctrace.traces.model import RangeKind, RuntimeKind
 from tests.analysis._traces import steps_trace
 
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from asynctrace.analysis.steps import step_windows
 from asynctrace.analysis.syncs import find_syncs, is_user_frame, site_of
-from asynctrace.trace.builder import TraceBuilder
-from asynctrace.trace.model import RangeKind, RuntimeKind
+from asynctrace.traces.builder import TraceBuilder
+from asynctrace.traces.model import RangeKind, RuntimeKind
 from tests.analysis._traces import launches_trace
 
 

@@ -102,7 +102,7 @@ def test_written_traces_are_valid_and_readable_by_the_tb_plugin(tmp_path: Path) 
 
 
 def test_deep_mode_writes_the_annotated_trace(tmp_path: Path) -> None:
-    pytest.importorskip("asynctrace.trace.load", reason="the trace loader is not in this tree yet")
+    pytest.importorskip("asynctrace.traces.load", reason="the trace loader is not in this tree yet")
     p = DeepProfiler(Profile(wait=0, warmup=1, active=2), dir=tmp_path, run="r")
     _run(p, 4)
     (path,) = p.traces

@@ -9,7 +9,7 @@ import pytest
 
 from asynctrace.analysis.report import analyze
 from asynctrace.cli import main
-from asynctrace.trace.load import load
+from asynctrace.traces.load import load
 from tests.conftest import shared_trace
 from tests.export._trace_event_validator import load_events, tb_profiler_problems, validate
 

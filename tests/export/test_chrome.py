@@ -17,8 +17,8 @@ from asynctrace.export.chrome import (
     annotate_file,
     overlay_events,
 )
-from asynctrace.trace.builder import TraceBuilder
-from asynctrace.trace.model import ActivityKind, RangeKind, RuntimeKind, Trace
+from asynctrace.traces.builder import TraceBuilder
+from asynctrace.traces.model import ActivityKind, RangeKind, RuntimeKind, Trace
 from tests.export._trace_event_validator import (
     load_events,
     tb_profiler_problems,

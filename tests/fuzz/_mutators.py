@@ -34,7 +34,7 @@ from asynctrace.analysis.report import analyze, summarize_records
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import read_records
 from asynctrace.render.text import render_records, render_report
-from asynctrace.trace.load import load
+from asynctrace.traces.load import load
 
 __all__ = [
     "CORPUS",

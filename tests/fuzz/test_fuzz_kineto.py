@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asynctrace.errors import TraceFormatError
-from asynctrace.trace._io import iter_blocks
-from asynctrace.trace.kineto import load_kineto
-from asynctrace.trace.load import load
+from asynctrace.traces._io import iter_blocks
+from asynctrace.traces.kineto import load_kineto
+from asynctrace.traces.load import load
 from tests.conftest import KINETO_DIR
 from tests.fuzz._mutators import (
     CORPUS,

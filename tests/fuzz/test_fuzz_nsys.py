@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asynctrace.errors import TraceFormatError
-from asynctrace.trace.load import load
+from asynctrace.traces.load import load
 from tests.conftest import NSYS_DIR
 from tests.fuzz._mutators import (
     CORPUS,

@@ -14,8 +14,8 @@ pytest.importorskip("matplotlib", reason="the HTML report's plots need matplotli
 from asynctrace.analysis.report import analyze, summarize_records
 from asynctrace.records import SyncSite, read_records
 from asynctrace.render.html import records_html, report_html, write_html
-from asynctrace.trace.builder import TraceBuilder
-from asynctrace.trace.model import RangeKind, RuntimeKind
+from asynctrace.traces.builder import TraceBuilder
+from asynctrace.traces.model import RangeKind, RuntimeKind
 from tests.export._records import make_steps, write_records_file
 from tests.export.test_chrome import two_step_trace
 

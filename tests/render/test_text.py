@@ -51,8 +51,8 @@ def test_ranks_table_flags_slowest() -> None:
 
 
 def test_names_with_brackets_are_printed_literally() -> None:
-    from asynctrace.trace.builder import TraceBuilder
-    from asynctrace.trace.model import RuntimeKind
+    from asynctrace.traces.builder import TraceBuilder
+    from asynctrace.traces.model import RuntimeKind
 
     b = TraceBuilder("[odd].json")
     b.python_frame("we[bold]ird.py(3): f", 0, 100)

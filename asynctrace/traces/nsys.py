@@ -28,7 +28,7 @@ Traps in real exports, handled here:
 * ``syncType`` codes in ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` disagree with the export's own
   ``ENUM_CUPTI_SYNC_TYPE`` table (a 2024 export labels every ``cudaDeviceSynchronize`` "Event
   sync"); synchronizations are classified by the runtime call's name
-  (:func:`asynctrace.trace._apis.classify_runtime`), never by ``syncType``.
+  (:func:`asynctrace.traces._apis.classify_runtime`), never by ``syncType``.
 * kernels that start before their launch call returns are kept as they are.
 * strings that are not valid UTF-8 (a Latin-1 Windows user name in one real export) are decoded
   with replacement characters rather than failing the load.
@@ -56,8 +56,8 @@ import numpy as np
 import numpy.typing as npt
 
 from asynctrace.errors import TraceFormatError
-from asynctrace.trace._apis import classify_runtime
-from asynctrace.trace.model import (
+from asynctrace.traces._apis import classify_runtime
+from asynctrace.traces.model import (
     Activities,
     ActivityKind,
     DeviceSyncs,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from asynctrace.trace.model import RuntimeKind
+from asynctrace.traces.model import RuntimeKind
 
 __all__ = [
     "BLOCKING_MEMCPY_APIS",

@@ -10,7 +10,7 @@ import pytest
 
 import asynctrace
 from asynctrace.errors import TraceFormatError
-from asynctrace.trace.load import find_traces, load
+from asynctrace.traces.load import find_traces, load
 from tests.conftest import shared_trace
 
 _DOC = {

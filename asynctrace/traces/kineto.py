@@ -35,9 +35,9 @@ import numpy as np
 import numpy.typing as npt
 
 from asynctrace.errors import TraceFormatError
-from asynctrace.trace._apis import RUNTIME_CATEGORIES, classify_runtime
-from asynctrace.trace._io import DEFAULT_MAX_INFLATED_BYTES, iter_blocks, prefetched
-from asynctrace.trace.model import (
+from asynctrace.traces._apis import RUNTIME_CATEGORIES, classify_runtime
+from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES, iter_blocks, prefetched
+from asynctrace.traces.model import (
     Activities,
     ActivityKind,
     DeviceSyncs,

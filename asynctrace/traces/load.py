@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 
 from asynctrace.errors import TraceFormatError
-from asynctrace.trace._io import DEFAULT_MAX_INFLATED_BYTES, sniff
-from asynctrace.trace.model import Trace
+from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES, sniff
+from asynctrace.traces.model import Trace
 
 __all__ = ["TRACE_SUFFIXES", "find_traces", "load"]
 
@@ -42,10 +42,10 @@ def load(
         raise TraceFormatError(str(p), "empty file")
     if kind == "sqlite":
         # imported here so that Kineto users never pay for the sqlite loader
-        from asynctrace.trace.nsys import load_nsys
+        from asynctrace.traces.nsys import load_nsys
 
         return load_nsys(p)
-    from asynctrace.trace.kineto import load_kineto
+    from asynctrace.traces.kineto import load_kineto
 
     return load_kineto(p, max_inflated_bytes=max_inflated_bytes)
 

@@ -1,4 +1,4 @@
-"""Build a :class:`~asynctrace.trace.model.Trace` row by row.
+"""Build a :class:`~asynctrace.traces.model.Trace` row by row.
 
 Used by the loaders that decode event by event and by tests that hand-build traces with known
 answers. Times given here are already integer ns from the trace origin.
@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from asynctrace.trace.model import (
+from asynctrace.traces.model import (
     _DTYPES,
     Activities,
     ActivityKind,

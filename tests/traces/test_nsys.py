@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from asynctrace.errors import TraceFormatError
-from asynctrace.trace.model import ActivityKind, RangeKind, RuntimeKind, Trace
-from asynctrace.trace.nsys import NSYS_STEP_DOMAIN, load_nsys
+from asynctrace.traces.model import ActivityKind, RangeKind, RuntimeKind, Trace
+from asynctrace.traces.nsys import NSYS_STEP_DOMAIN, load_nsys
 from tests.conftest import shared_trace
 
 SAXPY_2022 = "pipit_saxpy_mpi_cuda_nsys2022.sqlite"

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from asynctrace.errors import TraceFormatError
-from asynctrace.trace.kineto import load_kineto
-from asynctrace.trace.model import ActivityKind, RangeKind, RuntimeKind, Trace
+from asynctrace.traces.kineto import load_kineto
+from asynctrace.traces.model import ActivityKind, RangeKind, RuntimeKind, Trace
 from tests.conftest import KINETO_DIR, shared_trace
 
 # table sizes per real file: runtime, activities, ranges, python frames, device syncs, flows
