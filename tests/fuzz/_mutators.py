@@ -769,9 +769,3 @@ def check_records_file(path: Path) -> str:
             return "refused"
         _render(summarize_records(records), "records")
     return "records"
-
-
-def write_case(tmp: Path, name: str, data: bytes) -> Path:
-    p = tmp / name
-    p.write_bytes(data)
-    return p
