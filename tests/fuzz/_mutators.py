@@ -542,7 +542,10 @@ def mutate_nsys(seed: Path, out: Path, ops: Sequence[Op]) -> None:
     for op in ops:
         if op.kind in ("truncate_file", "flip_file_byte", "zero_page"):
             data = bytearray(out.read_bytes())
-            n = max(len(data), 1)
+            if not data:
+                # an earlier op truncated the file to nothing: nothing left to flip or zero
+                continue
+            n = len(data)
             if op.kind == "truncate_file":
                 del data[op.a % n :]
             elif op.kind == "flip_file_byte":

@@ -221,21 +221,33 @@ def _bomb(path: Path, head: bytes, filler: bytes, gib: int) -> None:
             f.write(member)
 
 
+# A forked child starts with its parent's resident-set high-water mark (Linux carries it across
+# fork and exec), so a child of this big pytest process would report pytest's own RSS. A small
+# fresh Python in between runs the command and reports the grandchild's peak from wait4.
+_MEASURE = (
+    "import os, subprocess, sys\n"
+    "p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)\n"
+    "err = p.stderr.read()\n"
+    "_, status, usage = os.wait4(p.pid, 0)\n"
+    "sys.stderr.buffer.write(err)\n"
+    "print(usage.ru_maxrss)\n"
+    "sys.exit(os.waitstatus_to_exitcode(status))\n"
+)
+
+
 def _run_measured(*args: str | Path) -> tuple[int, str, int, float]:
     """(status, stderr, peak RSS in bytes, seconds) of ``asynctrace report ARGS``."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "asynctrace", "report", *map(str, args)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+    proc = subprocess.run(
+        [sys.executable, "-c", _MEASURE, sys.executable, "-m", "asynctrace", "report"]
+        + [str(a) for a in args],
+        capture_output=True,
+        text=True,
+        check=False,
     )
-    assert proc.stderr is not None
-    with proc.stderr:
-        err = proc.stderr.read().decode()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
     # ru_maxrss is in KiB on Linux
-    return proc.returncode, err, usage.ru_maxrss * 1024, time.perf_counter() - t0
+    peak = int(proc.stdout.strip()) * 1024
+    return proc.returncode, proc.stderr, peak, time.perf_counter() - t0
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss units and wait4 as on Linux")
