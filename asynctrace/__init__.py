@@ -22,8 +22,9 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from asynctrace.analysis.report import Report, analyze
     from asynctrace.capture.benchmark import Benchmark
+    from asynctrace.capture.profiler import Profile
     from asynctrace.capture.ranges import range
-    from asynctrace.capture.session import Session, trace
+    from asynctrace.capture.session import Session, current_session, trace
     from asynctrace.capture.syncs import expect_syncs
     from asynctrace.traces.load import load
 
@@ -32,12 +33,14 @@ __all__ = [
     "AsyncTraceWarning",
     "Benchmark",
     "CaptureError",
+    "Profile",
     "Report",
     "Session",
     "TraceFormatError",
     "UnexpectedSyncError",
     "__version__",
     "analyze",
+    "current_session",
     "expect_syncs",
     "load",
     "range",
@@ -47,6 +50,8 @@ __all__ = [
 # Lazy so that ``import asynctrace`` stays cheap and torch-free until capture is used.
 _LAZY: dict[str, str] = {
     "Benchmark": "asynctrace.capture.benchmark",
+    "Profile": "asynctrace.capture.profiler",
+    "current_session": "asynctrace.capture.session",
     "range": "asynctrace.capture.ranges",
     "Session": "asynctrace.capture.session",
     "trace": "asynctrace.capture.session",

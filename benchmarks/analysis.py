@@ -6,10 +6,13 @@ that child, from ``os.wait4``). asynctrace runs ``asynctrace report FILE --json`
 same file plus queue length summary, kernel launch stats, temporal and idle breakdowns. HTA needs
 ``pandas<3``, so it lives in its own virtual environment::
 
-    python3 -m venv /tmp/hta-venv && /tmp/hta-venv/bin/pip install holistictraceanalysis==0.5.0 'pandas<3'
-    python benchmarks/make_large_trace.py ../shared/traces/kineto/hta_a100_16ranks_rank0_graphlaunch.json.gz \
+    python3 -m venv /tmp/hta-venv
+    /tmp/hta-venv/bin/pip install holistictraceanalysis==0.5.0 'pandas<3'
+    python benchmarks/make_large_trace.py \
+        ../shared/traces/kineto/hta_a100_16ranks_rank0_graphlaunch.json.gz \
         /tmp/large_400mb.json --target-mb 400
-    python benchmarks/analysis.py --hta-python /tmp/hta-venv/bin/python --extra /tmp/large_400mb.json
+    python benchmarks/analysis.py --hta-python /tmp/hta-venv/bin/python \
+        --extra /tmp/large_400mb.json
 
 Pass ``--no-hta`` to time asynctrace alone.
 """
@@ -110,12 +113,18 @@ def run_hta(path: Path, raw_mb: float, hta_python: str, timeout_s: float) -> Run
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="asynctrace vs HolisticTraceAnalysis on the same traces")
+    ap = argparse.ArgumentParser(
+        description="asynctrace vs HolisticTraceAnalysis on the same traces"
+    )
     ap.add_argument("files", nargs="*", type=Path, help="traces (default: the largest shared ones)")
-    ap.add_argument("--extra", nargs="*", type=Path, default=[], help="more traces, e.g. a 400 MB one")
+    ap.add_argument(
+        "--extra", nargs="*", type=Path, default=[], help="more traces, e.g. a 400 MB one"
+    )
     ap.add_argument("--hta-python", default=shutil.which("python3") or "python3")
     ap.add_argument("--no-hta", action="store_true")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per tool and file; medians reported")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="runs per tool and file; medians reported"
+    )
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--json", type=Path, help="also write the raw runs here")
     a = ap.parse_args(argv)
@@ -124,10 +133,15 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         print("no traces found (../shared/traces is absent); pass files", file=sys.stderr)
         return 2
-    print(f"# {platform.node()} {platform.machine()} {os.cpu_count()} cpus, python {platform.python_version()}, "
-          f"{time.strftime('%Y-%m-%d')}")
+    print(
+        f"# {platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
+        f"python {platform.python_version()}, {time.strftime('%Y-%m-%d')}"
+    )
     runs: list[Run] = []
-    header = f"{'file':48} {'raw MB':>7} | {'ours s':>7} {'ours MB/s':>9} {'ours RSS':>8} | {'HTA s':>7} {'HTA RSS':>8} | {'speedup':>7} {'RSS/raw':>7}"
+    header = (
+        f"{'file':48} {'raw MB':>7} | {'ours s':>7} {'ours MB/s':>9} {'ours RSS':>8} | "
+        f"{'HTA s':>7} {'HTA RSS':>8} | {'speedup':>7} {'RSS/raw':>7}"
+    )
     print(header)
     for path in files:
         raw_mb = raw_size(path) / 1e6
@@ -143,7 +157,10 @@ def main(argv: list[str] | None = None) -> int:
                     theirs.append(run_hta(path, raw_mb, a.hta_python, a.timeout))
         runs += ours + theirs
         o = sorted(ours, key=lambda r: r.wall_s)[len(ours) // 2]
-        line = f"{path.name[:48]:48} {raw_mb:7.1f} | {o.wall_s:7.2f} {o.mb_per_s:9.0f} {o.peak_rss_mb:7.0f}M |"
+        line = (
+            f"{path.name[:48]:48} {raw_mb:7.1f} | "
+            f"{o.wall_s:7.2f} {o.mb_per_s:9.0f} {o.peak_rss_mb:7.0f}M |"
+        )
         if theirs:
             h = sorted(theirs, key=lambda r: r.wall_s)[len(theirs) // 2]
             hs = f"{h.wall_s:7.2f} {h.peak_rss_mb:7.0f}M" if h.ok else f"{'fail':>7} {'':>8}"
