@@ -29,7 +29,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s module is imported (and its options added): importing
+    every command module would cost the one that runs their dependencies (rich, msgspec...)."""
     parser = argparse.ArgumentParser(
         prog="asynctrace",
         description="Make PyTorch's asynchrony visible: capture, analyse and show it.",
@@ -38,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
+        if name != command:
+            continue
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as e:
@@ -51,7 +55,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``asynctrace`` console script; returns the exit status."""
-    parser = _parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    # the top-level options take no value, so the first other word is the command
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = _parser(command)
     args = parser.parse_args(argv)
     if args.command is None or not hasattr(args, "_module"):
         parser.print_help()

@@ -11,13 +11,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
-from rich.console import Console
 
 from asynctrace.analysis.queue import DEFAULT_QUEUE_CAP
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import RECORDS_SUFFIX
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["add_arguments", "run"]
 
@@ -49,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _console() -> Console:
+    # imported here: ``--json`` never pays for rich
+    from rich.console import Console
+
     # Not a terminal (a pipe, a file, CI): no colour, and wide enough that tables do not fold.
     # emoji=False: names from a trace print as written (":fire:" is not an emoji code here).
     if sys.stdout.isatty():
@@ -64,7 +70,6 @@ def run(args: argparse.Namespace) -> int:
     from asynctrace.analysis.ranks import compare_ranks
     from asynctrace.analysis.report import RecordsSummary, Report, analyze, summarize_records
     from asynctrace.records import read_records
-    from asynctrace.render.text import render_ranks, render_records, render_report
 
     path = Path(args.path)
     if not path.exists():
@@ -126,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
             obj = reports[0] if reports else summaries[0]
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(obj), indent=2).decode() + "\n")
         return _skipped(failed)
+
+    from asynctrace.render.text import render_ranks, render_records, render_report
 
     console = _console()
     for r in reports:

@@ -52,9 +52,11 @@ from asynctrace.traces.model import (
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "load_kineto"]
 
-#: Inflated JSON text decoded at once. 16 MiB keeps peak memory small next to the columns and
-#: the per-chunk overhead (one concatenation, one decoder call) negligible.
-DEFAULT_CHUNK_BYTES = 16 << 20
+#: Inflated JSON text decoded at once. Small enough that one chunk's text and decoded events
+#: stay in cache and in reused memory: measured on 26 MB traces, 2 MiB loads faster than 16 MiB
+#: (the collecting loop misses cache less; fewer fresh pages) and halves peak RSS (61 vs 117 MB
+#: for ``asynctrace report``); below 1 MiB the per-chunk costs start to show.
+DEFAULT_CHUNK_BYTES = 2 << 20
 
 #: How far into a JSON object we look for ``"traceEvents"`` before calling it something else.
 _MAX_ENVELOPE_BYTES = 64 << 20
