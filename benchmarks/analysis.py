@@ -137,6 +137,14 @@ def main(argv: list[str] | None = None) -> int:
         f"# {platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
         f"python {platform.python_version()}, {time.strftime('%Y-%m-%d')}"
     )
+    # HTA runs from site-packages with the .pyc pip wrote; an editable asynctrace under
+    # PYTHONDONTWRITEBYTECODE=1 would recompile every module on every run (~65 ms). Compile once
+    # so that both tools start from bytecode.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "asynctrace")], check=True)
+    print(
+        "# asynctrace precompiled (python -m compileall -q asynctrace), as pip does for HTA; "
+        f"PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}"
+    )
     runs: list[Run] = []
     header = (
         f"{'file':48} {'raw MB':>7} | {'ours s':>7} {'ours MB/s':>9} {'ours RSS':>8} | "
