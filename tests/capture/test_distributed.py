@@ -130,14 +130,17 @@ out = sys.argv[1]
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 for run in range(2):  # two sessions with the same name: nothing may be overwritten
-    with asynctrace.trace("ddp", dir=out, device="cpu", print_summary=False) as s:
+    # run 0 gathers by hand after the session; run 1 lets the session gather at its exit
+    with asynctrace.trace(
+        "ddp", dir=out, device="cpu", print_summary=run == 1, gather_ranks=run == 1
+    ) as s:
         for i in range(6):
             x = torch.randn(64, 64)
             (x @ x).sum()
             # rank 1 is the straggler: 30 ms a step more, far above scheduling noise
             time.sleep(0.002 + (0.030 if rank == 1 else 0.0))
             s.step()
-    table = _distributed.gather_records(s.records_path)
+    table = _distributed.gather_records(s.records_path) if run == 0 else s.rank_table
     if rank == 0:
         assert table is not None
         print(_distributed.format_rank_table(table))
