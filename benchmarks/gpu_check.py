@@ -177,6 +177,50 @@ def overhead(tdev: torch.device, dev: Any, out: Path, rounds: int, steps: int) -
     }
 
 
+def _here() -> int:
+    """The caller's current line number."""
+    return sys._getframe(1).f_lineno
+
+
+def sync_check(dev: Any, tdev: torch.device, out: Path) -> dict[str, Any]:
+    """What the sync detector catches here: a loop with a hidden ``loss.item()`` per step and,
+    on a GPU, an explicit ``torch.cuda.synchronize()`` — the CUDA hooks on CUDA/ROCm, the
+    dispatch-mode lint elsewhere."""
+    on_gpu = dev.kind in ("cuda", "rocm")
+    mode = "cuda" if on_gpu else "lint"
+    model = torch.nn.Linear(256, 256).to(tdev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(64, 256, device=tdev)
+    expected: dict[str, str] = {}
+    with asynctrace.trace(
+        "syncs", dir=out, device=dev, detect_syncs=mode, print_summary=False
+    ) as s:
+        for _ in range(5):
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            _value, line = loss.item(), _here()
+            expected["loss.item()"] = f"{__file__}:{line}"
+            if on_gpu:
+                _none, line = torch.cuda.synchronize(tdev), _here()
+                expected["torch.cuda.synchronize()"] = f"{__file__}:{line}"
+            s.step()
+    report = s.summary()
+    sites = {
+        r.site: {"op": r.op, "count": r.count, "wait_ns": r.wait_ns} for r in report.sync_sites
+    }
+    caught = {what: site in sites for what, site in expected.items()}
+    return {
+        "mode": mode,
+        "expected": expected,
+        "caught": caught,
+        "sites": sites,
+        "syncs_per_step": report.sync_count.mean if report.sync_count is not None else None,
+        "verdict": report.verdict,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -251,6 +295,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
 
+    # 4b. what the sync detector catches on this device
+    syncs = sync_check(dev, tdev, out / "syncs")
+    print(
+        f"syncs ({syncs['mode']}): "
+        + ", ".join(f"{k} {'caught' if v else 'MISSED'}" for k, v in syncs["caught"].items())
+        + f"; {syncs['syncs_per_step']} per step; verdict {syncs['verdict']}"
+    )
+
     # 5. checks
     checks: dict[str, dict[str, Any]] = {}
 
@@ -280,6 +332,11 @@ def main(argv: list[str] | None = None) -> int:
         f"max in flight {synced['max_in_flight']}, "
         f"median run-ahead {synced['median_run_ahead_us']} µs",
     )
+    check(
+        "CUDA sync hooks name the lines",
+        all(syncs["caught"].values()),
+        f"{syncs['caught']} (sites seen: {sorted(syncs['sites'])})",
+    )
     failed = [k for k, v in checks.items() if v["passed"] is False]
     summary = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -294,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         "matmul": mm,
         "loops": {"synced": synced, "unsynced": unsynced, "kineto_trace": trace_path},
         "overhead": ov,
+        "syncs": syncs,
         "checks": checks,
         "wall_s": time.perf_counter() - t_start,
     }
