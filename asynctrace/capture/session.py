@@ -805,7 +805,7 @@ class Session:
             from asynctrace.export.tensorboard import TensorBoardWriter
 
             try:
-                self._tb = TensorBoardWriter(self.dir, run=sanitize_name(run))
+                self._tb = TensorBoardWriter(self.dir, run=sanitize_name(run), background=True)
             except OSError as e:
                 if self.strict:
                     raise CaptureError(
@@ -870,11 +870,12 @@ class Session:
             return
         try:
             tb.close()
-        except OSError as e:
-            warnings.warn(
-                f"asynctrace could not finish the TensorBoard events: {e}",
-                AsyncTraceWarning,
-                stacklevel=3,
+        except Exception as e:
+            # the background writer met the error after the last step (disk full, folder gone)
+            self._tensorboard_failed(tb, e)
+        if tb.dropped:
+            self._notes.append(
+                f"{tb.dropped} step(s) not written to TensorBoard: its writer fell behind"
             )
 
     def _restore_globals(self) -> None:

@@ -20,7 +20,10 @@ the same curves. Written with tensorboard's own event writer and summary protos:
 
 from __future__ import annotations
 
+import functools
 import os
+import queue
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -102,6 +105,26 @@ def summary_markdown(records: Records) -> str:
     return "\n".join(lines)
 
 
+@functools.cache
+def _scalar_metadata() -> Any:
+    """The summary metadata tensorboard's ``scalar_pb`` attaches, built once."""
+    from tensorboard.plugins.scalar import metadata
+
+    return metadata.create_summary_metadata(display_name=None, description=None)
+
+
+def _float_tensor(value: float) -> Any:
+    """A 0-d float tensor proto, as ``scalar_pb`` writes it, without its numpy round trip
+    (20 µs a value there, 3 µs here)."""
+    from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
+
+    return tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_FLOAT,
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(),
+        float_val=[value],
+    )
+
+
 def _md(s: str) -> str:
     # TensorBoard's text plugin renders Markdown and sanitises HTML; escaping the table/markup
     # characters keeps file paths and op names from breaking the layout.
@@ -113,9 +136,22 @@ class TensorBoardWriter:
 
     Usable live (the session calls :meth:`add_step` after each collected step) and offline
     (:func:`write_records`). A context manager; :meth:`close` flushes.
+
+    With ``background=True`` (what a live session uses) :meth:`add_step` only queues the step
+    (about a microsecond) and a daemon thread builds and writes the protos; at most
+    ``max_queued`` steps wait, beyond that steps are dropped and counted in :attr:`dropped`
+    rather than blocking the training loop. An error of the writing thread (disk full, folder
+    gone) is raised by the next :meth:`add_step`, :meth:`flush` or :meth:`close`.
     """
 
-    def __init__(self, logdir: str | os.PathLike[str], *, run: str | None = None) -> None:
+    def __init__(
+        self,
+        logdir: str | os.PathLike[str],
+        *,
+        run: str | None = None,
+        background: bool = False,
+        max_queued: int = 65536,
+    ) -> None:
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         self.path = Path(logdir) / run if run else Path(logdir)
@@ -123,6 +159,17 @@ class TensorBoardWriter:
         # flush_secs is long on purpose: a step's write only enqueues; close() flushes.
         self._writer: Any = EventFileWriter(str(self.path), max_queue_size=1024, flush_secs=30)
         self._closed = False
+        #: steps not written because the background queue was full
+        self.dropped = 0
+        self._error: BaseException | None = None
+        self._queue: queue.Queue[tuple[StepRecord, float] | None] | None = None
+        self._thread: threading.Thread | None = None
+        if background:
+            self._queue = queue.Queue(maxsize=max_queued)
+            self._thread = threading.Thread(
+                target=self._drain, name="asynctrace-tensorboard", daemon=True
+            )
+            self._thread.start()
 
     def _emit(self, summary: Any, step: int, wall_time: float | None) -> None:
         from tensorboard.compat.proto import event_pb2
@@ -134,13 +181,50 @@ class TensorBoardWriter:
 
     def add_step(self, step: StepRecord, *, wall_time: float | None = None) -> None:
         """The scalars of one step (see :data:`SCALAR_TAGS`), at TensorBoard step ``step.step``."""
-        from tensorboard.compat.proto import summary_pb2
-        from tensorboard.plugins.scalar import summary_v2 as scalar_summary
+        if self._error is not None:
+            raise self._error
+        when = time.time() if wall_time is None else wall_time
+        q = self._queue
+        if q is None:
+            self._write_step(step, when)
+            return
+        try:
+            q.put_nowait((step, when))
+        except queue.Full:
+            self.dropped += 1
 
-        summary = summary_pb2.Summary()
-        for tag, value in step_scalars(step).items():
-            summary.value.extend(scalar_summary.scalar_pb(tag, value).value)
+    def _write_step(self, step: StepRecord, wall_time: float) -> None:
+        from tensorboard.compat.proto import summary_pb2
+
+        value = summary_pb2.Summary.Value
+        meta = _scalar_metadata()
+        summary = summary_pb2.Summary(
+            value=[
+                value(tag=tag, metadata=meta, tensor=_float_tensor(v))
+                for tag, v in step_scalars(step).items()
+            ]
+        )
         self._emit(summary, step.step, wall_time)
+
+    def _drain(self) -> None:
+        q = self._queue
+        assert q is not None
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            if self._error is not None:
+                continue
+            try:
+                self._write_step(*item)
+            except BaseException as e:  # handed to the caller's thread, never lost
+                self._error = e
+
+    def _join(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None and self._queue is not None:
+            self._queue.put(None)
+            thread.join()
 
     def add_text(self, markdown: str, *, tag: str = TEXT_TAG, step: int = 0) -> None:
         from tensorboard.plugins.text import summary_v2 as text_summary
@@ -148,12 +232,19 @@ class TensorBoardWriter:
         self._emit(text_summary.text_pb(tag, markdown), step, None)
 
     def flush(self) -> None:
+        if self._error is not None:
+            raise self._error
         self._writer.flush()
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._writer.close()
+            try:
+                self._join()
+            finally:
+                self._writer.close()
+            if self._error is not None:
+                raise self._error
 
     def __enter__(self) -> TensorBoardWriter:
         return self

@@ -245,3 +245,47 @@ def test_tensorboard_server_serves_our_scalars_and_trace(tmp_path: Path) -> None
         served = json.loads(body)
         names = {e.get("name") for e in served["traceEvents"]}
         assert {"ProfilerStep#1", "ProfilerStep#2"} <= names
+
+
+def test_background_writer_never_blocks_and_counts_what_it_drops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from asynctrace.export import tensorboard as tbmod
+
+    release = threading.Event()
+    written: list[int] = []
+    real = tbmod.TensorBoardWriter._write_step
+
+    def slow(self: Any, step: StepRecord, wall_time: float) -> None:
+        release.wait(5)
+        written.append(step.step)
+        real(self, step, wall_time)
+
+    monkeypatch.setattr(tbmod.TensorBoardWriter, "_write_step", slow)
+    w = tbmod.TensorBoardWriter(tmp_path, run="bg", background=True, max_queued=1)
+    steps = make_steps(6, frontend_ns=1_000_000)
+    for s in steps:
+        w.add_step(s)  # returns at once although the writer is stuck
+    # one step is held by the stuck writer, at most one waits in the queue: the rest are dropped
+    assert w.dropped >= 4
+    release.set()
+    w.close()
+    assert len(written) == len(steps) - w.dropped
+    assert written == sorted(written)
+
+
+def test_background_writer_errors_reach_the_caller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from asynctrace.export import tensorboard as tbmod
+
+    def broken(self: Any, step: StepRecord, wall_time: float) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tbmod.TensorBoardWriter, "_write_step", broken)
+    w = tbmod.TensorBoardWriter(tmp_path, run="bg", background=True)
+    w.add_step(make_steps(1, frontend_ns=1)[0])
+    with pytest.raises(OSError, match="No space left"):
+        w.close()
