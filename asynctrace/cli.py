@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -27,6 +28,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("asynctrace._commands.plot", "draw a trace or session records (PNG or SVG)"),
     "compare": ("asynctrace._commands.compare", "compare two reports or sessions (before/after)"),
 }
+
+
+#: Commands that only read and analyse files: they run no user code, and numpy's BLAS has nothing
+#: to do for them (their arrays are one-dimensional), so its worker threads are not started.
+#: Started, OpenBLAS's threads spin on the second core while the loader works and cost a short
+#: ``asynctrace report`` 20-50 ms on 2 cores (docs/performance.md).
+ANALYSIS_ONLY = frozenset({"report", "annotate", "plot", "compare"})
 
 
 def _parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -59,6 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = sys.argv[1:]
     # the top-level options take no value, so the first other word is the command
     command = next((a for a in argv if not a.startswith("-")), None)
+    if command in ANALYSIS_ONLY and "numpy" not in sys.modules:
+        # our own process (the console script): set before numpy loads, never overriding a
+        # user's choice; in-process callers that already imported numpy are left alone
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser = _parser(command)
     args = parser.parse_args(argv)
     if args.command is None or not hasattr(args, "_module"):

@@ -99,8 +99,8 @@ def measure(cmd: list[str], *, timeout_s: float) -> tuple[float, float, bool, st
     return wall, usage.ru_maxrss / 1024, ok, "" if ok else err.strip().splitlines()[-1:][0][:200]
 
 
-def run_ours(path: Path, raw_mb: float, timeout_s: float) -> Run:
-    cmd = [sys.executable, "-m", "asynctrace", "report", str(path), "--json"]
+def run_ours(path: Path, raw_mb: float, python: str, timeout_s: float) -> Run:
+    cmd = [python, "-m", "asynctrace", "report", str(path), "--json"]
     wall, rss, ok, err = measure(cmd, timeout_s=timeout_s)
     return Run("asynctrace", path.name, raw_mb, wall, rss, ok, err)
 
@@ -112,6 +112,12 @@ def run_hta(path: Path, raw_mb: float, hta_python: str, timeout_s: float) -> Run
     return Run("HTA", path.name, raw_mb, wall, rss, ok, err)
 
 
+def startup_floor(cmd: list[str], repeat: int) -> float:
+    """Median wall time of ``cmd``: what every run of a tool pays before reading a trace."""
+    walls = sorted(measure(cmd, timeout_s=60)[0] for _ in range(repeat))
+    return walls[len(walls) // 2]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description="asynctrace vs HolisticTraceAnalysis on the same traces"
@@ -121,6 +127,12 @@ def main(argv: list[str] | None = None) -> int:
         "--extra", nargs="*", type=Path, default=[], help="more traces, e.g. a 400 MB one"
     )
     ap.add_argument("--hta-python", default=shutil.which("python3") or "python3")
+    ap.add_argument(
+        "--asynctrace-python",
+        default=sys.executable,
+        help="interpreter whose asynctrace runs (default: this one). An editable install adds "
+        "a path finder to every start (~13 ms here); a wheel install is what users run",
+    )
     ap.add_argument("--no-hta", action="store_true")
     ap.add_argument(
         "--repeat", type=int, default=3, help="runs per tool and file; medians reported"
@@ -137,18 +149,50 @@ def main(argv: list[str] | None = None) -> int:
         f"# {platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
         f"python {platform.python_version()}, {time.strftime('%Y-%m-%d')}"
     )
+    py = a.asynctrace_python
     # HTA runs from site-packages with the .pyc pip wrote; an editable asynctrace under
     # PYTHONDONTWRITEBYTECODE=1 would recompile every module on every run (~65 ms). Compile once
     # so that both tools start from bytecode.
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "asynctrace")], check=True)
+    subprocess.run([py, "-m", "compileall", "-q", str(ROOT / "asynctrace")], check=True)
+    info = subprocess.run(
+        [
+            py,
+            "-c",
+            "import asynctrace, asynctrace.traces.kineto as k; "
+            "print(asynctrace.__file__, 'accelerator' if k.HAVE_ACCELERATOR else 'pure Python')",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     print(
-        "# asynctrace precompiled (python -m compileall -q asynctrace), as pip does for HTA; "
+        f"# asynctrace: {info}; precompiled, as pip does for HTA; "
         f"PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}"
+    )
+    # What each tool pays before its first byte of trace: the interpreter, its imports and,
+    # for us, a whole report of an empty trace.
+    with tempfile.TemporaryDirectory(prefix="empty-") as d:
+        empty = Path(d) / "empty.json"
+        empty.write_text('{"traceEvents": []}')
+        floor_ours = startup_floor(
+            [py, "-m", "asynctrace", "report", str(empty), "--json"], max(5, a.repeat)
+        )
+    floor_hta = (
+        startup_floor(
+            [a.hta_python, "-c", "from hta.trace_analysis import TraceAnalysis"],
+            max(3, a.repeat),
+        )
+        if not a.no_hta
+        else 0.0
+    )
+    print(
+        f"# start-up: asynctrace report on an empty trace {floor_ours:.3f} s; "
+        + (f"HTA import {floor_hta:.3f} s" if not a.no_hta else "")
     )
     runs: list[Run] = []
     header = (
         f"{'file':48} {'raw MB':>7} | {'ours s':>7} {'ours MB/s':>9} {'ours RSS':>8} | "
-        f"{'HTA s':>7} {'HTA RSS':>8} | {'speedup':>7} {'RSS/raw':>7}"
+        f"{'HTA s':>7} {'HTA RSS':>8} | {'speedup':>7} {'after start-up':>14} {'RSS/raw':>7}"
     )
     print(header)
     for path in files:
@@ -160,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             order = ["ours", "hta"] if i % 2 == 0 else ["hta", "ours"]
             for tool in order:
                 if tool == "ours":
-                    ours.append(run_ours(path, raw_mb, a.timeout))
+                    ours.append(run_ours(path, raw_mb, py, a.timeout))
                 elif not a.no_hta:
                     theirs.append(run_hta(path, raw_mb, a.hta_python, a.timeout))
         runs += ours + theirs
@@ -173,9 +217,12 @@ def main(argv: list[str] | None = None) -> int:
             h = sorted(theirs, key=lambda r: r.wall_s)[len(theirs) // 2]
             hs = f"{h.wall_s:7.2f} {h.peak_rss_mb:7.0f}M" if h.ok else f"{'fail':>7} {'':>8}"
             speed = f"{h.wall_s / o.wall_s:6.1f}x" if h.ok and o.ok else "-"
-            line += f" {hs} | {speed:>7}"
+            # the same ratio without what each tool pays before reading (see start-up above)
+            work_o, work_h = o.wall_s - floor_ours, h.wall_s - floor_hta
+            after = f"{work_h / work_o:6.1f}x" if h.ok and o.ok and work_o > 0 else "-"
+            line += f" {hs} | {speed:>7} {after:>14}"
         else:
-            line += f" {'':7} {'':8} | {'':7}"
+            line += f" {'':7} {'':8} | {'':7} {'':14}"
         line += f" {o.peak_rss_mb / raw_mb:7.2f}" if raw_mb else ""
         if not o.ok:
             line += f"  (asynctrace failed: {o.error})"

@@ -12,6 +12,7 @@ import threading
 import zlib
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import BinaryIO, Literal, cast
 
 from asynctrace.errors import TraceFormatError
@@ -97,9 +98,20 @@ def iter_blocks(
         f.close()
 
 
+def _inflater() -> ModuleType:
+    """zlib-ng's drop-in ``zlib`` module where installed (it inflates the same stream 2-3x
+    faster: 1.0 vs 0.42 GB/s on a 26 MB trace, docs/performance.md), else the standard one."""
+    try:
+        from zlib_ng import zlib_ng
+    except ImportError:
+        return zlib
+    return zlib_ng
+
+
 def _inflate(p: Path, f: BinaryIO, limit: int, block_bytes: int) -> Iterator[bytes]:
     read = f.read
-    d = zlib.decompressobj(_WBITS_GZIP)
+    zl = _inflater()
+    d = zl.decompressobj(_WBITS_GZIP)
     total = 0
     pending = b""
     saw_data = False
@@ -115,7 +127,7 @@ def _inflate(p: Path, f: BinaryIO, limit: int, block_bytes: int) -> Iterator[byt
         try:
             # Cap each call's output so memory stays at one block whatever the ratio.
             out = d.decompress(pending, min(block_bytes, limit - total + 1))
-        except zlib.error as e:
+        except zl.error as e:
             raise TraceFormatError(str(p), f"corrupt gzip data ({e})") from None
         pending = d.unconsumed_tail
         if out:
@@ -136,7 +148,7 @@ def _inflate(p: Path, f: BinaryIO, limit: int, block_bytes: int) -> Iterator[byt
                 if not rest.startswith(_GZIP_MAGIC):
                     raise TraceFormatError(str(p), "corrupt gzip data (garbage after the stream)")
                 pending = rest
-            d = zlib.decompressobj(_WBITS_GZIP)
+            d = zl.decompressobj(_WBITS_GZIP)
             saw_data = False
     if saw_data and not d.eof:
         # Flush what zlib still holds, then say the stream was cut short.

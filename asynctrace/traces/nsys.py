@@ -307,7 +307,7 @@ class _Reader:
             python_frames=PythonFrames.empty(),
             device_syncs=device_syncs,
             flows=Flows.empty(),
-            device_name=self._device_name(np.unique(a_dev).tolist()),
+            device_name=self._device_name(_distinct(a_dev).tolist()),
             rank=self._mpi_rank(),
             origin_ns=origin,
             metadata=metadata,
@@ -579,12 +579,24 @@ def _dedupe_runtime(key: I64, corr: I64, name: I32, dur: I64) -> I64:
     return np.sort(order[head])
 
 
+def _distinct(values: I64) -> I64:
+    """``np.unique(values)`` (sorted distinct values), by sorting: unique's default hash path
+    imports ``numpy.ma`` (~9 ms) the first time it runs."""
+    s = np.sort(values)
+    if len(s) == 0:
+        return s
+    keep = np.empty(len(s), dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
 def _pid_mapping(keys: list[I64]) -> tuple[Callable[[I64], I64], str]:
     """How process keys become ``pid`` values: the OS pid where that is unambiguous."""
-    all_keys = np.unique(np.concatenate(keys)) if keys else np.empty(0, np.int64)
+    all_keys = _distinct(np.concatenate(keys)) if keys else np.empty(0, np.int64)
     all_keys = all_keys[all_keys >= 0]
     os_pids = all_keys & 0xFFFFFF
-    if len(np.unique(os_pids)) == len(all_keys):
+    if len(_distinct(os_pids)) == len(all_keys):
 
         def to_os(k: I64) -> I64:
             return np.where(k >= 0, k & 0xFFFFFF, -1)

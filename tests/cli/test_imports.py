@@ -4,13 +4,14 @@ end-to-end figure we publish against HolisticTraceAnalysis)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 from tests.conftest import shared_trace
 
 _PROBE = """
-import contextlib, io, json, sys
+import contextlib, io, json, os, sys
 from asynctrace.cli import main
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
@@ -18,15 +19,18 @@ with contextlib.redirect_stdout(out):
         status = main(sys.argv[1:])
     except SystemExit as e:  # --help
         status = e.code
-loaded = sorted({m.split(".")[0] for m in sys.modules} & {"rich", "torch", "matplotlib"})
+watched = ("rich", "torch", "matplotlib", "sqlite3", "statistics", "numpy.ma")
+loaded = sorted(w for w in watched if w in sys.modules)
 commands = sorted(m for m in sys.modules if m.startswith("asynctrace._commands."))
-print(json.dumps({"status": status, "loaded": loaded, "commands": commands, "out": out.getvalue()}))
+blas = os.environ.get("OPENBLAS_NUM_THREADS")
+print(json.dumps({"status": status, "loaded": loaded, "commands": commands, "out": out.getvalue(),
+                  "blas": blas}))
 """
 
 
-def _probe(*args: str) -> dict[str, object]:
+def _probe(*args: str, env: dict[str, str] | None = None) -> dict[str, object]:
     proc = subprocess.run(
-        [sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, check=True, env=env
     )
     result: dict[str, object] = json.loads(proc.stdout.splitlines()[-1])
     return result
@@ -37,8 +41,19 @@ def test_report_json_imports_neither_rich_nor_other_commands() -> None:
     r = _probe("report", str(trace), "--json")
     assert r["status"] == 0
     assert json.loads(str(r["out"]))["schema_version"] >= 1
+    # nor sqlite3 (Nsight Systems only), statistics, or numpy.ma (np.unique's default hash path
+    # imports it: ~9 ms of start-up)
     assert r["loaded"] == []
     assert r["commands"] == ["asynctrace._commands.report"]
+
+
+def test_nsys_report_json_imports_sqlite3_but_not_numpy_ma() -> None:
+    # sqlite3 only for Nsight Systems exports; numpy.ma (~9 ms) neither in that loader nor in
+    # the analysis, compare_ranks (a folder: one rank per file) or the JSON output
+    folder = shared_trace("nsys", "extrap_con_kernel.sqlite").parent
+    r = _probe("report", str(folder), "--json")
+    assert r["status"] == 0
+    assert r["loaded"] == ["sqlite3"]
 
 
 def test_text_report_still_renders_with_rich() -> None:
@@ -56,3 +71,21 @@ def test_top_level_help_imports_no_command() -> None:
     # every command is listed with its help, though none was imported to build the list
     for name in ("demo", "report", "check", "run", "annotate", "plot", "compare"):
         assert name in str(r["out"])
+
+
+def _env_without_blas_setting() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+
+
+def test_analysis_commands_start_no_blas_threads_but_respect_the_user() -> None:
+    trace = shared_trace("kineto", "hta_2022_small_base.json.gz")
+    r = _probe("report", str(trace), "--json", env=_env_without_blas_setting())
+    assert r["blas"] == "1"
+    r = _probe("report", str(trace), "--json", env={**os.environ, "OPENBLAS_NUM_THREADS": "4"})
+    assert r["blas"] == "4"
+
+
+def test_commands_running_user_code_leave_blas_alone() -> None:
+    # `check`/`run` run the user's script in this process: its numpy keeps its threads
+    r = _probe("check", "--help", env=_env_without_blas_setting())
+    assert r["blas"] is None

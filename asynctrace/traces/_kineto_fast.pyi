@@ -1,0 +1,16 @@
+from collections.abc import Callable, Container
+
+def collect(
+    buf: bytes | bytearray,
+    start: int,
+    stop: int,
+    exact: bool,
+    cat_codes: dict[str, int],
+    flow_cats: Container[str],
+    name_ids: dict[str | None, int],
+    intern: Callable[[str], int],
+    ids: Callable[[str], int],
+    cache: object,
+    /,
+) -> tuple[int, int, dict[str, int], tuple[tuple[bytes, ...], ...]] | None: ...
+def new_cache() -> object: ...
