@@ -1,7 +1,5 @@
 """``python -m asynctrace`` runs the command line."""
 
-import sys
+from asynctrace.cli import console
 
-from asynctrace.cli import main
-
-sys.exit(main())
+console()

@@ -12,11 +12,12 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from asynctrace import __version__
 from asynctrace.errors import AsyncTraceError
 
-__all__ = ["main"]
+__all__ = ["console", "main"]
 
 #: name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -37,17 +38,38 @@ COMMANDS: dict[str, tuple[str, str]] = {
 ANALYSIS_ONLY = frozenset({"report", "annotate", "plot", "compare"})
 
 
+def _help_width() -> int:
+    """What argparse's formatter computes through ``shutil.get_terminal_size`` (COLUMNS, else
+    the terminal, else 80; minus 2), without importing shutil: argparse builds a formatter for
+    every ``add_argument``, and shutil brings bz2 and lzma along (~2 ms of each run)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return (columns or 80) - 2
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    return argparse.HelpFormatter(prog, width=_help_width())
+
+
 def _parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``command``'s module is imported (and its options added): importing
     every command module would cost the one that runs their dependencies (rich, msgspec...)."""
     parser = argparse.ArgumentParser(
         prog="asynctrace",
+        formatter_class=_formatter,
         description="Make PyTorch's asynchrony visible: capture, analyse and show it.",
     )
     parser.add_argument("--version", action="version", version=f"asynctrace {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_, description=help_)
+        p = sub.add_parser(name, help=help_, description=help_, formatter_class=_formatter)
         if name != command:
             continue
         try:
@@ -91,5 +113,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
+def console() -> NoReturn:
+    """The ``asynctrace`` console script and ``python -m asynctrace``: :func:`main`, then exit.
+
+    Analysis-only commands (:data:`ANALYSIS_ONLY`) leave without the interpreter's teardown:
+    once their output is flushed nothing is left to do, and freeing numpy's and our modules one
+    by one costs ~15 ms of a ~0.12 s ``asynctrace report`` (docs/performance.md). They run no user
+    code, start no threads that outlive them, and close every file they write. Other commands run
+    the user's code, whose atexit handlers, threads and buffered files need a normal exit.
+    """
+    argv = sys.argv[1:]
+    status = main(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command in ANALYSIS_ONLY:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except OSError:
+            pass  # a closed pipe (`| head`): what could be written was written
+        os._exit(status)
+    sys.exit(status)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    console()

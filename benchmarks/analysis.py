@@ -82,7 +82,11 @@ def raw_size(path: Path) -> int:
 
 def measure(cmd: list[str], *, timeout_s: float) -> tuple[float, float, bool, str]:
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # from a neutral folder: `-m`/`-c` put the working directory first on sys.path, and from the
+    # repository root that would shadow an installed asynctrace with the source tree
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tempfile.gettempdir()
+    )
     deadline = t0 + timeout_s
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -142,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     files = list(a.files) or [SHARED / f for f in DEFAULT_FILES if (SHARED / f).exists()]
     files += a.extra
+    files = [f.resolve() for f in files]
     if not files:
         print("no traces found (../shared/traces is absent); pass files", file=sys.stderr)
         return 2
@@ -154,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     # PYTHONDONTWRITEBYTECODE=1 would recompile every module on every run (~65 ms). Compile once
     # so that both tools start from bytecode.
     subprocess.run([py, "-m", "compileall", "-q", str(ROOT / "asynctrace")], check=True)
-    info = subprocess.run(
+    info = subprocess.run(  # (from a neutral folder, as the runs: see measure)
         [
             py,
             "-c",
@@ -164,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         capture_output=True,
         text=True,
         check=True,
+        cwd=tempfile.gettempdir(),
     ).stdout.strip()
     print(
         f"# asynctrace: {info}; precompiled, as pip does for HTA; "

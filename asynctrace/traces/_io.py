@@ -7,8 +7,6 @@ reason) and nothing else, so loaders never leak ``OSError`` / ``zlib.error`` to 
 from __future__ import annotations
 
 import os
-import queue
-import threading
 import zlib
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -169,6 +167,11 @@ def prefetched(
     the current one. The thread ends with the iterator, on an error (re-raised here) or when
     this generator is closed; memory stays at ``depth + 1`` blocks.
     """
+    # (imported here: with the compiled accelerator no reader thread runs, and the report
+    # command's start-up need not pay for these modules)
+    import queue
+    import threading
+
     q: queue.Queue[object] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
