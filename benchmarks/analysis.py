@@ -116,10 +116,13 @@ def run_hta(path: Path, raw_mb: float, hta_python: str, timeout_s: float) -> Run
     return Run("HTA", path.name, raw_mb, wall, rss, ok, err)
 
 
-def startup_floor(cmd: list[str], repeat: int) -> float:
-    """Median wall time of ``cmd``: what every run of a tool pays before reading a trace."""
-    walls = sorted(measure(cmd, timeout_s=60)[0] for _ in range(repeat))
-    return walls[len(walls) // 2]
+def startup_floor(cmd: list[str], repeat: int) -> tuple[float, float]:
+    """Median wall time and peak RSS (MB) of ``cmd``: what every run of a tool pays before
+    reading a trace."""
+    runs = [measure(cmd, timeout_s=60) for _ in range(repeat)]
+    walls = sorted(r[0] for r in runs)
+    rss = sorted(r[1] for r in runs)
+    return walls[len(walls) // 2], rss[len(rss) // 2]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,25 +183,30 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="empty-") as d:
         empty = Path(d) / "empty.json"
         empty.write_text('{"traceEvents": []}')
-        floor_ours = startup_floor(
+        floor_ours, floor_rss = startup_floor(
             [py, "-m", "asynctrace", "report", str(empty), "--json"], max(5, a.repeat)
         )
     floor_hta = (
         startup_floor(
             [a.hta_python, "-c", "from hta.trace_analysis import TraceAnalysis"],
             max(3, a.repeat),
-        )
+        )[0]
         if not a.no_hta
         else 0.0
     )
     print(
-        f"# start-up: asynctrace report on an empty trace {floor_ours:.3f} s; "
-        + (f"HTA import {floor_hta:.3f} s" if not a.no_hta else "")
+        f"# start-up: asynctrace report on an empty trace {floor_ours:.3f} s, "
+        f"{floor_rss:.0f} MB peak RSS; " + (f"HTA import {floor_hta:.3f} s" if not a.no_hta else "")
+    )
+    print(
+        "# 'after start-up': the speed-up without each tool's start-up; "
+        "'data RSS/raw': our peak RSS above the empty-trace run, over the raw JSON size"
     )
     runs: list[Run] = []
     header = (
         f"{'file':48} {'raw MB':>7} | {'ours s':>7} {'ours MB/s':>9} {'ours RSS':>8} | "
-        f"{'HTA s':>7} {'HTA RSS':>8} | {'speedup':>7} {'after start-up':>14} {'RSS/raw':>7}"
+        f"{'HTA s':>7} {'HTA RSS':>8} | {'speedup':>7} {'after start-up':>14} {'RSS/raw':>7} "
+        f"{'data RSS/raw':>12}"
     )
     print(header)
     for path in files:
@@ -229,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
             line += f" {hs} | {speed:>7} {after:>14}"
         else:
             line += f" {'':7} {'':8} | {'':7} {'':14}"
-        line += f" {o.peak_rss_mb / raw_mb:7.2f}" if raw_mb else ""
+        if raw_mb:
+            line += f" {o.peak_rss_mb / raw_mb:7.2f} {(o.peak_rss_mb - floor_rss) / raw_mb:12.2f}"
         if not o.ok:
             line += f"  (asynctrace failed: {o.error})"
         if theirs and not theirs[0].ok:

@@ -1,15 +1,17 @@
 """How fast ``load()`` reads Kineto traces: MB/s of raw (inflated) JSON, and where the time goes.
 
-For each file: the best and median of ``--repeat`` timed loads (in this process, after one
-warm-up load, so imports and the page cache are out of the figure), MB/s of raw JSON from the
-median, and one extra load with the phases timed:
+For each file, side by side in one process: the median of ``--repeat`` timed loads (after one
+warm-up load, so imports and the page cache are out of the figure) through the compiled
+accelerator and through the pure-Python reference path (``load_kineto(accelerate=False)``),
+MB/s of raw JSON from each median, their ratio, and one extra accelerated load with phases:
 
-* ``inflate``: reading (and gunzipping) the file alone, in a separate pass. In ``load()`` it
-  runs in a reader thread, overlapped with the rest.
-* ``decode``: msgspec decoding events into Structs.
-* ``collect``: classifying the decoded events and turning them into numpy columns.
+* ``inflate``: reading (and gunzipping) the file alone, in a separate pass. In ``load()`` it is
+  interleaved with filing, chunk by chunk.
+* ``file``: the accelerator filing each chunk's events into columns (msgspec decode plus the
+  Python loop, for chunks it gives back).
 * ``build``: concatenating the columns, linking flows, sorting the tables.
-* ``other``: the rest of the load (cutting the text at event boundaries, waiting on the reader).
+* ``other``: the rest of the load (reading and inflating, cutting the text at event
+  boundaries).
 
 The phase timers wrap a few calls per chunk, so they cost nothing measurable; the timed loads
 run without them. Run on a quiet machine: on 2 cores a concurrent job halves every figure::
@@ -32,7 +34,6 @@ from typing import Any
 
 from asynctrace.traces import kineto
 from asynctrace.traces._io import iter_blocks
-from asynctrace.traces.load import load
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "traces" / "kineto"
@@ -52,22 +53,6 @@ def raw_bytes(path: Path) -> tuple[int, float]:
     return n, time.perf_counter() - t0
 
 
-class _Timed:
-    """A stand-in for a decoder object whose ``decode`` adds its time to ``totals``."""
-
-    def __init__(self, inner: Any, totals: dict[str, float], key: str) -> None:
-        self.inner = inner
-        self.totals = totals
-        self.key = key
-
-    def decode(self, data: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return self.inner.decode(data)
-        finally:
-            self.totals[self.key] += time.perf_counter() - t0
-
-
 def _timed_method(cls: type, name: str, totals: dict[str, float], key: str) -> Callable[..., Any]:
     inner = getattr(cls, name)
 
@@ -83,29 +68,27 @@ def _timed_method(cls: type, name: str, totals: dict[str, float], key: str) -> C
 
 @contextmanager
 def phase_timers() -> Iterator[dict[str, float]]:
-    totals = {"decode": 0.0, "collect": 0.0, "build": 0.0}
-    saved = {
-        "_DEC_EVENTS": kineto._DEC_EVENTS,
-        "_DEC_EVENTS_EXACT": kineto._DEC_EVENTS_EXACT,
-    }
-    saved_methods = {m: getattr(kineto._Loader, m) for m in ("_collect", "_build")}
-    kineto._DEC_EVENTS = _Timed(kineto._DEC_EVENTS, totals, "decode")  # type: ignore[assignment]
-    kineto._DEC_EVENTS_EXACT = _Timed(  # type: ignore[assignment]
-        kineto._DEC_EVENTS_EXACT, totals, "decode"
-    )
-    kineto._Loader._collect = _timed_method(  # type: ignore[method-assign]
-        kineto._Loader, "_collect", totals, "collect"
-    )
-    kineto._Loader._build = _timed_method(  # type: ignore[method-assign]
-        kineto._Loader, "_build", totals, "build"
-    )
+    totals = {"file": 0.0, "build": 0.0}
+    phases = {"_collect_fast": "file", "_collect": "file", "_build": "build"}
+    saved = {m: getattr(kineto._Loader, m) for m in phases}
+    for m, key in phases.items():
+        setattr(kineto._Loader, m, _timed_method(kineto._Loader, m, totals, key))
     try:
         yield totals
     finally:
-        for k, v in saved.items():
-            setattr(kineto, k, v)
-        for m, f in saved_methods.items():
+        for m, f in saved.items():
             setattr(kineto._Loader, m, f)
+
+
+def median_load_s(path: Path, repeat: int, *, accelerate: bool) -> float:
+    kineto.load_kineto(path, accelerate=accelerate)  # warm-up: imports, page cache
+    times = []
+    for _ in range(repeat):
+        gc.collect()
+        t0 = time.perf_counter()
+        kineto.load_kineto(path, accelerate=accelerate)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,32 +100,29 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         print("no traces found (../shared/traces is absent); pass files", file=sys.stderr)
         return 2
-    print(f"# load() per file: {a.repeat} timed loads after one warm-up; MB/s from the median")
     print(
-        f"{'file':48} {'raw MB':>7} {'best s':>7} {'med s':>7} {'MB/s':>6} | "
-        f"{'inflate':>7} {'decode':>7} {'collect':>7} {'build':>7} {'other':>7}  (s)"
+        f"# load_kineto() per file: {a.repeat} timed loads after one warm-up, medians; "
+        f"accelerator {'compiled' if kineto.HAVE_ACCELERATOR else 'NOT compiled'}"
+    )
+    print(
+        f"{'file':48} {'raw MB':>7} | {'accel s':>7} {'MB/s':>6} | {'python s':>8} {'MB/s':>6} | "
+        f"{'ratio':>5} | {'inflate':>7} {'file':>7} {'build':>7} {'other':>7}  (s)"
     )
     for path in files:
         n_raw, inflate_s = raw_bytes(path)
-        load(path)  # warm-up: imports, page cache
-        times = []
-        for _ in range(a.repeat):
-            gc.collect()
-            t0 = time.perf_counter()
-            load(path)
-            times.append(time.perf_counter() - t0)
+        mb = n_raw / 1e6
+        fast = median_load_s(path, a.repeat, accelerate=True)
+        slow = median_load_s(path, a.repeat, accelerate=False)
         with phase_timers() as ph:
             gc.collect()
             t0 = time.perf_counter()
-            load(path)
+            kineto.load_kineto(path)
             total = time.perf_counter() - t0
-        other = total - ph["decode"] - ph["collect"] - ph["build"]
-        med = statistics.median(times)
-        mb = n_raw / 1e6
+        other = total - ph["file"] - ph["build"]
         print(
-            f"{path.name[:48]:48} {mb:7.1f} {min(times):7.3f} {med:7.3f} {mb / med:6.0f} | "
-            f"{inflate_s:7.3f} {ph['decode']:7.3f} {ph['collect']:7.3f} {ph['build']:7.3f} "
-            f"{other:7.3f}",
+            f"{path.name[:48]:48} {mb:7.1f} | {fast:7.3f} {mb / fast:6.0f} | "
+            f"{slow:8.3f} {mb / slow:6.0f} | {slow / fast:4.1f}x | "
+            f"{inflate_s:7.3f} {ph['file']:7.3f} {ph['build']:7.3f} {other:7.3f}",
             flush=True,
         )
     return 0
