@@ -1,18 +1,24 @@
 """Trace analysis speed and memory: asynctrace vs HolisticTraceAnalysis, side by side in one run.
 
-Each measurement runs in a fresh process; we report its wall time and peak RSS (``ru_maxrss`` of
-that child, from ``os.wait4``). asynctrace runs ``asynctrace report FILE --json`` end to end
-(import, load, every analysis, JSON out). HolisticTraceAnalysis (HTA) runs ``TraceAnalysis`` on the
-same file plus queue length summary, kernel launch stats, temporal and idle breakdowns. HTA needs
-``pandas<3``, so it lives in its own virtual environment::
+Each measurement runs in a fresh process, from a neutral working directory; we report its wall
+time and peak RSS (``ru_maxrss`` of that child, from ``os.wait4``). asynctrace runs
+``asynctrace report FILE --json`` end to end (start-up, load, every analysis, JSON out).
+HolisticTraceAnalysis (HTA) runs ``TraceAnalysis`` on the same file plus queue length summary,
+kernel launch stats, temporal and idle breakdowns. In the same rounds we time what each tool
+pays before reading a byte (``asynctrace report`` on an empty trace; HTA's import), so that the
+"after start-up" ratio subtracts the floor of the same moment. HTA needs ``pandas<3``, so it
+lives in its own virtual environment; asynctrace is best measured from a wheel install, as users
+get it (an editable install adds a path finder to every Python start)::
 
     python3 -m venv /tmp/hta-venv
     /tmp/hta-venv/bin/pip install holistictraceanalysis==0.5.0 'pandas<3'
+    python3 -m venv /tmp/at-venv
+    /tmp/at-venv/bin/pip install torch==2.13.0 && /tmp/at-venv/bin/pip install .
     python benchmarks/make_large_trace.py \
         ../shared/traces/kineto/hta_a100_16ranks_rank0_graphlaunch.json.gz \
         /tmp/large_400mb.json --target-mb 400
     python benchmarks/analysis.py --hta-python /tmp/hta-venv/bin/python \
-        --extra /tmp/large_400mb.json
+        --asynctrace-python /tmp/at-venv/bin/python --extra /tmp/large_400mb.json
 
 Pass ``--no-hta`` to time asynctrace alone.
 """
@@ -25,6 +31,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -116,15 +123,6 @@ def run_hta(path: Path, raw_mb: float, hta_python: str, timeout_s: float) -> Run
     return Run("HTA", path.name, raw_mb, wall, rss, ok, err)
 
 
-def startup_floor(cmd: list[str], repeat: int) -> tuple[float, float]:
-    """Median wall time and peak RSS (MB) of ``cmd``: what every run of a tool pays before
-    reading a trace."""
-    runs = [measure(cmd, timeout_s=60) for _ in range(repeat)]
-    walls = sorted(r[0] for r in runs)
-    rss = sorted(r[1] for r in runs)
-    return walls[len(walls) // 2], rss[len(rss) // 2]
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description="asynctrace vs HolisticTraceAnalysis on the same traces"
@@ -178,65 +176,61 @@ def main(argv: list[str] | None = None) -> int:
         f"# asynctrace: {info}; precompiled, as pip does for HTA; "
         f"PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}"
     )
-    # What each tool pays before its first byte of trace: the interpreter, its imports and,
-    # for us, a whole report of an empty trace.
-    with tempfile.TemporaryDirectory(prefix="empty-") as d:
-        empty = Path(d) / "empty.json"
-        empty.write_text('{"traceEvents": []}')
-        floor_ours, floor_rss = startup_floor(
-            [py, "-m", "asynctrace", "report", str(empty), "--json"], max(5, a.repeat)
-        )
-    floor_hta = (
-        startup_floor(
-            [a.hta_python, "-c", "from hta.trace_analysis import TraceAnalysis"],
-            max(3, a.repeat),
-        )[0]
-        if not a.no_hta
-        else 0.0
-    )
+    # What each tool pays before its first byte of trace: the interpreter, its imports and, for
+    # us, a whole report of an empty trace. Measured in the same rounds as the files (machine
+    # load drifts), so that "after start-up" subtracts the floor of the same moment.
+    tmp = tempfile.TemporaryDirectory(prefix="empty-")
+    empty = Path(tmp.name) / "empty.json"
+    empty.write_text('{"traceEvents": []}')
+    empty_cmd = [py, "-m", "asynctrace", "report", str(empty), "--json"]
+    import_cmd = [a.hta_python, "-c", "from hta.trace_analysis import TraceAnalysis"]
     print(
-        f"# start-up: asynctrace report on an empty trace {floor_ours:.3f} s, "
-        f"{floor_rss:.0f} MB peak RSS; " + (f"HTA import {floor_hta:.3f} s" if not a.no_hta else "")
-    )
-    print(
-        "# 'after start-up': the speed-up without each tool's start-up; "
-        "'data RSS/raw': our peak RSS above the empty-trace run, over the raw JSON size"
+        "# 'start-up': asynctrace report on an empty trace / HTA's import, measured in the same "
+        "rounds; 'after start-up': the speed-up without them; 'data RSS/raw': our peak RSS "
+        "above the empty-trace run, over the raw JSON size"
     )
     runs: list[Run] = []
     header = (
         f"{'file':48} {'raw MB':>7} | {'ours s':>7} {'ours MB/s':>9} {'ours RSS':>8} | "
-        f"{'HTA s':>7} {'HTA RSS':>8} | {'speedup':>7} {'after start-up':>14} {'RSS/raw':>7} "
-        f"{'data RSS/raw':>12}"
+        f"{'HTA s':>7} {'HTA RSS':>8} | {'speedup':>7} | {'start-up s':>11} "
+        f"{'after start-up':>14} | {'RSS/raw':>7} {'data RSS/raw':>12}"
     )
     print(header)
     for path in files:
         raw_mb = raw_size(path) / 1e6
         ours: list[Run] = []
         theirs: list[Run] = []
+        floors: list[tuple[float, float]] = []
+        hta_floors: list[float] = []
         for i in range(a.repeat):
             # alternate the order so neither tool always runs on a warm page cache
             order = ["ours", "hta"] if i % 2 == 0 else ["hta", "ours"]
             for tool in order:
                 if tool == "ours":
                     ours.append(run_ours(path, raw_mb, py, a.timeout))
+                    wall, rss, _, _ = measure(empty_cmd, timeout_s=60)
+                    floors.append((wall, rss))
                 elif not a.no_hta:
                     theirs.append(run_hta(path, raw_mb, a.hta_python, a.timeout))
+                    hta_floors.append(measure(import_cmd, timeout_s=60)[0])
         runs += ours + theirs
         o = sorted(ours, key=lambda r: r.wall_s)[len(ours) // 2]
+        floor_ours = statistics.median(f[0] for f in floors)
+        floor_rss = statistics.median(f[1] for f in floors)
         line = (
             f"{path.name[:48]:48} {raw_mb:7.1f} | "
             f"{o.wall_s:7.2f} {o.mb_per_s:9.0f} {o.peak_rss_mb:7.0f}M |"
         )
         if theirs:
+            floor_hta = statistics.median(hta_floors)
             h = sorted(theirs, key=lambda r: r.wall_s)[len(theirs) // 2]
             hs = f"{h.wall_s:7.2f} {h.peak_rss_mb:7.0f}M" if h.ok else f"{'fail':>7} {'':>8}"
             speed = f"{h.wall_s / o.wall_s:6.1f}x" if h.ok and o.ok else "-"
-            # the same ratio without what each tool pays before reading (see start-up above)
             work_o, work_h = o.wall_s - floor_ours, h.wall_s - floor_hta
             after = f"{work_h / work_o:6.1f}x" if h.ok and o.ok and work_o > 0 else "-"
-            line += f" {hs} | {speed:>7} {after:>14}"
+            line += f" {hs} | {speed:>7} | {floor_ours:4.2f}/{floor_hta:4.2f}  {after:>14} |"
         else:
-            line += f" {'':7} {'':8} | {'':7} {'':14}"
+            line += f" {'':7} {'':8} | {'':7} | {floor_ours:4.2f}{'':7} {'':14} |"
         if raw_mb:
             line += f" {o.peak_rss_mb / raw_mb:7.2f} {(o.peak_rss_mb - floor_rss) / raw_mb:12.2f}"
         if not o.ok:
@@ -244,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         if theirs and not theirs[0].ok:
             line += f"  (HTA failed: {theirs[0].error})"
         print(line, flush=True)
+    tmp.cleanup()
     if a.json:
         a.json.write_text(json.dumps([asdict(r) for r in runs], indent=1))
     return 0
