@@ -279,6 +279,33 @@ static int lex_number(P *s, Val *v) {
 
 static int skip_value(P *s, int depth);
 
+/* An object member's key and the ':' after it, with the whitespace around. */
+static int lex_key(P *s, Str *k) {
+    if (s->p >= s->end || *s->p != '"' || lex_string(s, k)) return BAIL;
+    skip_ws(s);
+    if (s->p >= s->end || *s->p != ':') return BAIL;
+    s->p++;
+    skip_ws(s);
+    return 0;
+}
+
+/* After a member or element: 1 when another follows (its ',' consumed), 0 at ``close``
+ * (consumed), -1 for anything else. */
+static int next_member(P *s, char close) {
+    skip_ws(s);
+    if (s->p >= s->end) return -1;
+    if (*s->p == ',') {
+        s->p++;
+        skip_ws(s);
+        return 1;
+    }
+    if (*s->p == close) {
+        s->p++;
+        return 0;
+    }
+    return -1;
+}
+
 static int skip_container(P *s, int depth, char close) {
     if (depth > MAX_DEPTH) return BAIL;
     s->p++;
@@ -290,25 +317,11 @@ static int skip_container(P *s, int depth, char close) {
     for (;;) {
         if (close == '}') {
             Str k;
-            if (s->p >= s->end || *s->p != '"' || lex_string(s, &k)) return BAIL;
-            skip_ws(s);
-            if (s->p >= s->end || *s->p != ':') return BAIL;
-            s->p++;
-            skip_ws(s);
+            if (lex_key(s, &k)) return BAIL;
         }
         if (skip_value(s, depth + 1)) return BAIL;
-        skip_ws(s);
-        if (s->p >= s->end) return BAIL;
-        if (*s->p == ',') {
-            s->p++;
-            skip_ws(s);
-            continue;
-        }
-        if (*s->p == close) {
-            s->p++;
-            return 0;
-        }
-        return BAIL;
+        int more = next_member(s, close);
+        if (more <= 0) return more ? BAIL : 0;
     }
 }
 
@@ -406,12 +419,8 @@ static int lex_args(P *s, Ev *ev) {
     int seen = 0;
     for (;;) {
         Str k;
-        if (s->p >= s->end || *s->p != '"' || lex_string(s, &k)) return BAIL;
-        if (k.esc) return BAIL; /* an escaped key could spell one we read */
-        skip_ws(s);
-        if (s->p >= s->end || *s->p != ':') return BAIL;
-        s->p++;
-        skip_ws(s);
+        /* an escaped key could spell one we read */
+        if (lex_key(s, &k) || k.esc) return BAIL;
         Val *target = NULL;
         int bit = 0;
         if (k.n == 11 && !memcmp(k.p, "correlation", 11)) {
@@ -434,18 +443,8 @@ static int lex_args(P *s, Ev *ev) {
         } else if (skip_value(s, 2)) {
             return BAIL;
         }
-        skip_ws(s);
-        if (s->p >= s->end) return BAIL;
-        if (*s->p == ',') {
-            s->p++;
-            skip_ws(s);
-            continue;
-        }
-        if (*s->p == '}') {
-            s->p++;
-            return 0;
-        }
-        return BAIL;
+        int more = next_member(s, '}');
+        if (more <= 0) return more ? BAIL : 0;
     }
 }
 
@@ -466,12 +465,7 @@ static int lex_event(P *s, Ev *ev) {
     int seen = 0;
     for (;;) {
         Str k;
-        if (s->p >= s->end || *s->p != '"' || lex_string(s, &k)) return BAIL;
-        if (k.esc) return BAIL;
-        skip_ws(s);
-        if (s->p >= s->end || *s->p != ':') return BAIL;
-        s->p++;
-        skip_ws(s);
+        if (lex_key(s, &k) || k.esc) return BAIL;
         int key = key_of(&k);
         if (key) {
             if (seen & key) return BAIL; /* duplicate: the last one wins there; rare, give up */
@@ -504,18 +498,8 @@ static int lex_event(P *s, Ev *ev) {
         } else if (skip_value(s, 1)) {
             return BAIL;
         }
-        skip_ws(s);
-        if (s->p >= s->end) return BAIL;
-        if (*s->p == ',') {
-            s->p++;
-            skip_ws(s);
-            continue;
-        }
-        if (*s->p == '}') {
-            s->p++;
-            return 0;
-        }
-        return BAIL;
+        int more = next_member(s, '}');
+        if (more <= 0) return more ? BAIL : 0;
     }
 }
 
