@@ -997,6 +997,34 @@ typedef struct {
     size_t arena_len, arena_cap;
 } Map;
 
+/* One table's columns (int64 each), all of ``n`` rows with room for ``cap``. */
+typedef struct {
+    int64_t *col[9];
+    Py_ssize_t n, cap;
+} Table;
+
+static void table_free(Table *tb) {
+    for (int c = 0; c < 9; c++) PyMem_RawFree(tb->col[c]);
+    memset(tb, 0, sizeof *tb);
+}
+
+/* Room for ``need`` rows in every column; FAIL (MemoryError set) otherwise. */
+static int table_reserve(Table *tb, int ncols, Py_ssize_t need) {
+    if (need <= tb->cap) return 0;
+    Py_ssize_t cap = tb->cap ? tb->cap : 4096;
+    while (cap < need) cap *= 2;
+    for (int c = 0; c < ncols; c++) {
+        int64_t *q = PyMem_RawRealloc(tb->col[c], (size_t)cap * sizeof(int64_t));
+        if (!q) {
+            PyErr_NoMemory();
+            return FAIL;
+        }
+        tb->col[c] = q;
+    }
+    tb->cap = cap;
+    return 0;
+}
+
 typedef struct {
     Map names, labels;
     int have_none;
@@ -1006,6 +1034,8 @@ typedef struct {
     Py_ssize_t cap_recs;
     Skip *skips;
     Py_ssize_t cap_skips;
+    /* the columns filed so far, grown chunk after chunk and handed over by take_columns() */
+    Table tables[N_TABLES];
 } Cache;
 
 static uint64_t hash_bytes(const char *p, Py_ssize_t n) {
@@ -1083,6 +1113,7 @@ static void cache_destroy(PyObject *capsule) {
     map_free(&c->labels);
     PyMem_RawFree(c->recs);
     PyMem_RawFree(c->skips);
+    for (int t = 0; t < N_TABLES; t++) table_free(&c->tables[t]);
     PyMem_Free(c);
 }
 
@@ -1180,21 +1211,21 @@ static int name_value(Cache *c, const Rec *r, PyObject *name_ids, PyObject *inte
     return 0;
 }
 
-static PyObject *build_columns(const Acc *a, Cache *cache, PyObject *name_ids,
-                               PyObject *intern, PyObject *ids) {
-    PyObject *empty = PyUnicode_FromStringAndSize("", 0);
-    if (!empty) return NULL;
-    PyObject *bufs[N_TABLES][9] = {{NULL}};
-    int64_t *cols[N_TABLES][9] = {{NULL}};
-    Py_ssize_t fill[N_TABLES] = {0};
-    PyObject *result = NULL;
+/* Pass 2: names and labels in event order, then the rows appended to the cache's tables. The
+ * rows count only once the whole chunk is filed, so a failure leaves the tables as they were. */
+static int fill_columns(const Acc *a, Cache *cache, PyObject *name_ids, PyObject *intern,
+                        PyObject *ids) {
+    int64_t *cols[N_TABLES][9];
+    Py_ssize_t fill[N_TABLES];
     for (int t = 0; t < N_TABLES; t++) {
-        for (int c = 0; c < NCOLS[t]; c++) {
-            bufs[t][c] = PyBytes_FromStringAndSize(NULL, a->per_table[t] * 8);
-            if (!bufs[t][c]) goto done;
-            cols[t][c] = (int64_t *)PyBytes_AS_STRING(bufs[t][c]);
-        }
+        Table *tb = &cache->tables[t];
+        if (table_reserve(tb, NCOLS[t], tb->n + a->per_table[t])) return FAIL;
+        for (int c = 0; c < 9; c++) cols[t][c] = c < NCOLS[t] ? tb->col[c] : NULL;
+        fill[t] = tb->n;
     }
+    PyObject *empty = PyUnicode_FromStringAndSize("", 0);
+    if (!empty) return FAIL;
+    int rc = FAIL;
     for (Py_ssize_t i = 0; i < a->n; i++) {
         const Rec *r = &a->recs[i];
         int t = r->table;
@@ -1232,25 +1263,81 @@ static PyObject *build_columns(const Acc *a, Cache *cache, PyObject *name_ids,
             break;
         }
     }
-    result = PyTuple_New(N_TABLES);
-    if (!result) goto done;
-    for (int t = 0; t < N_TABLES; t++) {
-        PyObject *tup = PyTuple_New(NCOLS[t]);
-        if (!tup) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        for (int c = 0; c < NCOLS[t]; c++) {
-            PyTuple_SET_ITEM(tup, c, bufs[t][c]);
-            bufs[t][c] = NULL;
-        }
-        PyTuple_SET_ITEM(result, t, tup);
-    }
+    for (int t = 0; t < N_TABLES; t++) cache->tables[t].n = fill[t];
+    rc = 0;
 done:
-    for (int t = 0; t < N_TABLES; t++)
-        for (int c = 0; c < 9; c++) Py_XDECREF(bufs[t][c]);
     Py_DECREF(empty);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Columns handed over to numpy without a copy */
+
+typedef struct {
+    PyObject_HEAD
+    int64_t *data;
+    Py_ssize_t n;
+} ColumnObject;
+
+static void column_dealloc(PyObject *self) {
+    PyMem_RawFree(((ColumnObject *)self)->data);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static int column_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    ColumnObject *c = (ColumnObject *)self;
+    return PyBuffer_FillInfo(view, self, c->data, c->n * (Py_ssize_t)sizeof(int64_t), 0, flags);
+}
+
+static PyBufferProcs column_as_buffer = {column_getbuffer, NULL};
+
+static PyTypeObject ColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "asynctrace.traces._kineto_fast.Column",
+    .tp_basicsize = sizeof(ColumnObject),
+    .tp_dealloc = column_dealloc,
+    .tp_as_buffer = &column_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One int64 column filed by collect(), owned here and exposed as a writable buffer "
+              "(np.frombuffer(column, np.int64) shares it).",
+};
+
+PyDoc_STRVAR(take_columns_doc,
+"take_columns(cache)\n--\n\n"
+"The columns filed since the last call, per table (None for a table without rows), in the\n"
+"order of kineto._Loader's tables; the cache starts empty again.");
+
+static PyObject *take_columns(PyObject *self, PyObject *capsule) {
+    Cache *cache = PyCapsule_GetPointer(capsule, CACHE_NAME);
+    if (!cache) return NULL;
+    PyObject *result = PyTuple_New(N_TABLES);
+    if (!result) return NULL;
+    for (int t = 0; t < N_TABLES; t++) {
+        Table *tb = &cache->tables[t];
+        if (!tb->n) {
+            PyTuple_SET_ITEM(result, t, Py_NewRef(Py_None));
+            continue;
+        }
+        PyObject *tup = PyTuple_New(NCOLS[t]);
+        if (!tup) goto fail;
+        PyTuple_SET_ITEM(result, t, tup);
+        for (int c = 0; c < NCOLS[t]; c++) {
+            ColumnObject *col = PyObject_New(ColumnObject, &ColumnType);
+            if (!col) goto fail;
+            /* give back the room not used (a shrinking realloc keeps the data in place or
+             * moves it; either way the column owns exactly its rows) */
+            int64_t *q = PyMem_RawRealloc(tb->col[c], (size_t)tb->n * sizeof(int64_t));
+            col->data = q ? q : tb->col[c];
+            col->n = tb->n;
+            tb->col[c] = NULL;
+            PyTuple_SET_ITEM(tup, c, (PyObject *)col);
+        }
+        table_free(tb);
+    }
     return result;
+fail:
+    Py_DECREF(result);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1259,8 +1346,9 @@ PyDoc_STRVAR(collect_doc,
 "collect(buf, start, stop, exact, cat_codes, flow_cats, name_ids, intern, ids, cache)\n"
 "--\n\n"
 "File the events in buf[start:stop] (elements of traceEvents, without the brackets) into\n"
-"columns. Returns (n_events, n_with_ph, skipped, columns) or None when the chunk must go\n"
-"through the reference path; nothing the caller sees changes before it is accepted.\n"
+"the cache's columns (see take_columns). Returns (n_events, n_with_ph, skipped) or None when\n"
+"the chunk must go through the reference path; nothing the caller sees changes before it is\n"
+"accepted.\n"
 "Parsing runs without the GIL.");
 
 static PyObject *collect(PyObject *self, PyObject *args) {
@@ -1315,9 +1403,8 @@ static PyObject *collect(PyObject *self, PyObject *args) {
     }
     skipped = skipped_dict(&a);
     if (!skipped) goto done;
-    PyObject *cols = build_columns(&a, cache, name_ids, intern, ids);
-    if (!cols) goto done;
-    result = Py_BuildValue("nnON", n_events, n_ph, skipped, cols);
+    if (fill_columns(&a, cache, name_ids, intern, ids)) goto done;
+    result = Py_BuildValue("nnO", n_events, n_ph, skipped);
 done:
     cache->recs = a.recs;
     cache->cap_recs = a.cap;
@@ -1331,6 +1418,7 @@ done:
 static PyMethodDef methods[] = {
     {"collect", collect, METH_VARARGS, collect_doc},
     {"new_cache", new_cache, METH_NOARGS, new_cache_doc},
+    {"take_columns", take_columns, METH_O, take_columns_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1342,5 +1430,12 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__kineto_fast(void) {
     init_tables();
-    return PyModule_Create(&module);
+    if (PyType_Ready(&ColumnType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    if (PyModule_AddObjectRef(m, "Column", (PyObject *)&ColumnType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }
