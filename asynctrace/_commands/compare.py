@@ -86,10 +86,18 @@ def run(args: argparse.Namespace) -> int:
         data = msgspec.json.format(msgspec.json.encode(comparison), indent=2)
         sys.stdout.write(data.decode() + "\n")
         return 0
+    # names and paths are printed as they are: no rich markup ("[b]") or emoji codes (":x:")
     console = (
-        Console()
+        Console(markup=False, emoji=False)
         if sys.stdout.isatty()
-        else Console(width=140, no_color=True, highlight=False, color_system=None)
+        else Console(
+            width=140,
+            no_color=True,
+            highlight=False,
+            color_system=None,
+            markup=False,
+            emoji=False,
+        )
     )
     table = Table(title=f"A: {comparison.a}\nB: {comparison.b}", title_justify="left")
     for col in ("figure", "A median", "B median", "delta", "p", "judged"):

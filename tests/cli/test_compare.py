@@ -84,6 +84,18 @@ def test_compare_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "noise: two-sided Mann-Whitney U" in out
 
 
+def test_compare_text_prints_names_verbatim(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a folder name with rich markup and an emoji code must come out as written
+    odd = tmp_path / "run [red]x :thumbs_up:"
+    odd.mkdir()
+    a, b = _pair(odd)
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "[red]x :thumbs_up:" in " ".join(out.split())  # (the title may wrap)
+
+
 @pytest.mark.real_traces
 def test_compare_traces_and_saved_reports(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
