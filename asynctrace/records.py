@@ -16,6 +16,7 @@ cannot measure them.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import BinaryIO
 
 import msgspec
 
@@ -129,14 +130,24 @@ def read_records(path: str | Path) -> Records:
         # reading a FIFO blocks forever, /dev/zero never ends: refuse before opening
         raise TraceFormatError(str(p), "not a regular file (a FIFO, socket or device)")
     try:
-        data = p.read_bytes()
+        f = open(p, "rb")  # noqa: SIM115 - closed in the finally below
     except OSError as e:
         raise TraceFormatError(str(p), f"cannot read: {e.strerror or e}") from None
+    try:
+        return _read_lines(p, f)
+    except OSError as e:
+        raise TraceFormatError(str(p), f"cannot read: {e.strerror or e}") from None
+    finally:
+        f.close()
+
+
+def _read_lines(p: Path, f: BinaryIO) -> Records:
+    # Line by line: a 10^6-step file (~220 MB) is never held whole, only its decoded records.
     header: SessionHeader | None = None
     steps: list[StepRecord] = []
     syncs: list[SyncSite] = []
     summary: SessionSummary | None = None
-    for lineno, line in enumerate(data.splitlines(), 1):
+    for lineno, line in enumerate(f, 1):
         if not line.strip():
             continue
         try:
