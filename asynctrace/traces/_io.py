@@ -65,7 +65,7 @@ def iter_blocks(
     *,
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
     block_bytes: int = 4 << 20,
-) -> Iterator[bytes]:
+) -> Generator[bytes, None, None]:
     """Yield the file's content (inflated if gzip) in blocks of at most ``block_bytes``.
 
     Gzip input is inflated incrementally and never beyond ``max_inflated_bytes`` in total:

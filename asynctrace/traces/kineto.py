@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -226,10 +226,10 @@ def load_kineto(
         raise ValueError("chunk_bytes must be positive")
     block_bytes = min(chunk_bytes, 4 << 20)
 
-    def make() -> Iterator[bytes]:
+    def make() -> Generator[bytes, None, None]:
         return iter_blocks(p, max_inflated_bytes=max_inflated_bytes, block_bytes=block_bytes)
 
-    blocks: Iterator[bytes]
+    blocks: Generator[bytes, None, None]
     if accelerate and HAVE_ACCELERATOR:
         # The accelerator files text faster than a reader thread can hand it over: the GIL
         # hand-offs cost more than inflating here (B200 trace, fresh process: 38 vs 46 ms).
@@ -240,9 +240,7 @@ def load_kineto(
     try:
         return _Loader(p, blocks, chunk_bytes, accelerate=accelerate).run()
     finally:
-        close = getattr(blocks, "close", None)
-        if close is not None:
-            close()
+        blocks.close()
 
 
 # --------------------------------------------------------------------------------------------
