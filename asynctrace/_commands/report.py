@@ -9,20 +9,30 @@ folder with nothing readable, is an error (one line on stderr, exit status 2).
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from asynctrace.analysis.queue import DEFAULT_QUEUE_CAP
+from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import RECORDS_SUFFIX
 
 if TYPE_CHECKING:
+    import threading
+
     from rich.console import Console
 
+    from asynctrace.analysis.report import RecordsSummary, Report
+
 __all__ = ["add_arguments", "run"]
+
+#: what the analysis needs beyond the reader; numpy first (most of the time)
+_ANALYSIS_MODULES = ("numpy", "asynctrace.analysis.report", "asynctrace.analysis.ranks")
+#: GIL hand-over interval while the import thread runs (the default is 5 ms)
+_SWITCH_INTERVAL_S = 0.0002
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,10 +76,72 @@ def _is_records(path: Path) -> bool:
     return path.name.endswith(RECORDS_SUFFIX)
 
 
+class _ImportBehind:
+    """Imports numpy and the analyses on a thread while the main thread reads the trace.
+
+    A fresh ``asynctrace report`` on a small trace spends more time importing numpy than
+    reading the trace, and the Kineto reader needs no numpy: the C accelerator parses without
+    the GIL, so part of the reading runs beside the import on a second core (zlib-ng inflates
+    holding the GIL, so not all of it: B200 trace, 14 MB, 0.15 -> 0.13 s end to end; see
+    docs/performance.md). The GIL is handed over every 0.2 ms instead of 5 ms while both run,
+    else the reader waits a whole interval each time it comes back from C. ``close()`` waits
+    for the thread and puts the interval back. Where numpy is imported already (a caller of
+    ``main()``) there is nothing to overlap: no thread.
+    """
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._interval = sys.getswitchinterval()
+        if "numpy" in sys.modules:
+            return
+        # what the main thread imports to read a Kineto trace, imported before the thread
+        # starts: from then on it imports nothing the thread does, except numpy (building the
+        # model, or the Nsight Systems loader), and there the import lock makes it wait
+        import threading
+
+        import asynctrace.traces.kineto
+        import asynctrace.traces.load  # noqa: F401
+        from asynctrace.traces._io import _inflater
+
+        _inflater()  # zlib-ng, imported on first use otherwise
+
+        self._thread = threading.Thread(target=self._import, name="asynctrace-import", daemon=True)
+        sys.setswitchinterval(_SWITCH_INTERVAL_S)
+        try:
+            self._thread.start()
+        except BaseException:
+            sys.setswitchinterval(self._interval)
+            raise
+
+    @staticmethod
+    def _import() -> None:
+        try:
+            for name in _ANALYSIS_MODULES:
+                importlib.import_module(name)
+        except BaseException:
+            # the main thread imports the same modules next, and reports the error itself
+            return
+
+    def close(self) -> None:
+        if self._thread is not None:
+            try:
+                self._thread.join()
+            finally:
+                sys.setswitchinterval(self._interval)
+                self._thread = None
+
+
 def run(args: argparse.Namespace) -> int:
-    from asynctrace.analysis.ranks import compare_ranks
-    from asynctrace.analysis.report import RecordsSummary, Report, analyze, summarize_records
+    behind = _ImportBehind()
+    try:
+        return _run(args, behind)
+    finally:
+        behind.close()
+
+
+def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
     from asynctrace.records import read_records
+    from asynctrace.traces.load import load
 
     path = Path(args.path)
     if not path.exists():
@@ -93,12 +165,14 @@ def run(args: argparse.Namespace) -> int:
     reports: list[Report] = []
     summaries: list[RecordsSummary] = []
     failed: list[str] = []
-    if trace_paths:
-        from asynctrace.traces.load import load
-
     for p in trace_paths:
         try:
-            reports.append(analyze(load(p), queue_cap=args.queue_cap, keep_sync_calls=args.json))
+            trace = load(p)
+            behind.close()
+            from asynctrace.analysis.report import analyze
+
+            reports.append(analyze(trace, queue_cap=args.queue_cap, keep_sync_calls=args.json))
+            del trace
         except TraceFormatError as e:
             # In a folder, one unreadable file must not hide the other ranks: say so, go on.
             if not path.is_dir():
@@ -106,13 +180,20 @@ def run(args: argparse.Namespace) -> int:
             failed.append(str(e))
     for p in records_paths:
         try:
-            summaries.append(summarize_records(read_records(p)))
+            records = read_records(p)
+            behind.close()
+            from asynctrace.analysis.report import summarize_records
+
+            summaries.append(summarize_records(records))
         except TraceFormatError as e:
             if not path.is_dir():
                 raise
             failed.append(str(e))
     if not reports and not summaries:
         raise TraceFormatError(str(path), f"nothing readable ({'; '.join(failed)})")
+    behind.close()
+    from asynctrace.analysis.ranks import compare_ranks
+
     comparison = compare_ranks(reports) if len(reports) > 1 else None
 
     if getattr(args, "html", None):

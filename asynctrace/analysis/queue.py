@@ -26,6 +26,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
 from asynctrace.analysis.launches import LaunchLinks
 from asynctrace.traces.model import Trace
 
@@ -40,9 +41,6 @@ __all__ = [
 ]
 
 I64 = npt.NDArray[np.int64]
-
-#: outstanding launches at which real CUDA traces plateau (the launch queue is full)
-DEFAULT_QUEUE_CAP = 1022
 
 
 @dataclass(frozen=True, eq=False)

@@ -147,5 +147,5 @@ def _columns(cls: type[_T], rows: Sequence[tuple[int, ...]]) -> _T:
     if not rows:
         return cls.empty()
     arr = np.array(rows, dtype=np.int64)
-    cols = {n: arr[:, i].astype(_DTYPES.get(n, np.int64), copy=False) for i, n in enumerate(names)}
+    cols = {n: arr[:, i].astype(_DTYPES.get(n, "int64"), copy=False) for i, n in enumerate(names)}
     return cls(**cols)

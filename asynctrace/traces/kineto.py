@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import msgspec
-import numpy as np
 
 from asynctrace.errors import TraceFormatError
 from asynctrace.traces._apis import RUNTIME_CATEGORIES, classify_runtime
@@ -87,8 +86,10 @@ _I64_MAX = 2**63 - 1
 _MAX_ABS_US = _I64_MAX // 1000
 
 if TYPE_CHECKING:
-    # numpy.typing for annotations only; json and decimal are imported where they are used:
-    # every millisecond of import is paid by each `asynctrace report`
+    # numpy is imported in the functions that make arrays, json and decimal where they are
+    # used: every millisecond of import is paid by each `asynctrace report`, and the reading
+    # and filing run without numpy, so that the report command imports it in a thread meanwhile
+    import numpy as np
     import numpy.typing as npt
 
     I64 = npt.NDArray[np.int64]
@@ -656,6 +657,8 @@ class _Loader:
     def _take_fast(self) -> None:
         """Move the rows the accelerator has filed so far into the tables' parts (before rows
         from the Python path, so that row order stays event order; and before the build)."""
+        import numpy as np
+
         if self.fast is None:
             return
         tables = (self.rt, self.act, self.rng, self.py, self.sync, self.flow)
@@ -809,6 +812,8 @@ class _Loader:
     def _flush(self) -> bool:
         """Turn this chunk's lists into numpy parts. False (and nothing kept) if ``ts`` must be
         re-read exactly."""
+        import numpy as np
+
         tables = (self.rt, self.act, self.rng, self.py, self.sync, self.flow)
         ts_arrays: list[I64] = []
         for t in tables:
@@ -849,6 +854,8 @@ class _Loader:
         return True
 
     def _int_col(self, values: list[Any]) -> I64:
+        import numpy as np
+
         try:
             return np.array(values, dtype=np.int64)
         except (TypeError, ValueError, OverflowError):
@@ -871,6 +878,8 @@ class _Loader:
         return out
 
     def _ts_to_ns(self, values: list[Any]) -> I64 | None:
+        import numpy as np
+
         if self.exact:
             fixed = _fixed_width_us_to_ns(values)
             if fixed is not None:
@@ -892,6 +901,8 @@ class _Loader:
         return None
 
     def _dur_to_ns(self, values: list[Any]) -> I64:
+        import numpy as np
+
         try:
             arr = np.array(values, dtype=np.float64)
         except (TypeError, ValueError, OverflowError):
@@ -919,6 +930,8 @@ class _Loader:
             raise self.fail(_TOO_DEEP_REASON) from None
 
     def _build(self, env: _Envelope) -> Trace:
+        import numpy as np
+
         self._take_fast()
 
         def cat(cols: _Cols, name: str, dtype: Any = np.int64) -> npt.NDArray[Any]:
@@ -1139,6 +1152,8 @@ def _distinct(
 ) -> npt.NDArray[Any] | tuple[npt.NDArray[Any], npt.NDArray[np.intp]]:
     """Sorted distinct values (and how often each occurs), as ``np.unique`` gives them: by
     sorting, because ``np.unique``'s hash path imports ``numpy.ma`` (~20 ms of a 0.2 s run)."""
+    import numpy as np
+
     v = np.sort(values, kind="stable")
     first = np.ones(len(v), dtype=np.bool_)
     if len(v):
@@ -1153,6 +1168,8 @@ def _distinct(
 def _float_us_to_ns(arr: npt.NDArray[np.float64]) -> I64:
     # Split before scaling: the integer part is exact, and the fraction (exact by Sterbenz)
     # times 1000 rounds to the right ns whenever |µs| < 2**43.
+    import numpy as np
+
     ip = np.floor(arr)
     return ip.astype(np.int64) * 1000 + np.rint((arr - ip) * 1000.0).astype(np.int64)
 
@@ -1160,6 +1177,8 @@ def _float_us_to_ns(arr: npt.NDArray[np.float64]) -> I64:
 def _fixed_width_us_to_ns(values: list[Any]) -> I64 | None:
     """Vectorised exact parse when every value is written ``DDDD.ddd`` with one width (what
     Kineto writes); None otherwise."""
+    import numpy as np
+
     lens = np.fromiter(map(len, values), np.int64, len(values))
     width = int(lens[0])
     if width < 5 or width > 22 or not bool((lens == width).all()):
@@ -1235,6 +1254,8 @@ def _distributed(raw: msgspec.Raw) -> tuple[int | None, int | None]:
 
 
 def _device_name(raw: msgspec.Raw, activities: Activities) -> str:
+    import numpy as np
+
     props = _lenient(raw, list[_DeviceProps]) or []
     named = [p for p in props if p.name]
     if named:

@@ -19,10 +19,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:
+    # numpy is imported where arrays are made, not here: the Kineto reader files a trace
+    # without it, so `asynctrace report` can import numpy in a thread meanwhile
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
     "Activities",
@@ -37,9 +40,9 @@ __all__ = [
     "Trace",
 ]
 
-I64 = npt.NDArray[np.int64]
-I32 = npt.NDArray[np.int32]
-U8 = npt.NDArray[np.uint8]
+I64: TypeAlias = "npt.NDArray[np.int64]"
+I32: TypeAlias = "npt.NDArray[np.int32]"
+U8: TypeAlias = "npt.NDArray[np.uint8]"
 
 
 class ActivityKind(enum.IntEnum):
@@ -101,9 +104,11 @@ class _Table:
 
     @classmethod
     def empty(cls: type[_T]) -> _T:
+        import numpy as np
+
         kwargs: dict[str, Any] = {}
         for f in fields(cls):
-            dtype = _DTYPES.get(f.name, np.int64)
+            dtype = _DTYPES.get(f.name, "int64")
             kwargs[f.name] = np.empty(0, dtype=dtype)
         return cls(**kwargs)
 
@@ -112,6 +117,8 @@ class _Table:
         return type(self)(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
     def sorted_by_start(self: _T) -> _T:
+        import numpy as np
+
         start: I64 = self.start_ns  # type: ignore[attr-defined]
         order = np.argsort(start, kind="stable")
         return self.take(order)
@@ -120,10 +127,11 @@ class _Table:
         return int(sum(getattr(self, f.name).nbytes for f in fields(self)))
 
 
-_DTYPES: dict[str, type[np.generic]] = {
-    "name": np.int32,
-    "kind": np.uint8,
-    "device": np.int32,
+#: columns that are not int64 (dtype names: numpy takes them as they are)
+_DTYPES: dict[str, str] = {
+    "name": "int32",
+    "kind": "uint8",
+    "device": "int32",
 }
 
 

@@ -7,26 +7,30 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
-from asynctrace.traces.kineto import HAVE_ACCELERATOR
 from tests.conftest import shared_trace
 
 _PROBE = """
 import contextlib, io, json, os, sys
 from asynctrace.cli import main
+interval = sys.getswitchinterval()
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
     try:
         status = main(sys.argv[1:])
-    except SystemExit as e:  # --help
+    except SystemExit as e:  # --help, or a bad file
         status = e.code
+import threading
+threads = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
 watched = ("rich", "torch", "matplotlib", "sqlite3", "statistics", "numpy.ma", "shutil",
            "threading")
 loaded = sorted(w for w in watched if w in sys.modules)
 commands = sorted(m for m in sys.modules if m.startswith("asynctrace._commands."))
 blas = os.environ.get("OPENBLAS_NUM_THREADS")
 print(json.dumps({"status": status, "loaded": loaded, "commands": commands, "out": out.getvalue(),
-                  "blas": blas}))
+                  "blas": blas, "threads": threads,
+                  "interval_kept": sys.getswitchinterval() == interval}))
 """
 
 
@@ -34,6 +38,8 @@ def _probe(*args: str, env: dict[str, str] | None = None) -> dict[str, object]:
     proc = subprocess.run(
         [sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, check=True, env=env
     )
+    # `loaded` counts modules, whoever imported them: the probe imports threading itself
+    # only after taking that list
     result: dict[str, object] = json.loads(proc.stdout.splitlines()[-1])
     return result
 
@@ -44,10 +50,22 @@ def test_report_json_imports_neither_rich_nor_other_commands() -> None:
     assert r["status"] == 0
     assert json.loads(str(r["out"]))["schema_version"] >= 1
     # nor sqlite3 (Nsight Systems only), statistics, numpy.ma (np.unique's default hash path
-    # imports it: ~9 ms of start-up), shutil (argparse's formatter) or threading (the loader's
-    # read-ahead thread, unused with the accelerator)
-    assert r["loaded"] == ([] if HAVE_ACCELERATOR else ["threading"])
+    # imports it: ~9 ms of start-up) or shutil (argparse's formatter); threading is the thread
+    # that imports numpy while the trace is read
+    assert r["loaded"] == ["threading"]
     assert r["commands"] == ["asynctrace._commands.report"]
+    # that thread is gone, and the GIL switch interval is back, before the command returns
+    assert r["threads"] == []
+    assert r["interval_kept"] is True
+
+
+def test_a_bad_trace_still_joins_the_import_thread(tmp_path: Path) -> None:
+    bad = tmp_path / "cut.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "ts": 1')
+    r = _probe("report", str(bad), "--json")
+    assert r["status"] == 2
+    assert r["threads"] == []
+    assert r["interval_kept"] is True
 
 
 def test_nsys_report_json_imports_sqlite3_but_not_numpy_ma() -> None:
@@ -56,7 +74,7 @@ def test_nsys_report_json_imports_sqlite3_but_not_numpy_ma() -> None:
     folder = shared_trace("nsys", "extrap_con_kernel.sqlite").parent
     r = _probe("report", str(folder), "--json")
     assert r["status"] == 0
-    assert r["loaded"] == ["sqlite3"]
+    assert r["loaded"] == ["sqlite3", "threading"]
 
 
 def test_text_report_still_renders_with_rich() -> None:
@@ -92,3 +110,14 @@ def test_commands_running_user_code_leave_blas_alone() -> None:
     # `check`/`run` run the user's script in this process: its numpy keeps its threads
     r = _probe("check", "--help", env=_env_without_blas_setting())
     assert r["blas"] is None
+
+
+def test_the_reader_and_the_report_command_import_no_numpy() -> None:
+    # `asynctrace report` imports numpy on a thread while the trace is read; a numpy import on
+    # the reader's own import path would quietly put it back on the critical path
+    code = (
+        "import sys, asynctrace.cli, asynctrace._commands.report, asynctrace.traces.load, "
+        "asynctrace.traces.kineto, asynctrace.traces.model; print('numpy' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
