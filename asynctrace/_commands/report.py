@@ -31,8 +31,6 @@ __all__ = ["add_arguments", "run"]
 
 #: what the analysis needs beyond the reader; numpy first (most of the time)
 _ANALYSIS_MODULES = ("numpy", "asynctrace.analysis.report", "asynctrace.analysis.ranks")
-#: GIL hand-over interval while the import thread runs (the default is 5 ms)
-_SWITCH_INTERVAL_S = 0.0002
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,16 +80,13 @@ class _ImportBehind:
     A fresh ``asynctrace report`` on a small trace spends more time importing numpy than
     reading the trace, and the Kineto reader needs no numpy: the C accelerator parses without
     the GIL, so part of the reading runs beside the import on a second core (zlib-ng inflates
-    holding the GIL, so not all of it: B200 trace, 14 MB, 0.15 -> 0.13 s end to end; see
-    docs/performance.md). The GIL is handed over every 0.2 ms instead of 5 ms while both run,
-    else the reader waits a whole interval each time it comes back from C. ``close()`` waits
-    for the thread and puts the interval back. Where numpy is imported already (a caller of
-    ``main()``) there is nothing to overlap: no thread.
+    holding the GIL, so not all of it: B200 trace, 14 MB, 154 -> 146 ms end to end; see
+    docs/performance.md). ``close()`` waits for the thread. Where numpy is imported already (a
+    caller of ``main()``) there is nothing to overlap: no thread.
     """
 
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
-        self._interval = sys.getswitchinterval()
         if "numpy" in sys.modules:
             return
         # what the main thread imports to read a Kineto trace, imported before the thread
@@ -106,12 +101,7 @@ class _ImportBehind:
         _inflater()  # zlib-ng, imported on first use otherwise
 
         self._thread = threading.Thread(target=self._import, name="asynctrace-import", daemon=True)
-        sys.setswitchinterval(_SWITCH_INTERVAL_S)
-        try:
-            self._thread.start()
-        except BaseException:
-            sys.setswitchinterval(self._interval)
-            raise
+        self._thread.start()
 
     @staticmethod
     def _import() -> None:
@@ -124,11 +114,8 @@ class _ImportBehind:
 
     def close(self) -> None:
         if self._thread is not None:
-            try:
-                self._thread.join()
-            finally:
-                sys.setswitchinterval(self._interval)
-                self._thread = None
+            self._thread.join()
+            self._thread = None
 
 
 def run(args: argparse.Namespace) -> int:
