@@ -93,20 +93,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         # our own process (the console script): set before numpy loads, never overriding a
         # user's choice; in-process callers that already imported numpy are left alone
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    parser = _parser(command)
-    args = parser.parse_args(argv)
-    if args.command is None or not hasattr(args, "_module"):
-        parser.print_help()
-        return 2
+    prog = f"asynctrace {command}" if command else "asynctrace"
     try:
+        # building the parser imports the command's module: Ctrl-C may land there too
+        parser = _parser(command)
+        args = parser.parse_args(argv)
+        if args.command is None or not hasattr(args, "_module"):
+            parser.print_help()
+            return 2
         status: int = args._module.run(args)
     except AsyncTraceError as e:
         # one line, whatever the message quotes (a file name or a schema with newlines)
         message = " ".join(str(e).splitlines())
-        print(f"asynctrace {args.command}: error: {message}", file=sys.stderr)
+        print(f"{prog}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"asynctrace {args.command}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
