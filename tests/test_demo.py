@@ -181,6 +181,24 @@ def test_quick_demo_prints_how_to_view_each(quick_demo: tuple[Path, dict[str, An
     assert "flat at 0" in text
 
 
+def test_the_reports_the_demo_suggests_run_clean(
+    quick_demo: tuple[Path, dict[str, Any], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, summary, _ = quick_demo
+    capsys.readouterr()
+    # "every session in one table": the three sessions' records; the summary is not a trace
+    assert main(["report", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    doc = json.loads(captured.out)
+    assert (len(doc["reports"]), len(doc["records"])) == (0, 3)
+    # the profiled run's folder holds the trace and its annotated copy: one rank, not two
+    (trace,) = _artifacts(summary, "profiler trace")
+    assert main(["report", str(trace.parent), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [Path(r["trace"]["source"]).name for r in doc["reports"]] == [trace.name]
+
+
 def test_deep_mode_trace_has_the_tensorboard_profiler_layout(
     quick_demo: tuple[Path, dict[str, Any], str],
 ) -> None:

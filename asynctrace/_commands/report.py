@@ -1,7 +1,8 @@
 """``asynctrace report TRACE|DIR|RECORDS``: analyse traces or session records, as text or JSON.
 
 A folder is read as one job: every trace in it is one rank (per-rank table, slowest rank,
-per-step skew) and every ``*.records.jsonl`` file is one session's records. A file in a folder
+per-step skew; annotated copies and summaries are left out, see ``find_traces``) and every
+``*.records.jsonl`` file is one session's records. A file in a folder
 that cannot be read is named on stderr and skipped (exit status 1); a single bad file, or a
 folder with nothing readable, is an error (one line on stderr, exit status 2).
 """

@@ -14,10 +14,15 @@ from asynctrace.errors import TraceFormatError
 from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES, sniff
 from asynctrace.traces.model import Trace
 
-__all__ = ["TRACE_SUFFIXES", "find_traces", "load"]
+__all__ = ["DERIVED_SUFFIXES", "TRACE_SUFFIXES", "find_traces", "load"]
 
 #: File names :func:`find_traces` picks up (``{worker}.{time_ns}.pt.trace.json.gz`` included).
 TRACE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz", ".sqlite", ".sqlite3")
+
+#: What asynctrace writes beside the traces, which :func:`find_traces` leaves out: annotated
+#: copies (``Profile(annotate=True)`` puts ``{worker}.{time_ns}.annotated.json.gz`` next to its
+#: trace: the same rank again, with our overlay) and JSON summaries (``demo.summary.json``).
+DERIVED_SUFFIXES: tuple[str, ...] = (".annotated.json.gz", ".annotated.json", ".summary.json")
 
 
 def load(
@@ -59,8 +64,10 @@ def find_traces(directory: str | os.PathLike[str]) -> list[Path]:
     """The trace files directly inside ``directory`` (one per rank), in natural name order.
 
     Picks ``*.json``, ``*.json.gz``, ``*.sqlite``, ``*.sqlite3``; session records
-    (``*.records.jsonl``) are not traces and are left out. Raises :class:`TraceFormatError` when
-    the folder does not exist or holds no trace.
+    (``*.records.jsonl``) are not traces, and what asynctrace derives from a trace
+    (:data:`DERIVED_SUFFIXES`: annotated copies, summaries) would count a rank twice, so both
+    are left out (:func:`load` still reads any of them by name). Raises
+    :class:`TraceFormatError` when the folder does not exist or holds no trace.
     """
     d = Path(directory)
     if not d.exists():
@@ -71,13 +78,17 @@ def find_traces(directory: str | os.PathLike[str]) -> list[Path]:
         entries = list(d.iterdir())
     except OSError as e:
         raise TraceFormatError(str(d), f"cannot list the directory: {e.strerror or e}") from None
-    found = [
+    candidates = [
         p
         for p in entries
         if p.is_file() and p.name.lower().endswith(TRACE_SUFFIXES) and not p.name.startswith(".")
     ]
+    found = [p for p in candidates if not p.name.lower().endswith(DERIVED_SUFFIXES)]
     if not found:
+        derived = " (annotated copies and summaries are left out: name one to read it)"
         raise TraceFormatError(
-            str(d), "no trace files (*.json, *.json.gz, *.sqlite) in this directory"
+            str(d),
+            "no trace files (*.json, *.json.gz, *.sqlite) in this directory"
+            + (derived if candidates else ""),
         )
     return sorted(found, key=_natural_key)

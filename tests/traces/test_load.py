@@ -73,6 +73,21 @@ def test_find_traces_natural_order(tmp_path: Path) -> None:
     assert got == ["rank-1.pt.trace.json", "rank-2.json", "rank-10.json.gz", "x.sqlite"]
 
 
+def test_find_traces_leaves_out_what_asynctrace_derives(tmp_path: Path) -> None:
+    # a deep-mode run folder holds each trace and its annotated copy: one rank, not two
+    for name in (
+        "vm_1.17.pt.trace.json.gz",
+        "vm_1.17.annotated.json.gz",
+        "x.ANNOTATED.json",
+        "demo.summary.json",
+    ):
+        (tmp_path / name).write_bytes(b"{}")
+    assert [p.name for p in find_traces(tmp_path)] == ["vm_1.17.pt.trace.json.gz"]
+    (tmp_path / "vm_1.17.pt.trace.json.gz").unlink()
+    with pytest.raises(TraceFormatError, match="annotated copies and summaries are left out"):
+        find_traces(tmp_path)
+
+
 def test_find_traces_errors(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError, match="no trace files"):
         find_traces(tmp_path)
