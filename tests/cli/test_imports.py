@@ -117,3 +117,36 @@ def test_the_reader_and_the_report_command_import_no_numpy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+_WITHOUT_ACCELERATOR = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "asynctrace.traces._kineto_fast":
+            raise ImportError("not compiled here")
+        return None
+sys.meta_path.insert(0, Block())
+from asynctrace.cli import main
+from asynctrace.traces.kineto import HAVE_ACCELERATOR
+assert not HAVE_ACCELERATOR
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_report_without_the_accelerator_prints_the_same_json() -> None:
+    # an install without a C compiler: the Python path reads with its own reader thread while
+    # the report command's thread imports numpy; the result is the same object
+    trace = shared_trace("kineto", "hta_mi250_hip.json.gz")
+    args = ["report", str(trace), "--json"]
+    slow = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_ACCELERATOR, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    fast = subprocess.run(
+        [sys.executable, "-m", "asynctrace", *args], capture_output=True, text=True, check=True
+    )
+    assert slow.stderr == ""
+    assert json.loads(slow.stdout) == json.loads(fast.stdout)
