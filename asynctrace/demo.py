@@ -48,6 +48,7 @@ from asynctrace.capture.devices import Device, get_device
 from asynctrace.capture.profiler import Profile
 from asynctrace.capture.session import trace
 from asynctrace.records import Records, StepRecord, read_records
+from asynctrace.traces.load import ANNOTATED_SUFFIX
 
 if TYPE_CHECKING:
     from asynctrace.analysis.report import Report
@@ -373,7 +374,7 @@ def run_loop(
         max_in_flight=max((r.in_flight for r in recs), default=0),
         tensorboard_dir=str(run_dir) if tensorboard and run_dir.is_dir() else None,
         profiler_traces=_new_files(run_dir, "*.pt.trace.json.gz", before),
-        annotated_traces=_new_files(run_dir, "*.annotated.json.gz", before),
+        annotated_traces=_new_files(run_dir, f"*{ANNOTATED_SUFFIX}", before),
     )
 
 
@@ -531,7 +532,7 @@ def clear_previous(out: Path) -> list[Path]:
         patterns += [
             f"{name}/events.out.tfevents.*",
             f"{name}/*.pt.trace.json.gz",
-            f"{name}/*.annotated.json.gz",
+            f"{name}/*{ANNOTATED_SUFFIX}",
         ]
     patterns += [f"{_PLOTS}/{name}.png" for name in ("timeline", *_LOOP_NAMES[:2])]
     patterns += ["report.html", "demo.summary.json"]

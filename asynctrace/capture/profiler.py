@@ -37,6 +37,7 @@ from typing import Any
 from asynctrace.capture._distributed import rank_and_world
 from asynctrace.capture._writer import sanitize_name
 from asynctrace.errors import AsyncTraceWarning, CaptureError
+from asynctrace.traces.load import ANNOTATED_SUFFIX
 
 __all__ = [
     "DeepProfiler",
@@ -235,8 +236,8 @@ def annotated_path(trace: Path) -> Path:
     name = trace.name
     for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
         if name.endswith(suffix):
-            return trace.with_name(name[: -len(suffix)] + ".annotated.json.gz")
-    return trace.with_name(name + ".annotated.json.gz")
+            return trace.with_name(name[: -len(suffix)] + ANNOTATED_SUFFIX)
+    return trace.with_name(name + ANNOTATED_SUFFIX)
 
 
 def annotate_written_trace(trace: Path) -> Path | None:

@@ -14,15 +14,18 @@ from asynctrace.errors import TraceFormatError
 from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES, sniff
 from asynctrace.traces.model import Trace
 
-__all__ = ["DERIVED_SUFFIXES", "TRACE_SUFFIXES", "find_traces", "load"]
+__all__ = ["ANNOTATED_SUFFIX", "DERIVED_SUFFIXES", "TRACE_SUFFIXES", "find_traces", "load"]
 
 #: File names :func:`find_traces` picks up (``{worker}.{time_ns}.pt.trace.json.gz`` included).
 TRACE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz", ".sqlite", ".sqlite3")
 
+#: The annotated copy deep mode writes next to each trace (``Profile(annotate=True)``:
+#: ``{worker}.{time_ns}.annotated.json.gz``, the trace plus our overlay).
+ANNOTATED_SUFFIX = ".annotated.json.gz"
+
 #: What asynctrace writes beside the traces, which :func:`find_traces` leaves out: annotated
-#: copies (``Profile(annotate=True)`` puts ``{worker}.{time_ns}.annotated.json.gz`` next to its
-#: trace: the same rank again, with our overlay) and JSON summaries (``demo.summary.json``).
-DERIVED_SUFFIXES: tuple[str, ...] = (".annotated.json.gz", ".annotated.json", ".summary.json")
+#: copies (the same rank again) and JSON summaries (``demo.summary.json``).
+DERIVED_SUFFIXES: tuple[str, ...] = (ANNOTATED_SUFFIX, ".annotated.json", ".summary.json")
 
 
 def load(
