@@ -16,8 +16,6 @@ Activities with no launch call are counted as unmatched and never dropped silent
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 import numpy as np
 import numpy.typing as npt
@@ -46,8 +44,7 @@ LAUNCHING_KINDS: tuple[RuntimeKind, ...] = (
 )
 
 
-@dataclass(frozen=True, eq=False)
-class LaunchLinks:
+class LaunchLinks(msgspec.Struct, frozen=True, eq=False):
     """Per activity (aligned with ``trace.activities``): its launch call, or -1.
 
     ``launch_index`` indexes ``trace.runtime``; the time columns hold 0 where unmatched, so read

@@ -20,8 +20,6 @@ Everything is vectorised: one sort and one cumulative sum per stream.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 import numpy as np
 import numpy.typing as npt
@@ -43,8 +41,7 @@ __all__ = [
 I64 = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True, eq=False)
-class QueueSeries:
+class QueueSeries(msgspec.Struct, frozen=True, eq=False):
     """A step function: ``value[i]`` holds from ``time_ns[i]`` to ``time_ns[i+1]`` (0 before)."""
 
     time_ns: I64

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import msgspec
 import numpy as np
@@ -40,8 +39,7 @@ _STEP_NAME = re.compile(r"(?i)(?:^|[^a-z])step(?:[^a-z]|$)|profilerstep")
 _LAST_INT = re.compile(r"(\d+)(?!.*\d)")
 
 
-@dataclass(frozen=True)
-class StepWindow:
+class StepWindow(msgspec.Struct, frozen=True):
     step: int
     start_ns: int
     end_ns: int

@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
+
+import msgspec
 
 from asynctrace.records import StepRecord, SyncSite
 
@@ -89,8 +90,7 @@ def _median(values: Iterable[float]) -> float:
     return (data[n // 2 - 1] + data[n // 2]) / 2
 
 
-@dataclass(frozen=True)
-class Trend:
+class Trend(msgspec.Struct, frozen=True):
     """A Mann–Kendall test and Theil–Sen slope of a series against its index."""
 
     n: int
@@ -131,8 +131,7 @@ def trend(values: Sequence[float]) -> Trend:
     return Trend(n=n, s=s, z=z, slope=float(_median(slopes)) if slopes else 0.0)
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True):
     #: "synchronized", "never-synchronized", "over-synchronized", "input-bound",
     #: "memory-creep", "cpu-synchronous", "too-few-steps"
     code: str
@@ -153,7 +152,7 @@ class Verdict:
     mem_slope_bytes: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = msgspec.structs.asdict(self)
         d["findings"] = list(self.findings)
         d["codes"] = list(self.codes)
         return d

@@ -7,7 +7,6 @@ answers. Times given here are already integer ns from the trace origin.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
 from typing import TypeVar
 
 import numpy as np
@@ -143,7 +142,7 @@ class TraceBuilder:
 
 
 def _columns(cls: type[_T], rows: Sequence[tuple[int, ...]]) -> _T:
-    names = [f.name for f in fields(cls)]
+    names = cls.__struct_fields__
     if not rows:
         return cls.empty()
     arr = np.array(rows, dtype=np.int64)

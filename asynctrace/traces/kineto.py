@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -253,8 +252,7 @@ _OPEN = frozenset(b"{[")
 _CLOSE = frozenset(b"}]")
 
 
-@dataclass
-class _Scan:
+class _Scan(msgspec.Struct):
     #: end (exclusive) of the last complete top-level element, or -1
     last_element_end: int = -1
     #: index of the ``]`` closing the array, or -1 when not reached
@@ -334,13 +332,12 @@ class _IdMap:
         return n
 
 
-@dataclass
-class _Cols:
+class _Cols(msgspec.Struct):
     """Per-chunk Python lists for one table; flushed into numpy parts after every chunk."""
 
     names: tuple[str, ...]
-    lists: dict[str, list[Any]] = field(default_factory=dict)
-    parts: dict[str, list[npt.NDArray[Any]]] = field(default_factory=dict)
+    lists: dict[str, list[Any]] = msgspec.field(default_factory=dict)
+    parts: dict[str, list[npt.NDArray[Any]]] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.lists = {n: [] for n in self.names}

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+
+import msgspec
 
 if TYPE_CHECKING:
     # numpy is imported where arrays are made, not here: the Kineto reader files a trace
@@ -89,32 +90,32 @@ class RangeKind(enum.IntEnum):
 _T = TypeVar("_T", bound="_Table")
 
 
-@dataclass(frozen=True, eq=False)
-class _Table:
+# msgspec Structs, not dataclasses: a dataclass costs ~0.5 ms to define (it compiles its
+# methods), and these classes are defined on every `asynctrace report` start-up.
+# eq=False: tables compare (and hash) by identity; numpy columns have no truth value.
+class _Table(msgspec.Struct, frozen=True, eq=False):
     """Equal-length columns; subclasses declare them as fields."""
 
     def __post_init__(self) -> None:
-        lengths = {len(getattr(self, f.name)) for f in fields(self)}
+        lengths = {len(getattr(self, name)) for name in self.__struct_fields__}
         if len(lengths) > 1:
             raise ValueError(f"{type(self).__name__}: columns of unequal length {sorted(lengths)}")
 
     def __len__(self) -> int:
-        first = fields(self)[0]
-        return len(getattr(self, first.name))
+        return len(getattr(self, self.__struct_fields__[0]))
 
     @classmethod
     def empty(cls: type[_T]) -> _T:
         import numpy as np
 
         kwargs: dict[str, Any] = {}
-        for f in fields(cls):
-            dtype = _DTYPES.get(f.name, "int64")
-            kwargs[f.name] = np.empty(0, dtype=dtype)
+        for name in cls.__struct_fields__:
+            kwargs[name] = np.empty(0, dtype=_DTYPES.get(name, "int64"))
         return cls(**kwargs)
 
     def take(self: _T, index: npt.NDArray[Any]) -> _T:
         """A new table with the rows selected by ``index`` (indices or a boolean mask)."""
-        return type(self)(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+        return type(self)(**{n: getattr(self, n)[index] for n in self.__struct_fields__})
 
     def sorted_by_start(self: _T) -> _T:
         import numpy as np
@@ -124,7 +125,7 @@ class _Table:
         return self.take(order)
 
     def nbytes(self) -> int:
-        return int(sum(getattr(self, f.name).nbytes for f in fields(self)))
+        return int(sum(getattr(self, n).nbytes for n in self.__struct_fields__))
 
 
 #: columns that are not int64 (dtype names: numpy takes them as they are)
@@ -135,8 +136,7 @@ _DTYPES: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True, eq=False)
-class RuntimeCalls(_Table):
+class RuntimeCalls(_Table, frozen=True, eq=False):
     """Host calls into the device runtime or driver (``cuda_runtime``, ``cuda_driver``, HIP)."""
 
     start_ns: I64
@@ -148,8 +148,7 @@ class RuntimeCalls(_Table):
     correlation: I64
 
 
-@dataclass(frozen=True, eq=False)
-class Activities(_Table):
+class Activities(_Table, frozen=True, eq=False):
     """Work executed on the device: kernels, copies, memsets."""
 
     start_ns: I64
@@ -162,8 +161,7 @@ class Activities(_Table):
     correlation: I64
 
 
-@dataclass(frozen=True, eq=False)
-class DeviceSyncs(_Table):
+class DeviceSyncs(_Table, frozen=True, eq=False):
     """Device-side records of synchronizations (Kineto ``cuda_sync``, CUPTI SYNCHRONIZATION).
 
     They describe the same waits as the host's synchronizing calls; analyses use the host calls
@@ -177,8 +175,7 @@ class DeviceSyncs(_Table):
     correlation: I64
 
 
-@dataclass(frozen=True, eq=False)
-class HostRanges(_Table):
+class HostRanges(_Table, frozen=True, eq=False):
     """Host-side ranges: operators, annotations, profiler steps, NVTX ranges.
 
     ``step`` is the N of ``ProfilerStep#N`` for ``RangeKind.STEP`` rows, else -1.
@@ -193,8 +190,7 @@ class HostRanges(_Table):
     step: I64
 
 
-@dataclass(frozen=True, eq=False)
-class PythonFrames(_Table):
+class PythonFrames(_Table, frozen=True, eq=False):
     """``python_function`` events (traces recorded with ``with_stack=True``).
 
     ``name`` is the frame as Kineto writes it: ``path/to/file.py(123): function``.
@@ -207,8 +203,7 @@ class PythonFrames(_Table):
     name: I32
 
 
-@dataclass(frozen=True, eq=False)
-class Flows(_Table):
+class Flows(_Table, frozen=True, eq=False):
     """Launch flows (``ac2g`` and older categories), resolved to their two endpoints' times.
 
     Kept for traces whose activities lack a correlation id; loaders already copy a flow's id into
@@ -220,8 +215,7 @@ class Flows(_Table):
     end_ts_ns: I64
 
 
-@dataclass(frozen=True, eq=False)
-class Trace:
+class Trace(msgspec.Struct, frozen=True, eq=False):
     """One rank's profiling run, in columns.
 
     Build it with a loader (:func:`asynctrace.load`); analyses take it and never change it.
@@ -240,9 +234,9 @@ class Trace:
     rank: int | None = None
     world_size: int | None = None
     origin_ns: int = 0
-    metadata: Mapping[str, str] = field(default_factory=dict)
+    metadata: Mapping[str, str] = msgspec.field(default_factory=dict)
     #: counts of events the loader read but did not keep, by reason (for reports, never silent)
-    skipped: Mapping[str, int] = field(default_factory=dict)
+    skipped: Mapping[str, int] = msgspec.field(default_factory=dict)
 
     def name_of(self, index: int) -> str:
         return self.strings[index] if 0 <= index < len(self.strings) else "?"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from dataclasses import fields, replace
 from typing import TypeVar
 
+import msgspec
 import numpy as np
 
 from asynctrace.analysis.report import analyze
@@ -18,23 +18,23 @@ _T = TypeVar("_T", bound=_Table)
 
 def _tile(table: _T, copies: int, span_ns: int, *, ids: bool) -> _T:
     cols = {}
-    for f in fields(table):
-        a = getattr(table, f.name)
+    for name in table.__struct_fields__:
+        a = getattr(table, name)
         parts = []
         for k in range(copies):
             b = a
-            if f.name == "start_ns":
+            if name == "start_ns":
                 b = a + k * span_ns
-            elif ids and f.name == "correlation":
+            elif ids and name == "correlation":
                 b = np.where(a >= 0, a + k * 10**9, a)
             parts.append(b)
-        cols[f.name] = np.concatenate(parts)
+        cols[name] = np.concatenate(parts)
     return type(table)(**cols)
 
 
 def _replicate(t: Trace, copies: int) -> Trace:
     span = t.end_ns + 1
-    return replace(
+    return msgspec.structs.replace(
         t,
         runtime=_tile(t.runtime, copies, span, ids=True),
         activities=_tile(t.activities, copies, span, ids=True),

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -56,13 +57,13 @@ if not HAVE_ACCELERATOR:
 
 
 def snapshot(obj: Any) -> Any:
-    """A comparable form of a Trace: dataclass fields walked, arrays as (dtype, shape, bytes)."""
+    """A comparable form of a Trace: Struct fields walked, arrays as (dtype, shape, bytes)."""
     if isinstance(obj, np.ndarray):
         return ("ndarray", obj.dtype.str, obj.shape, obj.tobytes())
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+    if isinstance(obj, msgspec.Struct):
         return (
             type(obj).__name__,
-            {f.name: snapshot(getattr(obj, f.name)) for f in dataclasses.fields(obj)},
+            {n: snapshot(getattr(obj, n)) for n in obj.__struct_fields__},
         )
     if isinstance(obj, dict):
         return {k: snapshot(v) for k, v in obj.items()}
