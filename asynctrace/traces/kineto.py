@@ -63,6 +63,11 @@ DEFAULT_CHUNK_BYTES = 2 << 20
 
 #: How far into a JSON object we look for ``"traceEvents"`` before calling it something else.
 _MAX_ENVELOPE_BYTES = 64 << 20
+#: Inflated text comes from the file in blocks of at most this much. The text buffer holds up
+#: to one chunk plus one block: 1 MiB blocks peak ~2.7 MiB lower than 2 MiB ones on a 26 MB
+#: trace, at the same speed (docs/performance.md).
+_BLOCK_BYTES = 1 << 20
+
 #: At the end of the file, keep this much text back from the bulk chunks: the array's end and
 #: the metadata after it (``deviceProperties``, ``traceName``) are found in this last piece.
 _TAIL_BYTES = 1 << 20
@@ -224,7 +229,7 @@ def load_kineto(
     p = Path(path)
     if chunk_bytes < 1:
         raise ValueError("chunk_bytes must be positive")
-    block_bytes = min(chunk_bytes, 4 << 20)
+    block_bytes = min(chunk_bytes, _BLOCK_BYTES)
 
     def make() -> Generator[bytes, None, None]:
         return iter_blocks(p, max_inflated_bytes=max_inflated_bytes, block_bytes=block_bytes)
@@ -425,6 +430,9 @@ class _Loader:
                 "not a Kineto trace: expected a JSON object or list, "
                 f"found {bytes(buf[i : i + 20])!r}"
             )
+        # The events loop shrinks self.buf and finally replaces it; a reference held here would
+        # keep the last chunk's text (~2 MiB) alive through the build, at peak memory.
+        del buf
         tail = self._read_events(events_start)
         envelope = self._decode_envelope(prefix, tail)
         return self._build(envelope)
