@@ -5,8 +5,9 @@ A sync is a runtime call of kind ``SYNC`` (stream/device/event synchronize) or
 waits and are not counted again.
 
 Where the trace has Python frames (``with_stack=True``) a sync's **site** is the innermost user
-frame on the same thread that encloses the call, written ``file:line``; frames under ``torch/``,
-``site-packages``, built-ins (``<built-in ...>``) and asynctrace itself are not user frames.
+frame on the same thread that encloses the call, written ``file:line``; frames in a ``torch``,
+``site-packages`` or ``dist-packages`` folder, built-ins (``<built-in ...>``, ``<frozen ...>``) and
+asynctrace's own modules are not user frames (whole folder names: ``~/pytorch/train.py`` is).
 Without frames the site is empty and calls aggregate by API name only.
 """
 
@@ -24,7 +25,27 @@ from asynctrace.traces.model import Trace
 __all__ = ["SyncCall", "SyncSiteStats", "SyncSummary", "find_syncs", "is_user_frame", "site_of"]
 
 _FRAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\)")
-_NOT_USER = ("torch/", "torch\\", "site-packages", "<built-in", "asynctrace")
+#: folders whose files are never the user's own code
+_NOT_USER_DIRS = frozenset({"torch", "site-packages", "dist-packages"})
+#: asynctrace's own modules and subpackages: ``.../asynctrace/<one of these>`` is our frame,
+#: while a user's ``~/asynctrace/train.py`` stays theirs (a test keeps this list complete)
+_OWN_MODULES = frozenset(
+    {
+        "__init__.py",
+        "__main__.py",
+        "_commands",
+        "analysis",
+        "capture",
+        "cli.py",
+        "demo.py",
+        "errors.py",
+        "export",
+        "integrations",
+        "records.py",
+        "render",
+        "traces",
+    }
+)
 
 
 class SyncCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,8 +80,22 @@ class SyncSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def is_user_frame(name: str) -> bool:
-    """A frame of the user's code: a ``file(line)`` outside torch, site-packages, asynctrace."""
-    return _FRAME.match(name) is not None and not any(marker in name for marker in _NOT_USER)
+    """A frame of the user's code: a ``file(line)`` outside torch, site-packages, asynctrace.
+
+    Judged by whole folder names of the file's path, so ``~/pytorch/train.py`` and
+    ``~/asynctrace_runs/train.py`` are user code, and a function's name never counts.
+    """
+    m = _FRAME.match(name)
+    if m is None:
+        return False
+    path = m.group("file").replace("\\", "/")
+    if path.startswith(("<built-in", "<frozen")):  # a notebook's <ipython-input-3-...> is user code
+        return False
+    parts = path.split("/")
+    for i, part in enumerate(parts[:-1]):
+        if part in _NOT_USER_DIRS or (part == "asynctrace" and parts[i + 1] in _OWN_MODULES):
+            return False
+    return True
 
 
 def site_of(frame_name: str) -> str:

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+from pathlib import Path
+
+import asynctrace
 from asynctrace.analysis.steps import step_windows
-from asynctrace.analysis.syncs import find_syncs, is_user_frame, site_of
+from asynctrace.analysis.syncs import _OWN_MODULES, find_syncs, is_user_frame, site_of
 from asynctrace.traces.builder import TraceBuilder
 from asynctrace.traces.model import RangeKind, RuntimeKind
 from tests.analysis._traces import launches_trace
@@ -49,3 +52,27 @@ def test_frame_helpers() -> None:
     assert not is_user_frame("torch/nn/modules/module.py(1): _call_impl")
     assert not is_user_frame("<built-in method item>")
     assert not is_user_frame("/src/asynctrace/capture/session.py(3): step")
+
+
+def test_user_frames_by_whole_folder_names() -> None:
+    # folders that merely contain "torch" or "asynctrace" are the user's own
+    assert is_user_frame("/home/u/pytorch/train.py(12): main")
+    assert is_user_frame("/home/u/asynctrace_runs/train.py(12): main")
+    assert is_user_frame("/home/u/asynctrace/train.py(12): main")
+    assert is_user_frame("torch_utils.py(3): f")
+    assert is_user_frame("train.py(3): torch_step_for_asynctrace")
+    assert is_user_frame("C:\\work\\mytorch\\train.py(3): f")
+    assert is_user_frame("<ipython-input-3-0123abcd>(5): <module>")
+    # torch, installed packages, asynctrace's own modules, the interpreter's
+    assert not is_user_frame("C:\\py\\Lib\\site-packages\\torch\\nn\\functional.py(3): f")
+    assert not is_user_frame("/opt/conda/lib/python3.11/dist-packages/x.py(1): f")
+    assert not is_user_frame("/src/torch/_tensor.py(1): item")
+    assert not is_user_frame("asynctrace/capture/session.py(3): step")
+    assert not is_user_frame("/x/asynctrace/cli.py(3): main")
+    assert not is_user_frame("<frozen runpy>(88): _run_code")
+
+
+def test_own_modules_list_the_package() -> None:
+    pkg = Path(asynctrace.__file__).parent
+    names = {p.name for p in pkg.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
+    assert names == _OWN_MODULES
