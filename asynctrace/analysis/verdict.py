@@ -54,6 +54,7 @@ __all__ = [
     "judge_step",
     "judge_steps",
     "trend",
+    "verdict_line",
 ]
 
 #: steps (the most recent) a verdict looks at
@@ -156,6 +157,19 @@ class Verdict(msgspec.Struct, frozen=True):
         d["findings"] = list(self.findings)
         d["codes"] = list(self.codes)
         return d
+
+
+def verdict_line(code: str, message: str) -> str:
+    """``code: message``, saying the code once.
+
+    Most messages open with their code, as written or with spaces for its hyphens
+    (``"memory creep: ..."``); that opening is dropped, so a line reads
+    ``memory-creep: allocated memory grows ...``, not the code twice.
+    """
+    for opening in (code, code.replace("-", " ")):
+        if message.startswith(opening):
+            return code + message[len(opening) :]
+    return f"{code}: {message}"
 
 
 def _fmt_bytes(n: float) -> str:

@@ -1160,7 +1160,9 @@ def print_report(report: SessionReport, *, file: Any = None) -> None:
     for row in _report_rows(report):
         table.add_row(*row)
     console.print(table)
-    console.print(f"verdict: {report.verdict}: {report.verdict_message}")
+    from asynctrace.analysis.verdict import verdict_line
+
+    console.print(f"verdict: {verdict_line(report.verdict, report.verdict_message)}")
     for note in report.notes:
         console.print(f"note: {note}")
     if report.records_path is not None:

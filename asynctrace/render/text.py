@@ -11,6 +11,7 @@ from rich.table import Table
 from asynctrace.analysis.ranks import RankComparison
 from asynctrace.analysis.report import RecordsSummary, Report, VerdictInfo
 from asynctrace.analysis.steps import StepFigures
+from asynctrace.analysis.verdict import verdict_line
 
 __all__ = ["format_ns", "render_ranks", "render_records", "render_report"]
 
@@ -211,7 +212,5 @@ def render_records(summary: RecordsSummary, console: Console) -> None:
 
 
 def _verdict_line(v: VerdictInfo) -> str:
-    # the verdict's message may already start with its code; say it once
-    if v.message.startswith(v.code):
-        return f"verdict: [bold]{escape(v.code)}[/bold]{escape(v.message[len(v.code) :])}"
-    return f"verdict: [bold]{escape(v.code)}[/bold]: {escape(v.message)}"
+    rest = verdict_line(v.code, v.message)[len(v.code) :]
+    return f"verdict: [bold]{escape(v.code)}[/bold]{escape(rest)}"

@@ -18,6 +18,7 @@ from asynctrace.analysis.verdict import (
     judge_step,
     judge_steps,
     trend,
+    verdict_line,
 )
 from asynctrace.capture.devices import FakeClock, FakeDevice
 from asynctrace.records import StepRecord, SyncSite
@@ -321,3 +322,57 @@ def test_median_is_statistics_median(values: list[float]) -> None:
     got, want = _median(iter(values)), statistics.median(values)
     assert got == want
     assert type(got) is type(want)
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "line"),
+    [
+        (
+            "over-synchronized",
+            "over-synchronized: 2 syncs per step at a.py:3",
+            "over-synchronized: 2 syncs per step at a.py:3",
+        ),
+        (
+            "memory-creep",
+            "memory creep: allocated memory grows",
+            "memory-creep: allocated memory grows",
+        ),
+        (
+            "never-synchronized",
+            "never synchronized: in flight 1 → 9",
+            "never-synchronized: in flight 1 → 9",
+        ),
+        (
+            "synchronized",
+            "synchronized once per step (bounded queue)",
+            "synchronized once per step (bounded queue)",
+        ),
+        (
+            "cpu-synchronous",
+            "the CPU backend executes synchronously",
+            "cpu-synchronous: the CPU backend executes synchronously",
+        ),
+    ],
+)
+def test_verdict_line_says_the_code_once(code: str, message: str, line: str) -> None:
+    assert verdict_line(code, message) == line
+
+
+def test_every_verdict_line_says_its_code_once() -> None:
+    # one case per headline judge_steps can give
+    cases = {
+        "never-synchronized": steps(20, in_flight=lambda i: 3, sync_count=lambda i: 0),
+        "over-synchronized": steps(20, sync_count=lambda i: 3),
+        "input-bound": steps(20, data_wait_ns=lambda i: 3 * MS),
+        "memory-creep": steps(64, mem=lambda i: (1 << 30) + i * (2 << 20)),
+        "synchronized": steps(20),
+        "too-few-steps": steps(3, sync_count=lambda i: 0),
+    }
+    for code, records in cases.items():
+        v = judge_steps(records, asynchronous=True)
+        assert v.code == code
+        line = verdict_line(v.code, v.message)
+        assert line.startswith(code), line
+        assert sum(line.count(form) for form in {code, code.replace("-", " ")}) == 1, line
+    v = judge_steps(steps(20), asynchronous=False)
+    assert verdict_line(v.code, v.message).startswith("cpu-synchronous: the CPU backend")
