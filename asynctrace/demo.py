@@ -738,7 +738,7 @@ def render_artifacts(result: DemoResult, console: Console) -> None:
             console.print(f"    → {view}", highlight=False, soft_wrap=True)
     if any(a.kind == "records" for a in result.artifacts):
         console.print(
-            f"  every session in one table: asynctrace report {out}",
+            f"  every session's per-step summary: asynctrace report {out}",
             highlight=False,
             soft_wrap=True,
         )

@@ -186,7 +186,7 @@ def test_the_reports_the_demo_suggests_run_clean(
 ) -> None:
     out, summary, _ = quick_demo
     capsys.readouterr()
-    # "every session in one table": the three sessions' records; the summary is not a trace
+    # "every session's per-step summary": the three sessions' records; the summary is not a trace
     assert main(["report", str(out), "--json"]) == 0
     captured = capsys.readouterr()
     assert captured.err == ""
