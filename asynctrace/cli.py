@@ -58,10 +58,17 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.HelpFormatter(prog, width=_help_width())
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, saying a usage error in one line like every other error, and where to look."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``command``'s module is imported (and its options added): importing
     every command module would cost the one that runs their dependencies (rich, msgspec...)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="asynctrace",
         formatter_class=_formatter,
         description="Make PyTorch's asynchrony visible: capture, analyse and show it.",
@@ -112,6 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:
+        # a path the file system refuses where no check caught it first (a name too long...)
+        where = "" if e.filename is None else f"{os.fsdecode(e.filename)}: "
+        print(f"{prog}: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
     return status
 
 
@@ -125,6 +137,10 @@ def console() -> NoReturn:
     the user's code, whose atexit handlers, threads and buffered files need a normal exit.
     """
     argv = sys.argv[1:]
+    if sys.stdout is not None and sys.stdout.errors == "strict":
+        # a file name that is not UTF-8 prints as its bytes, as Python does in the C locale,
+        # rather than fail the whole output where the locale is strict (en_US.UTF-8)
+        sys.stdout.reconfigure(errors="surrogateescape")  # type: ignore[union-attr]
     status = main(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     if command in ANALYSIS_ONLY:

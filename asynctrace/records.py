@@ -8,9 +8,9 @@ Layout (one JSON object per line, each with a ``type``):
 4. ``{"type": "summary", ...}`` — :class:`SessionSummary`, written last.
 
 A file is written to ``<name>.tmp`` while the session runs and renamed when it ends, so a
-complete file always has its summary line; a reader accepts a file without one (a killed run)
-and says so. All times are integer nanoseconds; device figures are ``null`` where the device
-cannot measure them.
+complete file always has its summary line; a reader accepts a file without one (a killed run,
+whose last line may be cut short) and says so. All times are integer nanoseconds; device
+figures are ``null`` where the device cannot measure them.
 """
 
 from __future__ import annotations
@@ -31,12 +31,19 @@ __all__ = [
     "SessionSummary",
     "StepRecord",
     "SyncSite",
+    "is_records_name",
     "read_records",
 ]
 
 RECORDS_SCHEMA = "asynctrace.records"
 RECORDS_VERSION = 1
 RECORDS_SUFFIX = ".records.jsonl"
+
+
+def is_records_name(name: str) -> bool:
+    """Whether a file name is a session's records: ``*.records.jsonl``, or
+    ``*.records.jsonl.tmp`` (its session still runs, or was killed before renaming it)."""
+    return name.endswith((RECORDS_SUFFIX, RECORDS_SUFFIX + ".tmp"))
 
 
 class SessionHeader(msgspec.Struct, frozen=True, kw_only=True, tag="header", tag_field="type"):
@@ -126,7 +133,11 @@ def _beyond_int64(obj: msgspec.Struct) -> str | None:
 def read_records(path: str | Path) -> Records:
     """Read a records file; raise :class:`TraceFormatError` if it is not one."""
     p = Path(path)
-    if p.exists() and not p.is_file():
+    try:
+        is_special = p.exists() and not p.is_file()
+    except OSError as e:  # a name the file system refuses (too long, say)
+        raise TraceFormatError(str(p), f"cannot read: {e.strerror or e}") from None
+    if is_special:
         # reading a FIFO blocks forever, /dev/zero never ends: refuse before opening
         raise TraceFormatError(str(p), "not a regular file (a FIFO, socket or device)")
     try:
@@ -153,6 +164,10 @@ def _read_lines(p: Path, f: BinaryIO) -> Records:
         try:
             obj = _decoder.decode(line)
         except msgspec.DecodeError as e:
+            if header is not None and not line.endswith(b"\n"):
+                # the last line, cut short: the writer was killed in the middle of a write.
+                # What came before it is read, as for any killed run (no summary line).
+                break
             raise TraceFormatError(
                 str(p), f"line {lineno}: not an asynctrace record ({e})"
             ) from None

@@ -10,6 +10,7 @@ code, 1 (with the traceback on stderr) for an uncaught exception, 0 otherwise.
 from __future__ import annotations
 
 import contextlib
+import io
 import runpy
 import sys
 import traceback
@@ -33,9 +34,11 @@ def resolve_script(path: str | Path) -> Path:
 
 @contextlib.contextmanager
 def as_main(script: Path, argv: Sequence[str]) -> Iterator[None]:
-    """``sys.argv`` and ``sys.path[0]`` as ``python script.py argv…`` sets them; restored after."""
+    """``sys.argv`` and ``sys.path[0]`` as ``python script.py argv…`` sets them; restored after,
+    with ``sys.stdout`` and ``sys.stderr`` where the script replaced them."""
     saved_argv = sys.argv
     saved_path = list(sys.path)
+    saved_streams = (sys.stdout, sys.stderr)
     sys.argv = [str(script), *argv]
     sys.path.insert(0, str(script.parent))
     try:
@@ -43,6 +46,11 @@ def as_main(script: Path, argv: Sequence[str]) -> Iterator[None]:
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path
+        # what is printed after the script (the summary) goes where it would have gone; where
+        # the script closed that stream, nowhere, as Python prints nothing more to it either
+        sys.stdout, sys.stderr = (
+            s if s is None or not s.closed else io.StringIO() for s in saved_streams
+        )
 
 
 def exit_code(e: SystemExit) -> int:
@@ -66,14 +74,20 @@ def run_script(
     ordinary end, whatever its code) is caught inside it.
     """
     status = 0
+    started = False
     with as_main(script, argv):
         try:
             with around if around is not None else contextlib.nullcontext():
+                started = True
                 try:
                     runpy.run_path(str(script), run_name="__main__")
                 except SystemExit as e:
                     status = exit_code(e)
         except Exception:
+            if not started:
+                # entering ``around`` failed (a CUDA-only option on CPU): the script never ran,
+                # so this is no traceback of the script's but our error, said in one line
+                raise
             traceback.print_exc()
             status = 1
     return status

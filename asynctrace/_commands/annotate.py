@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from asynctrace._output import output_file, write_failed
 from asynctrace.errors import TraceFormatError
 
 __all__ = ["add_arguments", "run"]
@@ -36,13 +37,19 @@ def run(args: argparse.Namespace) -> int:
         raise TraceFormatError(
             str(out), "OUT is TRACE: choose another file for the annotated trace"
         )
+    if src.is_dir():
+        raise TraceFormatError(str(src), "is a folder: annotate one trace file at a time")
     if src.suffix == ".sqlite":
         raise TraceFormatError(
             str(src), "annotate writes Chrome traces; give it a Kineto/Chrome trace, not nsys"
         )
+    output_file(out, what="the annotated trace", inputs=[src])
     trace = load(src)
     report = analyze(trace)
-    annotate_file(src, out, trace=trace, report=report)
+    try:
+        annotate_file(src, out, trace=trace, report=report)
+    except OSError as e:  # reading the trace raised TraceFormatError: this is the write
+        raise write_failed(out, e, "the annotated trace") from None
     print(
         f"wrote {out} ({len(report.steps)} steps, {report.syncs.count} syncs, "
         f"{len(report.queue)} streams)",

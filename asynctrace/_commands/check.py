@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from asynctrace._commands._script import resolve_script, run_script
+from asynctrace._output import output_folder, utf8
 from asynctrace.errors import AsyncTraceError
 
 __all__ = ["CheckResult", "add_arguments", "run", "split_trailing_options"]
@@ -135,9 +136,10 @@ def run(args: argparse.Namespace) -> int:
     if budget is not None and budget < 0:
         raise AsyncTraceError(f"--max-syncs-per-step must be >= 0, got {budget}")
     script = resolve_script(args.script)
+    output_folder(args.dir, option="--dir")
 
     session = trace(
-        script.stem,
+        utf8(script.stem),  # a name that is not UTF-8 cannot go into the records
         dir=args.dir,
         optimizer_steps=True,
         detect_syncs=args.detect,

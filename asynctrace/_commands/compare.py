@@ -7,20 +7,21 @@ A and B are both session records (``*.records.jsonl``), or both traces / saved r
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import msgspec
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from asynctrace._output import json_text
 from asynctrace.errors import TraceFormatError
 
 if TYPE_CHECKING:
     from asynctrace.analysis.report import Report
-from asynctrace.records import RECORDS_SUFFIX
+from asynctrace.records import is_records_name
 
 __all__ = ["add_arguments", "run"]
 
@@ -30,23 +31,61 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("b", metavar="B", help="after: the same kind as A")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
     parser.add_argument(
-        "--alpha", type=float, default=0.01, help="significance level of the test (default 0.01)"
+        "--alpha",
+        type=_alpha,
+        default=0.01,
+        help="significance level of the test, between 0 and 1 (default 0.01)",
     )
     parser.add_argument(
         "--min-effect",
-        type=float,
+        type=_min_effect,
         default=0.02,
         help="smallest relative change of a median that counts (default 0.02 = 2%%)",
     )
 
 
+def _number(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number")
+    return x
+
+
+def _alpha(text: str) -> float:
+    x = _number(text)
+    if not 0 < x < 1:
+        raise argparse.ArgumentTypeError(f"{text}: give a level between 0 and 1, e.g. 0.01")
+    return x
+
+
+def _min_effect(text: str) -> float:
+    x = _number(text)
+    if x < 0:
+        raise argparse.ArgumentTypeError(f"{text}: give a fraction >= 0, e.g. 0.02 for 2%")
+    return x
+
+
 def _kind(path: Path) -> str:
     if not path.exists():
         raise TraceFormatError(str(path), "no such file")
-    if path.name.endswith(RECORDS_SUFFIX):
+    if path.is_dir():
+        raise TraceFormatError(
+            str(path), "is a folder: compare two files (records, traces or saved reports)"
+        )
+    if not path.is_file():
+        # reading a FIFO blocks forever, a device never ends: refuse before opening
+        raise TraceFormatError(str(path), "not a regular file (a FIFO, socket or device)")
+    if is_records_name(path.name):
         return "records"
     if path.suffix == ".json":
-        head = path.read_bytes()[:4096].lstrip()
+        try:
+            with open(path, "rb") as f:
+                head = f.read(4096).lstrip()
+        except OSError as e:
+            raise TraceFormatError(str(path), f"cannot read the file: {e.strerror or e}") from None
         if head.startswith(b"{") and b'"schema_version"' in head and b'"traceEvents"' not in head:
             return "report"
     return "trace"
@@ -58,6 +97,8 @@ def _report(path: Path, kind: str) -> Report:
     if kind == "report":
         try:
             return Report.from_json(path.read_bytes())
+        except OSError as e:
+            raise TraceFormatError(str(path), f"cannot read the file: {e.strerror or e}") from None
         except TraceFormatError as e:
             raise TraceFormatError(str(path), e.reason) from None
     from asynctrace.traces.load import load
@@ -83,8 +124,7 @@ def run(args: argparse.Namespace) -> int:
         comparison = compare_reports(_report(pa, ka), _report(pb, kb), **opts)
 
     if args.json:
-        data = msgspec.json.format(msgspec.json.encode(comparison), indent=2)
-        sys.stdout.write(data.decode() + "\n")
+        sys.stdout.write(json_text(comparison) + "\n")
         return 0
     # names and paths are printed as they are: no rich markup ("[b]") or emoji codes (":x:")
     console = (

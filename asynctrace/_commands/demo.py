@@ -42,12 +42,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from asynctrace._output import output_folder, utf8
     from asynctrace.demo import run_demo
     from asynctrace.errors import CaptureError
 
     steps = args.steps if args.steps is not None else (QUICK_STEPS if args.quick else 20)
     if steps < 2:
         raise CaptureError(f"--steps {steps}: use at least 2 steps per loop")
+    if utf8(args.out) != args.out:
+        raise CaptureError(
+            f"--out {args.out!r}: give a folder name in UTF-8 (TensorBoard needs it)"
+        )
+    output_folder(args.out, option="--out")
     run_demo(
         device=args.device,
         out=args.out,

@@ -6,8 +6,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from asynctrace._output import output_file, write_failed
 from asynctrace.errors import TraceFormatError
-from asynctrace.records import RECORDS_SUFFIX
+from asynctrace.records import RECORDS_SUFFIX, is_records_name
 
 __all__ = ["add_arguments", "parse_steps", "run"]
 
@@ -61,8 +62,11 @@ def run(args: argparse.Namespace) -> int:
         raise plot.PlotError(f"{out}: the output must end in .png or .svg")
     if not path.exists():
         raise TraceFormatError(str(path), "no such file")
+    if path.is_dir():
+        raise TraceFormatError(str(path), "is a folder: plot draws one trace or records file")
+    output_file(out, what="the picture", inputs=[path])
     fig: Any
-    if path.name.endswith(RECORDS_SUFFIX):
+    if is_records_name(path.name):
         from asynctrace.records import read_records
 
         rec = read_records(path)
@@ -88,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
             fig = plot.plot_step_bars(report)
         else:
             fig = plot.plot_run_ahead(report)
-    plot.save_figure(fig, out)
+    try:
+        plot.save_figure(fig, out)
+    except OSError as e:
+        raise write_failed(out, e, "the picture") from None
     print(f"wrote {out}")
     return 0

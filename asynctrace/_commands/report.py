@@ -12,14 +12,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import msgspec
-
+from asynctrace._output import json_text, output_file, write_failed
 from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
 from asynctrace.errors import TraceFormatError
-from asynctrace.records import RECORDS_SUFFIX
+from asynctrace.records import RECORDS_SUFFIX, is_records_name
 
 if TYPE_CHECKING:
     import threading
@@ -47,17 +47,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", action="store_true", help="show every step, not a summary")
     parser.add_argument(
         "--queue-cap",
-        type=int,
+        type=_at_least(1),
         default=DEFAULT_QUEUE_CAP,
         metavar="N",
         help=f"queue depth counted as 'at cap' (default {DEFAULT_QUEUE_CAP})",
     )
     parser.add_argument(
-        "--top", type=int, default=10, metavar="N", help="sync sites to show (default 10)"
+        "--top", type=_at_least(0), default=10, metavar="N", help="sync sites to show (default 10)"
     )
     parser.add_argument(
         "--html", metavar="OUT.html", help="also write one self-contained HTML page (plots inline)"
     )
+
+
+def _at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer ``>= low``."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if n < low:
+            raise argparse.ArgumentTypeError(f"{n}: give a number >= {low}")
+        return n
+
+    return parse
 
 
 def _console() -> Console:
@@ -145,10 +160,13 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
             if not records_paths:
                 raise
             trace_paths = []
-    elif _is_records(path):
+    elif is_records_name(path.name):  # *.records.jsonl.tmp too, named: a killed run's
         records_paths, trace_paths = [path], []
     else:
         records_paths, trace_paths = [], [path]
+    html = getattr(args, "html", None)
+    if html is not None:
+        output_file(html, what="the HTML page", inputs=[*trace_paths, *records_paths])
 
     reports: list[Report] = []
     summaries: list[RecordsSummary] = []
@@ -184,10 +202,13 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
 
     comparison = compare_ranks(reports) if len(reports) > 1 else None
 
-    if getattr(args, "html", None):
+    if html is not None:
         from asynctrace._commands._html import write_report_html
 
-        write_report_html(args.html, trace_paths, reports, records_paths, summaries)
+        try:
+            write_report_html(html, trace_paths, reports, records_paths, summaries)
+        except OSError as e:
+            raise write_failed(html, e, "the HTML page") from None
     if args.json:
         if path.is_dir():
             obj: object = {
@@ -198,7 +219,7 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
             }
         else:
             obj = reports[0] if reports else summaries[0]
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(obj), indent=2).decode() + "\n")
+        sys.stdout.write(json_text(obj) + "\n")
         return _skipped(failed)
 
     from asynctrace.render.text import render_ranks, render_records, render_report

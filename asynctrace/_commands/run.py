@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from asynctrace._commands._script import resolve_script, run_script
+from asynctrace._output import json_text, output_folder, utf8
 from asynctrace.errors import AsyncTraceError
 
 if TYPE_CHECKING:
@@ -141,11 +142,12 @@ def run(args: argparse.Namespace) -> int:
     from asynctrace.capture.session import print_report, trace
 
     script = resolve_script(args.script)
+    output_folder(args.dir, option="--dir")
     script_args = list(args.args)
     if script_args[:1] == ["--"]:
         script_args = script_args[1:]
     session = trace(
-        args.name or script.stem,
+        utf8(args.name or script.stem),  # a name that is not UTF-8 cannot go into the records
         dir=args.dir,
         device=args.device,
         nvtx=not args.no_nvtx,
@@ -163,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     report = session.summary()
     sys.stdout.flush()
     if args.json:
-        print(report.to_json())
+        print(json_text(report, indent=None))
     else:
         print_report(report)
         if report.steps == 0:

@@ -16,7 +16,7 @@ user's run.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from asynctrace.errors import AsyncTraceWarning
 
@@ -65,16 +65,28 @@ class NsysCapture:
     ) -> None:
         if isinstance(steps, (str, bytes)) or not isinstance(steps, Iterable):
             raise TypeError(f"nsys_capture needs step numbers, e.g. range(10, 20); got {steps!r}")
-        chosen: set[int] = set()
-        for s in steps:
-            if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+        if isinstance(steps, range) and steps.step > 0:
+            # kept as it is: `in` costs nothing however far it reaches (a set of
+            # range(10, 10**12) would never be built)
+            if steps and steps.start < 0:
                 raise ValueError(
-                    f"nsys_capture step numbers must be ints >= 0 (steps count from 0); got {s!r}"
+                    "nsys_capture step numbers must be ints >= 0 (steps count from 0); "
+                    f"got {steps!r}"
                 )
-            chosen.add(s)
-        self._steps = frozenset(chosen)
-        # Past the last chosen step nothing can open the window again: stop checking.
-        self._last = max(chosen, default=-1)
+            self._steps: Collection[int] = steps
+            self._last = steps[-1] if steps else -1
+        else:
+            chosen: set[int] = set()
+            for s in steps:
+                if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+                    raise ValueError(
+                        "nsys_capture step numbers must be ints >= 0 (steps count from 0); "
+                        f"got {s!r}"
+                    )
+                chosen.add(s)
+            self._steps = frozenset(chosen)
+            # Past the last chosen step nothing can open the window again: stop checking.
+            self._last = max(chosen, default=-1)
         self._start = start or _torch_start
         self._stop = stop or _torch_stop
         self._active = False
@@ -90,7 +102,8 @@ class NsysCapture:
         return self._active
 
     @property
-    def steps(self) -> frozenset[int]:
+    def steps(self) -> Collection[int]:
+        """The chosen steps: the range given, else a frozenset."""
         return self._steps
 
     def _warn_once(self) -> None:
@@ -131,6 +144,10 @@ class NsysCapture:
 
     def __repr__(self) -> str:
         return (
-            f"NsysCapture(steps={sorted(self._steps)!r}, enabled={self.enabled}, "
+            f"NsysCapture(steps={_shown(self._steps)}, enabled={self.enabled}, "
             f"active={self._active})"
         )
+
+
+def _shown(steps: Collection[int]) -> str:
+    return repr(steps) if isinstance(steps, range) else repr(sorted(steps))

@@ -390,7 +390,8 @@ class Session:
             self._active = False
             self._restore_globals()
             if self._writer is not None:
-                self._writer.abort()
+                # the session never started: its file holds a header only, no run to keep
+                self._writer.abort(remove=True)
                 self._writer = None
             raise
         return self

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from asynctrace._output import write_atomically
 from asynctrace.errors import TraceFormatError
 
 if TYPE_CHECKING:
@@ -301,12 +302,9 @@ def write_trace(path: str | os.PathLike[str], doc: Any) -> Path:
     """Write a Chrome trace (gzip when the name ends in .gz) atomically: temp file + rename."""
     p = Path(path)
     data = msgspec.json.encode(doc)
-    tmp = p.with_name(p.name + ".tmp")
     if p.suffix == ".gz":
         data = gzip.compress(data, compresslevel=6)
-    tmp.write_bytes(data)
-    os.replace(tmp, p)
-    return p
+    return write_atomically(p, data)
 
 
 def annotate_file(

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from asynctrace._output import write_atomically
+
 if TYPE_CHECKING:
     from asynctrace.analysis.report import RecordsSummary, Report
     from asynctrace.records import Records
@@ -242,9 +244,6 @@ def _records_body(summary: RecordsSummary, records: Records | None) -> str:
 
 
 def write_html(path: str | os.PathLike[str], page: str) -> Path:
-    """Write the page (UTF-8) atomically."""
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, p)
-    return p
+    """Write the page (UTF-8) atomically; a file name that is not UTF-8 shows "?" for its odd
+    bytes."""
+    return write_atomically(path, page.encode("utf-8", "replace"))

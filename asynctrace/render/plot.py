@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from asynctrace._output import write_atomically
 from asynctrace.errors import AsyncTraceError
 
 if TYPE_CHECKING:
@@ -98,8 +99,7 @@ def save_figure(fig: Any, path: str | os.PathLike[str]) -> Path:
     fmt = p.suffix.lower().lstrip(".")
     if fmt not in ("png", "svg"):
         raise PlotError(f"{p}: write .png or .svg")
-    p.write_bytes(figure_bytes(fig, fmt))
-    return p
+    return write_atomically(p, figure_bytes(fig, fmt))
 
 
 # ------------------------------------------------------------------ timeline
@@ -119,14 +119,22 @@ class _Lanes:
 def _window(report: Report, steps: tuple[int, int] | None) -> tuple[int, int, list[Any]]:
     """Host start and host end of the chosen steps, and the steps."""
     chosen = list(report.steps)
+    if not chosen:
+        raise PlotError("the report has no steps to draw")
     if steps is not None:
-        lo, hi = steps
-        chosen = [s for s in chosen if lo <= s.step <= hi]
+        chosen = [s for s in chosen if steps[0] <= s.step <= steps[1]]
+        if not chosen:
+            raise PlotError(_no_step_in(steps, [s.step for s in report.steps]))
     elif len(chosen) > 3:
         chosen = chosen[:3]
-    if not chosen:
-        raise PlotError("no step in the chosen window: check --steps against the trace's steps")
     return min(s.start_ns for s in chosen), max(s.end_ns for s in chosen), chosen
+
+
+def _no_step_in(steps: tuple[int, int], have: Sequence[int]) -> str:
+    return (
+        f"no step in the chosen window {steps[0]}:{steps[1]}: the steps are "
+        f"{min(have)} to {max(have)}"
+    )
 
 
 def _trace_lanes(trace: Trace, report: Report, steps: tuple[int, int] | None) -> _Lanes:
@@ -214,7 +222,9 @@ def _draw_lanes(ax: Any, lanes: _Lanes, *, title: str) -> None:
     ax.set_yticks([dev_y, host_y], ["device", "host"])
     ax.set_ylim(-0.6, 1.8)
     ax.set_xlabel("time (ms from the window's start)")
-    ax.set_title(title, fontsize=10)
+    # the title quotes a file or session name: drawn as written ("a$x$b" is no math), and a
+    # name that is not UTF-8 (surrogate escapes from the file system) with "?" for those bytes
+    ax.set_title(title.encode("utf-8", "replace").decode(), fontsize=10, parse_math=False)
     has_data = any(k == "data" for _, _, k in lanes.host)
     has_op = any(k == "op" for _, _, k in lanes.host)
     ax.legend(
@@ -380,12 +390,14 @@ def records_timeline(
     figures); steps without device figures get no device span.
     """
     chosen = list(records.steps)
+    if not chosen:
+        raise PlotError("the records have no steps to draw")
     if steps is not None:
         chosen = [s for s in chosen if steps[0] <= s.step <= steps[1]]
+        if not chosen:
+            raise PlotError(_no_step_in(steps, [s.step for s in records.steps]))
     elif len(chosen) > 8:
         chosen = chosen[:8]
-    if not chosen:
-        raise PlotError("no step in the chosen window")
     t0 = chosen[0].start_ns
     ms = 1e-6
     host: list[tuple[float, float, str]] = []

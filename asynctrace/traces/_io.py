@@ -134,7 +134,8 @@ def _inflate(p: Path, f: BinaryIO, limit: int, block_bytes: int) -> Iterator[byt
                 raise TraceFormatError(
                     str(p),
                     f"inflates beyond {limit:,} bytes (a gzip bomb?); stopped there. If this is "
-                    "a genuine trace, pass a larger max_inflated_bytes",
+                    "a genuine trace, load it in Python with a larger cap: "
+                    "asynctrace.load(path, max_inflated_bytes=...)",
                 )
             yield out
         if d.eof:

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from asynctrace.errors import TraceFormatError
-from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES, sniff
+from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES, _open_error, sniff
 from asynctrace.traces.model import Trace
 
 __all__ = ["ANNOTATED_SUFFIX", "DERIVED_SUFFIXES", "TRACE_SUFFIXES", "find_traces", "load"]
@@ -38,11 +38,16 @@ def load(
     reason for anything unreadable; never another exception for bad input.
     """
     p = Path(path)
-    if p.is_dir():
+    try:
+        # a name the file system refuses (too long, say) raises here, not only on open
+        is_dir, is_special = p.is_dir(), p.exists() and not p.is_file()
+    except OSError as e:
+        raise _open_error(p, e) from None
+    if is_dir:
         raise TraceFormatError(
             str(p), "is a directory: load one file, or list its traces with find_traces()"
         )
-    if p.exists() and not p.is_file():
+    if is_special:
         # reading a FIFO blocks forever, a device never ends: refuse before opening
         raise TraceFormatError(str(p), "not a regular file (a FIFO, socket or device)")
     kind = sniff(p)
@@ -73,9 +78,13 @@ def find_traces(directory: str | os.PathLike[str]) -> list[Path]:
     :class:`TraceFormatError` when the folder does not exist or holds no trace.
     """
     d = Path(directory)
-    if not d.exists():
+    try:
+        exists, is_dir = d.exists(), d.is_dir()
+    except OSError as e:
+        raise _open_error(d, e) from None
+    if not exists:
         raise TraceFormatError(str(d), "no such directory")
-    if not d.is_dir():
+    if not is_dir:
         raise TraceFormatError(str(d), "not a directory")
     try:
         entries = list(d.iterdir())

@@ -1,0 +1,126 @@
+"""What asynctrace writes: files written whole or not at all, the paths a command writes to
+checked before it does the work, and JSON that any file name fits in.
+
+A path that cannot be written is found before a trace is analysed or a script runs for an hour,
+and said in one line (:class:`AsyncTraceError`), as is a failed write (:func:`write_failed`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from asynctrace.errors import AsyncTraceError
+
+__all__ = [
+    "json_text",
+    "output_file",
+    "output_folder",
+    "utf8",
+    "write_atomically",
+    "write_failed",
+]
+
+
+def write_atomically(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` through ``<path>.tmp`` renamed over it.
+
+    A reader never sees half a file, and a failed write (no space, a folder in the way) leaves
+    neither a partial file nor the ``.tmp`` behind; the :class:`OSError` propagates. A path that
+    exists and is not a regular file (``/dev/null``, ``/dev/stdout``, a FIFO) is written in
+    place: a rename would replace the device or the link itself.
+    """
+    p = Path(path)
+    if p.exists() and not p.is_file() and not p.is_dir():
+        with open(p, "wb") as f:
+            f.write(data)
+        return p
+    tmp = p.with_name(p.name + ".tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    return p
+
+
+def json_text(obj: object, *, indent: int | None = 2) -> str:
+    """``obj`` as JSON, indented unless ``indent`` is None. A file name that is not UTF-8
+    (Python's surrogate escapes for its odd bytes) cannot be JSON: those characters become "?"
+    rather than fail the output."""
+    try:
+        data = msgspec.json.encode(obj)
+    except UnicodeEncodeError:
+        data = msgspec.json.encode(_utf8(msgspec.to_builtins(obj)))
+    if indent is not None:
+        data = msgspec.json.format(data, indent=indent)
+    return data.decode()
+
+
+def utf8(text: str) -> str:
+    """``text`` with "?" for what UTF-8 cannot hold (the surrogate escapes of a file name's odd
+    bytes): for names that go into records and JSON."""
+    return text.encode("utf-8", "replace").decode()
+
+
+def _utf8(x: Any) -> Any:
+    if isinstance(x, str):
+        return utf8(x)
+    if isinstance(x, dict):
+        return {_utf8(k): _utf8(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_utf8(v) for v in x]
+    return x
+
+
+def output_file(
+    path: str | os.PathLike[str], *, what: str, inputs: Iterable[str | os.PathLike[str]] = ()
+) -> Path:
+    """``path`` as a file to write ``what`` to, or :class:`AsyncTraceError` saying why not.
+
+    The path is no folder, its folder exists, and it is none of ``inputs``: writing over a
+    trace the command reads would lose the trace.
+    """
+    out = Path(path)
+    if os.path.isdir(out):
+        raise AsyncTraceError(f"{out}: is a folder; give a file name for {what}")
+    folder = out.parent
+    if not os.path.isdir(folder):
+        state = "is not a folder" if os.path.exists(folder) else "does not exist"
+        raise AsyncTraceError(f"{out}: {folder} {state}; create the folder or choose another path")
+    for p in inputs:
+        with contextlib.suppress(OSError):
+            if os.path.samefile(out, p):
+                raise AsyncTraceError(f"{out}: is the input {p}; choose another file for {what}")
+    return out
+
+
+def output_folder(path: str | os.PathLike[str], *, option: str) -> Path:
+    """The folder ``path``, created if missing, that takes new files; else
+    :class:`AsyncTraceError` naming ``option`` (a read-only folder is found now, not after the
+    script ran)."""
+    d = Path(path)
+    if os.path.exists(d) and not os.path.isdir(d):
+        raise AsyncTraceError(f"{option} {d}: is a file, not a folder; choose a folder")
+    probe = d / f".asynctrace-probe-{os.getpid()}"
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.unlink(probe)
+    except OSError as e:
+        raise AsyncTraceError(
+            f"{option} {d}: cannot write there ({e.strerror or e}); choose another folder"
+        ) from None
+    return d
+
+
+def write_failed(path: str | os.PathLike[str], error: OSError, what: str) -> AsyncTraceError:
+    """The one-line error for ``what`` that could not be written to ``path``."""
+    return AsyncTraceError(f"{path}: cannot write {what}: {error.strerror or error}")
