@@ -34,6 +34,7 @@ _OWN_MODULES = frozenset(
         "__init__.py",
         "__main__.py",
         "_commands",
+        "_output.py",
         "analysis",
         "capture",
         "cli.py",
