@@ -5,10 +5,14 @@ script and its arguments and the script's folder first on ``sys.path``, restores
 and turns the way the script ended into the exit status Python itself would give: ``sys.exit``'s
 code, 1 (with the traceback on stderr) for an uncaught exception, 0 otherwise.
 ``KeyboardInterrupt`` and other ``BaseException``\\ s are not the script's result and propagate.
+
+:func:`add_script_argument` is the ``script`` positional of the commands that run one: it keeps
+every word after the script as typed, ``--`` included, for the command to split.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import runpy
@@ -21,7 +25,49 @@ from typing import Any
 
 from asynctrace.errors import AsyncTraceError
 
-__all__ = ["as_main", "exit_code", "resolve_script", "run_script"]
+__all__ = [
+    "add_script_argument",
+    "as_main",
+    "exit_code",
+    "resolve_script",
+    "run_script",
+    "script_arguments",
+]
+
+
+class _ScriptAndWords(argparse.Action):
+    """Stores ``script`` and, as ``args``, every word after it exactly as typed.
+
+    ``nargs=REMAINDER`` after a plain ``script`` positional loses a ``--`` typed right after the
+    script (the positional swallows it), so ``check x.py -- --json`` read like
+    ``check x.py --json``. ``nargs=PARSER`` takes the script and all that follows, ``--``
+    included; only a ``--`` before the script may come along (older Pythons keep it), and that
+    one ends the command's options, not the script's words.
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        words = [values] if isinstance(values, str) else list(values or ())
+        if words[:1] == ["--"]:
+            words = words[1:]
+        namespace.script = words[0]
+        namespace.args = words[1:]
+
+
+def add_script_argument(parser: argparse.ArgumentParser, *, help: str) -> None:
+    """``script [args…]``: ``args.script``, and ``args.args`` the words after it as typed."""
+    parser.add_argument("script", nargs=argparse.PARSER, action=_ScriptAndWords, help=help)
+
+
+def script_arguments(words: Sequence[str]) -> list[str]:
+    """The script's ``sys.argv[1:]`` from the words typed after it: a ``--`` right after the
+    script separates it from its arguments and is dropped; everything else goes as typed."""
+    return list(words[1:] if words[:1] == ["--"] else words)
 
 
 def resolve_script(path: str | Path) -> Path:

@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from asynctrace.analysis.report import analyze
     from asynctrace.export.chrome import annotate_file
+    from asynctrace.traces._io import sniff
     from asynctrace.traces.load import load
 
     src = Path(args.trace)
@@ -39,9 +40,14 @@ def run(args: argparse.Namespace) -> int:
         )
     if src.is_dir():
         raise TraceFormatError(str(src), "is a folder: annotate one trace file at a time")
-    if src.suffix == ".sqlite":
+    # by content, not suffix: an Nsight Systems export may be named .sqlite3, .db or anything,
+    # and would otherwise be read as a JSON trace and called malformed
+    if sniff(src) == "sqlite":
         raise TraceFormatError(
-            str(src), "annotate writes Chrome traces; give it a Kineto/Chrome trace, not nsys"
+            str(src),
+            "an SQLite file, the format of Nsight Systems exports: annotate takes Kineto/Chrome "
+            "traces (.json or .json.gz), not Nsight Systems exports (`asynctrace report` reads "
+            "those)",
         )
     output_file(out, what="the annotated trace", inputs=[src])
     trace = load(src)

@@ -6,7 +6,8 @@ The script runs as ``__main__`` (``sys.argv`` = the script and its arguments, it
 that would synchronize on an accelerator — is counted per step with its file:line.
 
 Options go before the script; ``--max-syncs-per-step`` and ``--json`` are also recognised after
-it, unless a ``--`` comes first (everything after ``--`` belongs to the script).
+it, up to the first ``--``: that ``--`` is dropped and everything after it goes to the script
+unchanged (``check x.py -- --json`` gives the script ``--json``), as with ``run``.
 
 Exit status: the script's own when it fails; else 1 when a step had more syncs than
 ``--max-syncs-per-step``; else 0.
@@ -24,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from asynctrace._commands._script import resolve_script, run_script
+from asynctrace._commands._script import add_script_argument, resolve_script, run_script
 from asynctrace._output import output_folder, utf8
 from asynctrace.errors import AsyncTraceError
 
@@ -50,8 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dir", default="traces", help="where the session records go (default: traces)"
     )
-    parser.add_argument("script", help="the Python script to run")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+    add_script_argument(
+        parser,
+        help="the Python script to run, then its arguments; --json and --max-syncs-per-step "
+        "among them are check's, up to the first --, which is dropped: everything after it goes "
+        "to the script unchanged",
+    )
 
 
 def split_trailing_options(args: Sequence[str]) -> tuple[list[str], int | None, bool]:
@@ -220,6 +225,8 @@ def _display_frame(frame: str) -> str:
 
 
 def _print_text(r: CheckResult) -> None:
+    from asynctrace.analysis.verdict import verdict_line
+
     print(
         f"asynctrace check {r.script}: {r.steps} steps (one per optimizer.step()) on {r.device}, "
         f"sync detection: {r.detect}"
@@ -233,7 +240,7 @@ def _print_text(r: CheckResult) -> None:
     else:
         print("sync sites: none")
     v = r.verdict
-    print(f"verdict: {v['code']}: {v['message']}")
+    print(f"verdict: {verdict_line(v['code'], v['message'])}")
     for finding in v["findings"][1:]:
         print(f"  also: {finding}")
     if r.max_syncs_per_step is not None:

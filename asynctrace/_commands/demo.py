@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from asynctrace._output import output_folder, utf8
+    from asynctrace.capture.devices import get_device
     from asynctrace.demo import run_demo
     from asynctrace.errors import CaptureError
 
@@ -53,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
         raise CaptureError(
             f"--out {args.out!r}: give a folder name in UTF-8 (TensorBoard needs it)"
         )
+    # checked here so that a wrong one is said as the option typed (and before --out is
+    # created); run_demo resolves the spec again, as its tensors need the spec itself
+    get_device(args.device, option="--device")
     output_folder(args.out, option="--out")
     run_demo(
         device=args.device,

@@ -5,7 +5,9 @@ on ``sys.path``) inside ``asynctrace.trace(optimizer_steps=True)``: each ``optim
 any optimizer ends a step. When the script ends the session's summary is printed (also when the
 script failed), and the command exits with the script's own status.
 
-Options go before the script; everything after it belongs to the script.
+Options go before the script; everything after it belongs to the script, unchanged, but for a
+``--`` right after the script, which is dropped (``run x.py -- -- a`` gives the script ``-- a``),
+as with ``check``.
 
 * ``--nsys-capture A:B`` calls ``cudaProfilerStart()`` when step A starts and
   ``cudaProfilerStop()`` when step B starts, for ``nsys profile -c cudaProfilerApi``.
@@ -22,7 +24,12 @@ import sys
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from asynctrace._commands._script import resolve_script, run_script
+from asynctrace._commands._script import (
+    add_script_argument,
+    resolve_script,
+    run_script,
+    script_arguments,
+)
 from asynctrace._output import json_text, output_folder, utf8
 from asynctrace.errors import AsyncTraceError
 
@@ -85,8 +92,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="under torch.distributed: print a per-rank step table on rank 0 at the end",
     )
-    parser.add_argument("script", help="the Python script to run")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+    add_script_argument(
+        parser,
+        help="the Python script to run, then its arguments, unchanged but for a -- right after "
+        "the script, which is dropped",
+    )
 
 
 class _NsysSteps:
@@ -139,17 +149,18 @@ class _NsysSteps:
 
 
 def run(args: argparse.Namespace) -> int:
+    from asynctrace.capture.devices import get_device
     from asynctrace.capture.session import print_report, trace
 
     script = resolve_script(args.script)
+    # resolved here so that a wrong one is said as the option typed, not as trace(device=...)
+    device = get_device(args.device, option="--device")
     output_folder(args.dir, option="--dir")
-    script_args = list(args.args)
-    if script_args[:1] == ["--"]:
-        script_args = script_args[1:]
+    script_args = script_arguments(args.args)
     session = trace(
         utf8(args.name or script.stem),  # a name that is not UTF-8 cannot go into the records
         dir=args.dir,
-        device=args.device,
+        device=device,
         nvtx=not args.no_nvtx,
         detect_syncs=args.detect,
         optimizer_steps=True,
@@ -169,9 +180,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_report(report)
         if report.steps == 0:
+            # not "use asynctrace.trace() in the script": under run that is a second session,
+            # and sessions do not nest (the script fails with a CaptureError)
             print(
-                "note: no optimizer.step() ended a step; asynctrace run counts steps from "
-                "optimizer steps (use asynctrace.trace() in the script for other loops)"
+                "note: no optimizer.step() ended a step, and asynctrace run ends steps only "
+                "there. In another loop, call asynctrace.current_session().step() after each "
+                "iteration (it is None under plain python); a script with its own "
+                "asynctrace.trace() runs with plain python (sessions do not nest)"
             )
     if args.gather_ranks:
         _gather(session)

@@ -20,6 +20,7 @@ it happens before the first step.
 from __future__ import annotations
 
 import platform
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -285,12 +286,15 @@ class FakeDevice:
         return self._memory() if self._memory is not None else None
 
 
-def get_device(device: str | Device | None = None) -> Device:
+def get_device(device: str | Device | None = None, *, option: str | None = None) -> Device:
     """The device layer for ``device``.
 
     A :class:`Device` passes through; ``None`` picks CUDA/ROCm when torch sees one, else the CPU;
     a string is a torch device spec (``"cuda"``, ``"cuda:1"``, ``"cpu"``; ``"rocm"`` means the
     HIP build's ``cuda``). Raises :class:`~asynctrace.errors.CaptureError` for anything else.
+
+    ``option``: the command-line option the spec came from (``"--device"``); errors then name
+    it as typed (``--device cuda``) instead of the ``device=`` keyword of the Python API.
     """
     from asynctrace.errors import CaptureError
 
@@ -305,23 +309,33 @@ def get_device(device: str | Device | None = None) -> Device:
     import torch
 
     spec = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    typed = spec
     if spec == "rocm" or spec.startswith("rocm:"):
         spec = "cuda" + spec[4:]
+    if option is None:
+        keyword, asked = f"device={spec!r}", f"device {spec!r}"
+        use_cpu = "pass device='cpu' or leave device unset"
+        unsupported = "device type"
+    else:
+        # the CLI's user typed an option, not a keyword: say it as they would type it
+        keyword = asked = f"{option} {shlex.quote(typed)}"
+        use_cpu = f"pass {option} cpu or leave {option} out"
+        unsupported = f"{keyword}: device type"
     try:
         dev = torch.device(spec)
     except (RuntimeError, ValueError) as e:
-        raise CaptureError(f"device={spec!r} is not a torch device spec ({e})") from None
+        raise CaptureError(f"{keyword} is not a torch device spec ({e})") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise CaptureError(
-                f"device {spec!r} asked for, but torch {torch.__version__} sees no CUDA/ROCm "
-                "device; pass device='cpu' or leave device unset"
+                f"{asked} asked for, but torch {torch.__version__} sees no CUDA/ROCm device; "
+                f"{use_cpu}"
             )
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise CaptureError(
-                f"device {spec!r} asked for, but torch sees {torch.cuda.device_count()} device(s)"
+                f"{asked} asked for, but torch sees {torch.cuda.device_count()} device(s)"
             )
         return CudaDevice(dev.index)
     if dev.type == "cpu":
         return CpuDevice()
-    raise CaptureError(f"device type {dev.type!r} is not supported yet (cuda, rocm and cpu are)")
+    raise CaptureError(f"{unsupported} {dev.type!r} is not supported yet (cuda, rocm and cpu are)")

@@ -34,7 +34,7 @@ import threading
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
@@ -253,14 +253,16 @@ class Session:
         self.max_pending = max_pending
         self.window = window
         self.profile = profile
-        self.nsys_capture: tuple[int, ...] | None = None
+        self.nsys_capture: Collection[int] | None = None
         if nsys_capture is not None:
             try:
                 # validated now, so a wrong argument fails before training starts
-                NsysCapture(nsys_capture, device_kind=self.device.kind)
+                capture = NsysCapture(nsys_capture, device_kind=self.device.kind)
             except (TypeError, ValueError) as e:
                 raise CaptureError(str(e)) from None
-            self.nsys_capture = tuple(nsys_capture)
+            # what the capture kept: a range as it is (a tuple of range(10, 10**12) would never
+            # be built), other steps as a frozenset, so a one-shot iterator serves every run
+            self.nsys_capture = capture.steps
         self.tensorboard = tensorboard
         self.live = live
         self.gather_ranks = gather_ranks

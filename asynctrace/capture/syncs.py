@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from types import FrameType, TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar, cast
 
+from asynctrace.analysis.syncs import is_user_frame
 from asynctrace.errors import AsyncTraceWarning, CaptureError, UnexpectedSyncError
 
 __all__ = [
@@ -98,7 +99,9 @@ class SyncEvent:
     op: str
     #: innermost frame outside torch and asynctrace, "path/to/file.py:123"
     site: str
-    #: frames, innermost first, as "file.py:123 in func"
+    #: the site, then the user's frames outwards, as "file.py:123 in func": frames of torch,
+    #: site-packages, runpy and asynctrace are left out, and ``asynctrace run``/``check``'s own
+    #: frames that ran the script end it
     stack: tuple[str, ...] = ()
     #: host time spent blocked, where known (0 where not measurable: lint, implicit CUDA syncs)
     wait_ns: int = 0
@@ -115,12 +118,26 @@ def _package_dir(module_file: str) -> str:
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _THIS_FILE = os.path.abspath(__file__)
 _WARNINGS_FILE = os.path.abspath(warnings.__file__) if warnings.__file__ else ""
+#: the command line that runs a user's script (``asynctrace run``/``check``): no frame outside
+#: it is the user's
+_LAUNCHER = (_OWN_DIR + "_commands" + os.sep, _OWN_DIR + "cli.py", _OWN_DIR + "__main__.py")
+
+
+@functools.lru_cache(maxsize=4096)
+def _user_file(filename: str) -> bool:
+    # the rule the trace analysis applies to a profiler's frame names (whole folder names:
+    # torch, site-packages, asynctrace's own modules), so both show the same frames as the user's
+    return is_user_frame(f"{filename}(0)")
 
 
 def _locate(
     frame: FrameType | None, torch_dir: str, *, host: bool = False
 ) -> tuple[str, tuple[str, ...]] | None:
     """(site, stack) of the sync whose innermost Python frame is ``frame``.
+
+    The stack is the site's frame and, outwards from it, the user's own frames (see
+    :attr:`SyncEvent.stack`): what reads as the user's call chain, without the frames of torch,
+    libraries or asynctrace between or around them.
 
     None when the sync is asynctrace's own (the device layer waiting for its events): the
     innermost frame outside torch and this module then belongs to asynctrace. None too for a
@@ -137,10 +154,16 @@ def _locate(
         f = f.f_back
     if f is None or f.f_code.co_filename.startswith(_OWN_DIR):
         return None
-    stack: list[str] = []
     site = f"{f.f_code.co_filename}:{f.f_lineno}"
+    stack = [f"{site} in {f.f_code.co_name}"]
+    f = f.f_back
     while f is not None and len(stack) < MAX_STACK_DEPTH:
-        stack.append(f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}")
+        name = f.f_code.co_filename
+        if name.startswith(_LAUNCHER):
+            break
+        # runpy only starts a script (``python -m``, ``asynctrace run``): never the user's code
+        if _user_file(name) and f.f_globals.get("__name__") != "runpy":
+            stack.append(f"{name}:{f.f_lineno} in {f.f_code.co_name}")
         f = f.f_back
     return site, tuple(stack)
 

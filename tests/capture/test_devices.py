@@ -134,6 +134,32 @@ def test_get_device_cuda_without_cuda_says_what_to_do(spec: str) -> None:
         get_device(spec)
 
 
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ("not-a-device", "--device not-a-device is not a torch device spec"),
+        ("no device", "--device 'no device' is not a torch device spec"),
+        ("meta", "--device meta: device type 'meta' is not supported yet"),
+    ],
+)
+def test_get_device_names_the_cli_option_it_came_from(spec: str, said: str) -> None:
+    with pytest.raises(CaptureError) as e:
+        get_device(spec, option="--device")
+    assert str(e.value).startswith(said)
+    assert "device=" not in str(e.value)
+    # the Python API's message stays in its own terms
+    with pytest.raises(CaptureError, match=r"^device(=| type )"):
+        get_device(spec)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
+def test_get_device_cuda_without_cuda_names_the_cli_option() -> None:
+    with pytest.raises(CaptureError) as e:
+        get_device("rocm", option="--device")
+    assert str(e.value).startswith("--device rocm asked for, but torch ")
+    assert str(e.value).endswith("; pass --device cpu or leave --device out")
+
+
 @pytest.mark.parametrize("spec", ["meta", "not-a-device"])
 def test_get_device_rejects_unsupported_specs(spec: str) -> None:
     with pytest.raises(CaptureError, match=repr(spec.split(":")[0]) + "|not a torch device"):

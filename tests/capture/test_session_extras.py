@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,24 @@ def test_nsys_capture_on_cpu_warns_once_and_traces_normally(tmp_path: Path) -> N
 def test_nsys_capture_rejects_bad_steps(tmp_path: Path) -> None:
     with pytest.raises(CaptureError, match="step numbers"):
         Session(dir=tmp_path, device="cpu", nsys_capture=[-1])
+
+
+def test_a_huge_nsys_capture_range_is_kept_as_a_range(tmp_path: Path) -> None:
+    steps = range(10, 10**12)
+    Session(dir=tmp_path, device="cpu", nsys_capture=range(1), print_summary=False)  # warm
+    t0 = time.perf_counter()
+    s = Session(dir=tmp_path, device="cpu", nsys_capture=steps, print_summary=False)
+    # a tuple of it would never be built (it raised MemoryError, or ran for minutes)
+    assert time.perf_counter() - t0 < 1.0
+    assert s.nsys_capture is steps
+    with s:
+        _loop(s, 3)  # steps 0-2 are outside the window: no warning
+    assert len(read_records(s.records_path).steps) == 3  # type: ignore[arg-type]
+
+
+def test_nsys_capture_steps_from_an_iterator_serve_every_run(tmp_path: Path) -> None:
+    s = Session(dir=tmp_path, device="cpu", nsys_capture=iter([5, 7]), print_summary=False)
+    assert s.nsys_capture == frozenset({5, 7})
 
 
 def test_nsys_capture_opens_and_closes_the_window_around_the_steps(

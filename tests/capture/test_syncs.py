@@ -40,10 +40,10 @@ def events() -> Iterator[list[SyncEvent]]:
     assert torch._C._len_torch_dispatch_stack() == 0
 
 
-def marked_line(fn: Callable[..., Any]) -> str:
-    """file:line of the one line of ``fn`` that carries the ``# sync`` marker."""
+def marked_line(fn: Callable[..., Any], marker: str = "# sync") -> str:
+    """file:line of the one line of ``fn`` that carries the ``marker``."""
     lines, start = inspect.getsourcelines(fn)
-    hits = [start + i for i, line in enumerate(lines) if line.rstrip().endswith("# sync")]
+    hits = [start + i for i, line in enumerate(lines) if line.rstrip().endswith(marker)]
     assert len(hits) == 1, fn
     return f"{inspect.getsourcefile(fn)}:{hits[0]}"
 
@@ -192,6 +192,27 @@ CASES: dict[str, tuple[Callable[..., None], str]] = {
     "repr": (case_repr, "Tensor.__repr__"),
     "str": (case_str, "Tensor.__repr__"),
 }
+
+
+class _Reads(nn.Module):
+    def forward(self, t: torch.Tensor) -> float:
+        return t.sum().item()  # sync
+
+
+def test_the_stack_is_the_users_call_chain(events: list[SyncEvent]) -> None:
+    _Reads()(x)  # call
+    (event,) = events
+    site = marked_line(_Reads.forward)
+    call = marked_line(test_the_stack_is_the_users_call_chain, "# call")
+    assert event.site == site
+    # torch's Module.__call__ frames between forward() and its caller are not the user's, nor
+    # pytest's around this test
+    assert event.stack[:2] == (
+        f"{site} in forward",
+        f"{call} in test_the_stack_is_the_users_call_chain",
+    )
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    assert not [f for f in event.stack if f.startswith(torch_dir) or "site-packages" in f]
 
 
 @pytest.mark.parametrize("kind", list(CASES))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -63,3 +64,26 @@ def test_annotate_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixt
     assert err.count("\n") == 1
     assert err.startswith("asynctrace annotate: error:")
     assert main(["annotate", str(bad), "-o", str(bad)]) == 2
+
+
+@pytest.mark.parametrize("name", ["profile.sqlite", "profile.sqlite3", "profile.db", "profile"])
+def test_an_sqlite_file_is_refused_as_no_chrome_trace_whatever_its_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    import sqlite3
+
+    src = tmp_path / name
+    with contextlib.closing(sqlite3.connect(src)) as db:
+        db.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+        db.commit()
+    out = tmp_path / "o.json.gz"
+    assert main(["annotate", str(src), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    # not "not a Chrome trace (JSON is malformed ...)": it says what the file is and what to use
+    assert err == (
+        f"asynctrace annotate: error: {src}: an SQLite file, the format of Nsight Systems "
+        "exports: annotate takes Kineto/Chrome traces (.json or .json.gz), not Nsight Systems "
+        "exports (`asynctrace report` reads those)\n"
+    )
+    assert not out.exists()

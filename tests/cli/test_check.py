@@ -151,3 +151,81 @@ def test_python_dash_m(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert f"{script}:{line_of(script, 'loss.item()')}" in proc.stdout
+
+
+ARGV_SCRIPT = "import sys\nprint('argv', sys.argv[1:])\n"
+
+
+_OURS = ["--json", "--max-syncs-per-step", "0"]
+
+
+@pytest.mark.parametrize(
+    ("after_script", "script_gets", "as_json"),
+    [
+        # a `--` right after the script: argparse used to swallow it, and check took --json
+        (["--", *_OURS], _OURS, False),
+        (["--", "--", "x"], ["--", "x"], False),
+        (["a", "--json", "--", "--json"], ["a", "--json"], True),
+        (["--json", "a"], ["a"], True),
+    ],
+)
+def test_everything_after_the_first_double_dash_goes_to_the_script(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    after_script: list[str],
+    script_gets: list[str],
+    as_json: bool,
+) -> None:
+    script = tmp_path / "argv.py"
+    script.write_text(ARGV_SCRIPT)
+    assert check(tmp_path, str(script), *after_script) == 0
+    captured = capsys.readouterr()
+    # with --json the script's prints go to stderr
+    assert f"argv {script_gets!r}" in (captured.err if as_json else captured.out)
+    if as_json:
+        assert json.loads(captured.out)["max_syncs_per_step"] is None
+    else:
+        assert "budget" not in captured.out
+
+
+def test_the_text_verdict_says_its_code_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = write_script(tmp_path, extra="if loss > 1e9: print('diverged')")
+    assert check(tmp_path, str(script)) == 0
+    out = capsys.readouterr().out
+    (verdict,) = [line for line in out.splitlines() if line.startswith("verdict:")]
+    assert verdict.startswith("verdict: over-synchronized: 2 syncs per step at ")
+    assert verdict.count("over-synchronized") == 1
+
+
+def test_reported_stacks_start_at_the_script_and_hold_no_asynctrace_frame(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import asynctrace
+
+    script = tmp_path / "reads.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import torch
+
+            def read(t):
+                return t.item()  # sync
+
+            read(torch.ones(()))  # call
+            """
+        )
+    )
+    assert check(tmp_path, str(script), "--json") == 0
+    (site,) = json.loads(capsys.readouterr().out)["sync_sites"]
+    assert site["site"] == f"{script}:{line_of(script, '# sync')}"
+    # the user's two frames, not runpy's nor those of the command that ran the script
+    assert site["stack"] == [
+        f"{script}:{line_of(script, '# sync')} in read",
+        f"{script}:{line_of(script, '# call')} in <module>",
+    ]
+    package = Path(asynctrace.__file__).resolve().parent
+    for frame in site["stack"]:
+        path = Path(frame.rpartition(" in ")[0].rpartition(":")[0]).resolve()
+        assert not path.is_relative_to(package), frame

@@ -170,3 +170,59 @@ def test_console_exit_status_in_a_real_process(tmp_path: Path, script: Path) -> 
     )
     assert proc.returncode == 3, proc.stderr
     assert "asynctrace train: 2 steps" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("after_script", "script_gets"),
+    [
+        (["--", "--json"], ["--json"]),
+        # only the first `--` separates: argparse took one, then run dropped the script's own
+        (["--", "--", "x"], ["--", "x"]),
+        (["a", "--", "b"], ["a", "--", "b"]),
+    ],
+)
+def test_a_double_dash_right_after_the_script_is_dropped_and_the_rest_kept(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    after_script: list[str],
+    script_gets: list[str],
+) -> None:
+    script = tmp_path / "argv.py"
+    script.write_text("import sys\nprint('argv', sys.argv[1:])\n")
+    assert main(["run", "--dir", str(tmp_path), "--device", "cpu", str(script), *after_script]) == 0
+    out = capsys.readouterr().out
+    assert f"argv {script_gets!r}" in out
+    assert not out.startswith("{")  # a --json after `--` is the script's
+
+
+def test_a_run_without_optimizer_steps_says_what_works(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain = tmp_path / "loop.py"
+    plain.write_text("import torch\nfor _ in range(3):\n    torch.ones(2).sum()\n")
+    assert main(["run", "--dir", str(tmp_path), "--device", "cpu", str(plain)]) == 0
+    (note,) = [
+        line for line in capsys.readouterr().out.splitlines() if "no optimizer.step()" in line
+    ]
+    # a second asynctrace.trace() under run fails (sessions do not nest): not what to suggest
+    assert "use asynctrace.trace() in the script" not in note
+    assert "asynctrace.current_session().step()" in note
+    assert "plain python" in note
+
+    # what the note suggests works under run, and without it
+    stepped = tmp_path / "stepped.py"
+    stepped.write_text(
+        textwrap.dedent(
+            """\
+            import asynctrace, torch
+            for _ in range(3):
+                torch.ones(2).sum()
+                session = asynctrace.current_session()
+                if session is not None:
+                    session.step()
+            """
+        )
+    )
+    assert main(["run", "--json", "--dir", str(tmp_path), "--device", "cpu", str(stepped)]) == 0
+    assert SessionReport.from_json(capsys.readouterr().out).steps == 3
+    subprocess.run([sys.executable, str(stepped)], check=True, timeout=120)

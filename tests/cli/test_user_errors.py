@@ -322,3 +322,37 @@ def test_plot_says_which_steps_there_are(
     empty.write_text('{"traceEvents": []}')
     assert main(["plot", str(empty), "-o", out]) == 2
     assert "--steps" not in _one_line(capsys, "plot")
+
+
+@pytest.mark.parametrize("command", ["run", "demo"])
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ("not-a-device", "--device not-a-device is not a torch device spec"),
+        ("meta", "--device meta: device type 'meta' is not supported yet"),
+        ("cuda", "--device cuda asked for, but torch "),
+    ],
+)
+def test_a_bad_device_is_named_as_the_option_typed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, spec: str, said: str
+) -> None:
+    import torch
+
+    if spec == "cuda" and torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    script = tmp_path / "train.py"
+    script.write_text(OK_SCRIPT)
+    out = tmp_path / "out"
+    if command == "run":
+        argv = ["run", "--device", spec, "--dir", str(out), str(script)]
+    else:
+        argv = ["demo", "--device", spec, "--quick", "--out", str(out)]
+    assert main(argv) == 2
+    err = _one_line(capsys, command)
+    assert said in err
+    assert "device=" not in err
+    assert "device '" not in err
+    if spec == "cuda":
+        assert "pass --device cpu or leave --device out" in err
+    assert not (tmp_path / "ran").exists()
+    assert not out.exists()  # refused before anything was written
