@@ -137,6 +137,7 @@ class CudaDevice:
         self.name = torch.cuda.get_device_name(self._index)
         # torch.cuda.Event is untyped for mypy; bound once, which also saves a look-up per record
         self._event_cls: Any = torch.cuda.Event
+        self._current_stream: Any = torch.cuda.current_stream
         self._ref: Any = None
         self._ref_host_ns = 0
 
@@ -144,18 +145,17 @@ class CudaDevice:
         return self._clock()
 
     def align(self, rounds: int = 5) -> ClockAlignment:
-        torch = self._torch
         best: tuple[int, int, Any] | None = None
-        with torch.cuda.device(self._index):
-            torch.cuda.current_stream().synchronize()
-            for _ in range(rounds):
-                ev = self._event_cls(enable_timing=True)
-                before = self._clock()
-                ev.record()
-                ev.synchronize()
-                after = self._clock()
-                if best is None or after - before < best[0]:
-                    best = (after - before, after, ev)
+        stream = self._current_stream(self._index)
+        stream.synchronize()
+        for _ in range(rounds):
+            ev = self._event_cls(enable_timing=True)
+            before = self._clock()
+            ev.record(stream)
+            ev.synchronize()
+            after = self._clock()
+            if best is None or after - before < best[0]:
+                best = (after - before, after, ev)
         if best is None:
             raise ValueError(f"align() needs rounds >= 1, got {rounds}")
         self._ref = best[2]
@@ -168,7 +168,10 @@ class CudaDevice:
 
     def record(self) -> Any:
         ev = self._event_cls(enable_timing=True)
-        ev.record()
+        # on this device's current stream: Event.record() alone takes the *current device's*
+        # stream, so a session on cuda:1 while device 0 is current would time device 0's queue
+        # (and elapsed_time against the cuda:1 reference would fail)
+        ev.record(self._current_stream(self._index))
         return ev
 
     def query(self, event: Any) -> bool:

@@ -194,3 +194,184 @@ def test_cuda_device_times_real_events() -> None:  # pragma: no cover - GPU mach
     assert mem is not None
     assert mem[0] >= x.numel() * 4
     assert mem[1] >= mem[0]
+
+
+# ---------------------------------------------------------------- CudaDevice on a fake GPU
+# CudaDevice's arithmetic (alignment, event times, memory) and its choice of stream run on
+# every machine against a scripted stand-in for torch.cuda; the real API is checked by the
+# test above on GPU machines.
+
+
+class _FakeStream:
+    def __init__(self, gpu: _FakeGpu, device: int) -> None:
+        self.gpu, self.device = gpu, device
+
+    def synchronize(self) -> None:
+        self.gpu.clock.now_ns = max(self.gpu.clock.now_ns, self.gpu.busy_until_ns[self.device])
+
+
+class _FakeEvent:
+    """torch.cuda.Event's contract: executes when the device reaches it; elapsed_time in ms
+    between two executed events of one device."""
+
+    def __init__(self, gpu: _FakeGpu, *, enable_timing: bool = False) -> None:
+        assert enable_timing
+        self.gpu = gpu
+        self.device: int | None = None
+        self.executes_ns: int | None = None
+
+    def record(self, stream: _FakeStream | None = None) -> None:
+        s = stream if stream is not None else self.gpu.current_stream()
+        self.device = s.device
+        self.executes_ns = self.gpu.enqueue(s.device)
+
+    def query(self) -> bool:
+        assert self.executes_ns is not None
+        return self.gpu.clock.now_ns >= self.executes_ns
+
+    def synchronize(self) -> None:
+        assert self.executes_ns is not None
+        self.gpu.clock.now_ns = max(self.gpu.clock.now_ns, self.executes_ns)
+
+    def elapsed_time(self, end: _FakeEvent) -> float:
+        assert self.query(), "elapsed_time needs two executed events"
+        assert end.query(), "elapsed_time needs two executed events"
+        if self.device != end.device:
+            raise RuntimeError("Both events must be recorded on the same device")
+        assert self.executes_ns is not None
+        assert end.executes_ns is not None
+        return (end.executes_ns - self.executes_ns) / 1e6
+
+
+class _FakeGpu:
+    """Two devices with a queue each: a marker executes ``backlog_ns`` after the previous
+    one, or ``latency_ns`` after it is recorded, whichever is later."""
+
+    def __init__(self, clock: FakeClock, *, latency_ns: int = 5_000) -> None:
+        self.clock = clock
+        self.latency_ns = latency_ns
+        self.backlog_ns = 0
+        self.current = 0
+        self.busy_until_ns = {0: 0, 1: 0}
+        self.recorded_on: list[int] = []
+
+    def enqueue(self, device: int) -> int:
+        t = max(self.clock.now_ns + self.latency_ns, self.busy_until_ns[device] + self.backlog_ns)
+        self.busy_until_ns[device] = t
+        self.recorded_on.append(device)
+        return t
+
+    def current_stream(self, device: int | None = None) -> _FakeStream:
+        return _FakeStream(self, self.current if device is None else device)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> _FakeGpu:
+    gpu = _FakeGpu(FakeClock(1_000_000))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: gpu.current)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: f"Fake GPU {i}")
+    monkeypatch.setattr(torch.cuda, "current_stream", gpu.current_stream)
+    monkeypatch.setattr(torch.cuda, "Event", lambda **kw: _FakeEvent(gpu, **kw))
+    monkeypatch.setattr(torch.version, "hip", None)
+    return gpu
+
+
+def test_cuda_device_aligns_on_its_tightest_wait(fake_gpu: _FakeGpu) -> None:
+    waits = iter([9_000, 4_000, 7_000])
+    fake_gpu.latency_ns = 4_000  # the device runs a marker 4 µs after it is recorded
+
+    def clock() -> int:
+        return fake_gpu.clock.now_ns
+
+    dev = CudaDevice(clock=clock)
+    # each round: the wake-up after the wait comes a scripted time after recording
+    real_sync = _FakeEvent.synchronize
+
+    def sync_late(ev: _FakeEvent) -> None:
+        real_sync(ev)
+        fake_gpu.clock.now_ns = ev.executes_ns + next(waits) - fake_gpu.latency_ns  # type: ignore[operator]
+
+    fake_gpu.clock.now_ns = 1_000_000
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_FakeEvent, "synchronize", sync_late)
+        align = dev.align(rounds=3)
+    # the second round waited least (4 µs): its wake-up is the reference, its wait the bound
+    assert align.uncertainty_ns == 4_000
+    second_recorded = 1_000_000 + 9_000
+    assert align.ref_host_ns == second_recorded + 4_000
+    assert dev.name == "Fake GPU 0"
+    assert dev.kind == "cuda"
+
+
+def test_cuda_device_times_markers_on_the_host_clock(fake_gpu: _FakeGpu) -> None:
+    clock = fake_gpu.clock
+    fake_gpu.latency_ns = 0  # the reference executes when recorded: alignment is exact
+    dev = CudaDevice(clock=clock)
+    align = dev.align(rounds=1)
+    assert align.uncertainty_ns == 0
+
+    fake_gpu.latency_ns = 2_500
+    fake_gpu.backlog_ns = 1_000_000  # a queued millisecond of work before each marker
+    clock.advance(10_000)
+    a = dev.record()
+    clock.advance(3_000)
+    b = dev.record()
+    assert not dev.query(a)
+    assert not dev.query(b)
+    dev.wait(b)
+    assert dev.query(a)
+    assert dev.query(b)
+    # the device times on the host clock: a ran after the millisecond of backlog behind the
+    # reference (t = 1 ms), b a millisecond after a, 1.987 ms after the host recorded it
+    assert dev.executed_at_ns(a) == a.executes_ns == 2_000_000
+    assert dev.executed_at_ns(b) == b.executes_ns == 3_000_000
+
+
+def test_cuda_device_aligns_when_first_asked_for_a_time(fake_gpu: _FakeGpu) -> None:
+    fake_gpu.latency_ns = 0
+    dev = CudaDevice(clock=fake_gpu.clock)
+    ev = dev.record()
+    dev.wait(ev)
+    # no align() yet: the first conversion aligns (one wait), then converts
+    assert dev.executed_at_ns(ev) == ev.executes_ns
+
+
+def test_cuda_device_records_on_its_own_device_not_the_current_one(fake_gpu: _FakeGpu) -> None:
+    fake_gpu.latency_ns = 0
+    dev = CudaDevice(1, clock=fake_gpu.clock)  # device="cuda:1" while device 0 is current
+    dev.align(rounds=1)
+    ev = dev.record()
+    dev.wait(ev)
+    assert fake_gpu.recorded_on == [1, 1]
+    assert dev.executed_at_ns(ev) == ev.executes_ns  # same device as the reference: no error
+    assert dev.name == "Fake GPU 1"
+
+
+def test_cuda_device_reads_memory_from_the_allocator_stats(
+    fake_gpu: _FakeGpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dev = CudaDevice(clock=fake_gpu.clock)
+    stats = {
+        "allocated_bytes": {"all": {"current": 3 << 20}},
+        "reserved_bytes": {"all": {"current": 8 << 20}},
+    }
+    monkeypatch.setattr(torch._C, "_cuda_memoryStats", lambda i: stats, raising=False)
+    assert dev.memory() == (3 << 20, 8 << 20)
+
+    # without the fast path (another torch), or where it fails, the public functions answer
+    monkeypatch.setattr(torch._C, "_cuda_memoryStats", lambda i: {}, raising=False)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda i=None: 1 << 20)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i=None: 2 << 20)
+    assert dev.memory() == (1 << 20, 2 << 20)
+    monkeypatch.delattr(torch._C, "_cuda_memoryStats")
+    assert dev.memory() == (1 << 20, 2 << 20)
+
+
+def test_cuda_device_is_rocm_on_a_hip_build(
+    fake_gpu: _FakeGpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.version, "hip", "6.2.0")
+    dev = CudaDevice(clock=fake_gpu.clock)
+    assert dev.kind == "rocm"
+    assert dev.asynchronous
+    assert isinstance(dev, Device)
