@@ -9,7 +9,8 @@ What it does, writing everything under ``--out``:
    even a fast GPU takes far longer to run them than Python takes to queue them.
 3. ``loops/``: a GPU-bound training loop (MLP 64→4096→4096→10, batch 2048) under
    ``asynctrace.trace``, synchronized once per step (``loss.item()``) and never synchronized,
-   plus one Kineto trace of the unsynchronized loop (``loops/*.pt.trace.json``).
+   plus one Kineto trace of the unsynchronized loop (``loops/*.pt.trace.json``), analysed as
+   ``asynctrace report`` analyses it (activities, launches linked, steps, queue depth).
 4. ``overhead``: light-mode overhead on the device — a launch-bound step (8×Linear(64, 64),
    batch 32) bare, under asynctrace (steps + one range per step), under torch.profiler
    (CPU + CUDA activities); interleaved rounds, medians, ratios to bare.
@@ -21,7 +22,10 @@ Checks (CUDA/ROCm only; on a CPU-only machine it runs everything small and says 
 * unsynchronized loop: run-ahead and in-flight steps are positive (max run-ahead > 1 ms,
   at least 2 steps in flight at some step);
 * synchronized loop: run-ahead near zero (median |run-ahead| < 0.5 ms) and at most the step
-  just ended in flight (its end marker, recorded microseconds before, may not have run yet).
+  just ended in flight (its end marker, recorded microseconds before, may not have run yet);
+* the Kineto trace of the unsynchronized loop: device activities present, every one linked to
+  its launch, one step per ``train_step`` range (without a schedule torch.profiler writes no
+  ``ProfilerStep#N``: the analysis takes the user's annotations as steps).
 
 Exit status 0 when every check passed (or was skipped), 1 otherwise.
 """
@@ -101,6 +105,28 @@ def kineto_trace(tdev: torch.device, out: Path, width: int, batch: int, steps: i
             prof.step()
     prof.export_chrome_trace(str(path))
     return str(path)
+
+
+def trace_figures(path: str) -> dict[str, Any]:
+    """What ``asynctrace report`` reads from the trace: the analysis of our own capture."""
+    from asynctrace.analysis.report import analyze
+    from asynctrace.traces.load import load
+
+    r = analyze(load(path))
+    return {
+        "device": r.trace.device,
+        "activities": r.activities.total,
+        "per_kind": r.activities.per_kind,
+        "streams": len(r.activities.per_stream),
+        "launch_matched": r.launch.matched,
+        "launch_unmatched": r.launch.unmatched,
+        "queue_delay_p50_ns": r.launch.queue_delay_ns.p50,
+        "launch_to_start_p50_ns": r.launch.launch_to_start_ns.p50,
+        "queue_max": max((q.max for q in r.queue.values()), default=0),
+        "steps": [s.step for s in r.steps],
+        "step_source": r.step_source,
+        "syncs": r.syncs.count,
+    }
 
 
 def overhead(tdev: torch.device, dev: Any, out: Path, rounds: int, steps: int) -> dict[str, Any]:
@@ -280,7 +306,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{lp['median_device_us']} µs, run-ahead median {lp['median_run_ahead_us']} µs "
             f"max {lp['max_run_ahead_us']} µs, max in flight {lp['max_in_flight']}"
         )
-    trace_path = kineto_trace(tdev, loops_dir, width, batch, 8 if on_gpu else 3)
+    trace_steps = 8 if on_gpu else 3
+    trace_path = kineto_trace(tdev, loops_dir, width, batch, trace_steps)
+    tf = trace_figures(trace_path)
+    print(
+        f"trace: {tf['activities']} activities {tf['per_kind']}, launches linked "
+        f"{tf['launch_matched']} (unlinked {tf['launch_unmatched']}), queue delay p50 "
+        f"{tf['queue_delay_p50_ns']} ns, queue max {tf['queue_max']}, steps {tf['steps']}"
+    )
 
     # 4. light-mode overhead on the device
     ov = overhead(
@@ -333,6 +366,17 @@ def main(argv: list[str] | None = None) -> int:
         f"median run-ahead {synced['median_run_ahead_us']} µs",
     )
     check(
+        "our Kineto trace is fully linked",
+        tf["activities"] > 0
+        and tf["launch_unmatched"] == 0
+        and tf["launch_matched"] == tf["activities"]
+        and tf["steps"] == list(range(trace_steps))
+        and tf["step_source"] == "annotation",
+        f"{tf['activities']} activities, {tf['launch_matched']} linked, "
+        f"{tf['launch_unmatched']} unlinked, steps {tf['steps']} from {tf['step_source']} "
+        f"(need {trace_steps} train_step annotations)",
+    )
+    check(
         "CUDA sync hooks name the lines",
         all(syncs["caught"].values()),
         f"{syncs['caught']} (sites seen: {sorted(syncs['sites'])})",
@@ -349,7 +393,12 @@ def main(argv: list[str] | None = None) -> int:
         "cuda_assertions": "checked" if on_gpu else "skipped (no CUDA/ROCm device)",
         "demo": demo.to_json(),
         "matmul": mm,
-        "loops": {"synced": synced, "unsynced": unsynced, "kineto_trace": trace_path},
+        "loops": {
+            "synced": synced,
+            "unsynced": unsynced,
+            "kineto_trace": trace_path,
+            "kineto_trace_figures": tf,
+        },
         "overhead": ov,
         "syncs": syncs,
         "checks": checks,
