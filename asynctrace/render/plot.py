@@ -317,6 +317,16 @@ def plot_step_bars(report: Report, *, ax: Any = None) -> Any:
     return fig if fig is not None else ax.figure
 
 
+def _one_point(n: int) -> dict[str, Any]:
+    # a step line through a single step has no length and draws nothing: mark the point
+    return {"marker": "_", "ms": 14, "mew": 1.5} if n == 1 else {}
+
+
+def _counts_axis(ax: Any, values: Sequence[int]) -> None:
+    # from 0, with headroom: a flat line at the data's maximum would sit on the frame
+    ax.set_ylim(0, max(1, *values) * 1.15)
+
+
 def _step_axis(ax: Any, numbers: Sequence[int]) -> None:
     n = len(numbers)
     stride = max(1, n // 20)
@@ -352,9 +362,16 @@ def plot_run_ahead(report: Report, *, ax: Any = None) -> Any:
             color="#666666",
         )
     ax2 = ax.twinx()
-    ax2.step(x, [t.queue_max for t in s], where="mid", color=COLORS["queue"], label="queue max")
+    ax2.step(
+        x,
+        [t.queue_max for t in s],
+        where="mid",
+        color=COLORS["queue"],
+        label="queue max",
+        **_one_point(len(s)),
+    )
     ax2.set_ylabel("queue depth (max in step)")
-    ax2.set_ylim(bottom=0)
+    _counts_axis(ax2, [t.queue_max for t in s])
     _step_axis(ax, [t.step for t in s])
     ax.set_title("device completion − host end of step, and queue depth", fontsize=10)
     h1, l1 = ax.get_legend_handles_labels()
@@ -482,9 +499,16 @@ def records_run_ahead(records: Records, *, ax: Any = None) -> Any:
     ax.axhline(0, color="#999999", lw=0.6)
     ax.set_ylabel("run-ahead (ms)")
     ax2 = ax.twinx()
-    ax2.step(x, [t.in_flight for t in s], where="mid", color=COLORS["queue"], label="in flight")
+    ax2.step(
+        x,
+        [t.in_flight for t in s],
+        where="mid",
+        color=COLORS["queue"],
+        label="in flight",
+        **_one_point(len(s)),
+    )
     ax2.set_ylabel("steps in flight")
-    ax2.set_ylim(bottom=0)
+    _counts_axis(ax2, [t.in_flight for t in s])
     _step_axis(ax, [t.step for t in s])
     ax.set_title("run-ahead and steps in flight", fontsize=10)
     h1, l1 = ax.get_legend_handles_labels()
