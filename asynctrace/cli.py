@@ -86,7 +86,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
                 raise
             continue
         mod.add_arguments(p)
-        p.set_defaults(_module=mod)
+        p.set_defaults(_module=mod, _parser=p)
     return parser
 
 
@@ -104,7 +104,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # building the parser imports the command's module: Ctrl-C may land there too
         parser = _parser(command)
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            # said by the command's parser: "asynctrace plot: ... (see asynctrace plot --help)"
+            getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command is None or not hasattr(args, "_module"):
             parser.print_help()
             return 2

@@ -188,6 +188,23 @@ def test_bad_option_values_are_one_line(
     assert f"asynctrace {args[0]} --help" in _usage_error(args, capsys)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["plot", "t.json", "-o", "t.png", "--kind", "timeline"],
+        ["report", "t.json", "--stpes"],
+        ["compare", "a.json", "b.json", "extra.json"],
+    ],
+)
+def test_an_unknown_option_is_said_by_its_command(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # argparse's top-level parser finds the leftovers; the command's own help is what to read
+    err = _usage_error(args, capsys)
+    assert "unrecognized arguments: " in err
+    assert f"(see asynctrace {args[0]} --help)" in err
+
+
 def test_a_capture_window_to_a_huge_step_is_not_built_step_by_step(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
