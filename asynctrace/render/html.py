@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from asynctrace._output import write_atomically
 
 if TYPE_CHECKING:
-    from asynctrace.analysis.report import RecordsSummary, Report
+    from asynctrace.analysis.report import RecordsSummary, Report, VerdictInfo
     from asynctrace.records import Records
     from asynctrace.traces.model import Trace
 
@@ -98,9 +98,7 @@ def _report_body(report: Report, trace: Trace | None, max_steps: int) -> str:
         f'<p class="meta">{_e(t.source)} · {_e(t.format)} · device {_e(t.device)}'
         + (f" · rank {_e(t.rank)}" if t.rank is not None else "")
         + f" · {t.events} events</p>",
-        f'<div class="verdict"><b>{_e(report.verdict.code)}</b>: {_e(report.verdict.message)}'
-        + "".join(f"<br>· {_e(f)}" for f in report.verdict.findings if f != report.verdict.message)
-        + "</div>",
+        _verdict_div(report.verdict),
     ]
     if trace is not None and report.steps:
         from asynctrace.render.plot import overview_figure
@@ -197,6 +195,16 @@ def combined_html(
     return _page(title, "<hr>".join(bodies))
 
 
+def _verdict_div(v: VerdictInfo) -> str:
+    """The verdict box: the code in bold, said once (see ``verdict_line``), then the other
+    findings."""
+    from asynctrace.analysis.verdict import verdict_line
+
+    rest = verdict_line(v.code, v.message)[len(v.code) :]
+    others = "".join(f"<br>· {_e(f)}" for f in v.findings if f != v.message)
+    return f'<div class="verdict"><b>{_e(v.code)}</b>{_e(rest)}{others}</div>'
+
+
 def _records_body(summary: RecordsSummary, records: Records | None) -> str:
     parts = [
         f"<h1>asynctrace session: {_e(Path(summary.source).name)}</h1>",
@@ -204,11 +212,7 @@ def _records_body(summary: RecordsSummary, records: Records | None) -> str:
         + (f" · rank {_e(summary.rank)}" if summary.rank is not None else "")
         + f" · {summary.steps} steps" + ("" if summary.complete else " · incomplete file")
         + "</p>",
-        f'<div class="verdict"><b>{_e(summary.verdict.code)}</b>: {_e(summary.verdict.message)}'
-        + "".join(
-            f"<br>· {_e(f)}" for f in summary.verdict.findings if f != summary.verdict.message
-        )
-        + "</div>",
+        _verdict_div(summary.verdict),
     ]  # fmt: skip
     if records is not None and records.steps:
         from asynctrace.render.plot import plot_records_overview

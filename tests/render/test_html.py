@@ -7,11 +7,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import msgspec
 import pytest
 
 pytest.importorskip("matplotlib", reason="the HTML report's plots need matplotlib")
 
-from asynctrace.analysis.report import analyze, summarize_records
+from asynctrace.analysis.report import VerdictInfo, analyze, summarize_records
 from asynctrace.records import SyncSite, read_records
 from asynctrace.render.html import records_html, report_html, write_html
 from asynctrace.traces.builder import TraceBuilder
@@ -53,6 +54,23 @@ def test_report_page_tables_show_the_report_figures() -> None:
     assert "<td>1</td><td>0.001</td>" in page
     assert "<td>0.000</td>" in page
     assert "cudaStreamSynchronize" in page
+
+
+def test_the_verdict_box_says_its_code_once(tmp_path: Path) -> None:
+    trace = two_step_trace()
+    message = "over-synchronized: 15 syncs per step at train.py:3 (aten::item ×15)"
+    verdict = VerdictInfo(
+        code="over-synchronized", message=message, findings=[message, "memory creep: +1 GiB"]
+    )
+    page = report_html(msgspec.structs.replace(analyze(trace), verdict=verdict), trace=trace)
+    assert "<b>over-synchronized</b>: 15 syncs per step at train.py:3" in page
+    assert "over-synchronized: over-synchronized" not in page
+    assert "<br>· memory creep: +1 GiB" in page
+
+    p = write_records_file(tmp_path / "a.records.jsonl", make_steps(8))
+    rec = read_records(p)
+    summary = msgspec.structs.replace(summarize_records(rec), verdict=verdict)
+    assert "<b>over-synchronized</b>: 15 syncs" in records_html(summary, records=rec)
 
 
 def test_records_page(tmp_path: Path) -> None:
