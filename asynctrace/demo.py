@@ -173,7 +173,11 @@ class DemoResult:
 
 def _torch_device(dev: Device, spec: str | None) -> torch.device:
     if dev.kind in ("cuda", "rocm"):
-        return torch.device(spec if spec and spec.startswith("cuda") else "cuda")
+        if spec and spec.startswith(("cuda", "rocm")):
+            # "rocm[:N]" is the HIP build's "cuda[:N]", as get_device reads it: the tensors go
+            # to the device the markers are recorded on, index included
+            return torch.device("cuda" + spec[4:])
+        return torch.device("cuda")
     return torch.device("cpu")
 
 

@@ -20,6 +20,7 @@ from asynctrace.capture.devices import CpuDevice, FakeClock, FakeDevice  # noqa:
 from asynctrace.cli import main  # noqa: E402
 from asynctrace.demo import (  # noqa: E402
     _median,
+    _torch_device,
     clear_previous,
     render_demo,
     run_demo,
@@ -60,6 +61,26 @@ def test_statements_with_queued_matmuls_on_cpu() -> None:
     assert ends == sorted(ends)
     for s in r.statements:
         assert s.device_done_ns >= s.host_end_ns
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "expected"),
+    [
+        # get_device reads "rocm[:N]" as the HIP build's "cuda[:N]" and times cuda:N
+        ("rocm", "rocm:1", "cuda:1"),
+        ("rocm", "rocm", "cuda"),
+        ("cuda", "cuda:1", "cuda:1"),
+        ("cuda", None, "cuda"),
+        ("cpu", "cpu", "cpu"),
+        ("cpu", None, "cpu"),
+    ],
+)
+def test_the_demos_tensors_go_where_its_markers_are_recorded(
+    kind: str, spec: str | None, expected: str
+) -> None:
+    dev = FakeDevice(FakeClock())
+    dev.kind = kind  # the one attribute the choice reads
+    assert _torch_device(dev, spec) == torch.device(expected)
 
 
 def test_median() -> None:

@@ -290,10 +290,11 @@ def gather_steps(
 ) -> RankTable | None:
     """Gather every rank's recent steps to ``dst`` and build the table there (a collective).
 
-    Every rank of ``group`` (default: the default process group) must call this. Returns the
-    table on ``dst`` and ``None`` on other ranks; raises :class:`AsyncTraceError` outside an
-    initialized process group. With the NCCL backend, ``torch.cuda.set_device`` must have been
-    called (as ``gather_object`` requires).
+    Every rank of ``group`` (default: the default process group) must call this; ``dst`` is a
+    global rank, as for ``torch.distributed.gather_object``. Returns the table on ``dst`` and
+    ``None`` on other ranks; raises :class:`AsyncTraceError` outside an initialized process
+    group. With the NCCL backend, ``torch.cuda.set_device`` must have been called (as
+    ``gather_object`` requires).
     """
     dist = _dist()
     if dist is None:
@@ -306,9 +307,10 @@ def gather_steps(
     payload = _to_payload(
         list(steps)[-last_steps:], None if records_path is None else str(records_path)
     )
-    rank = int(dist.get_rank(group) if group is not None else dist.get_rank())
     world = int(dist.get_world_size(group) if group is not None else dist.get_world_size())
-    received: list[Any] | None = [None] * world if rank == dst else None
+    # gather_object's dst is a global rank whatever the group, so it is compared with this
+    # process's global rank (get_rank(group) would be its rank within the group)
+    received: list[Any] | None = [None] * world if int(dist.get_rank()) == dst else None
     dist.gather_object(payload, received, dst=dst, group=group)
     if received is None:
         return None

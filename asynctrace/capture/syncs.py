@@ -28,7 +28,9 @@ lint's default, since a CPU test stands in for a device run — for CPU tensors 
 
 Every global setting ``start()`` changes (sync debug mode, warning filter and ``showwarning``,
 the wrapped torch functions, the dispatch mode) is shared by the active detectors, installed by
-the first and restored by the last ``stop()``.
+the first and restored by the last ``stop()``. A sync debug mode the user set before is left as
+it is: with "error" each implicit sync still raises (only explicit syncs are counted then), and
+with "warn" torch's warnings are still shown.
 """
 
 from __future__ import annotations
@@ -117,7 +119,9 @@ def _package_dir(module_file: str) -> str:
 
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _THIS_FILE = os.path.abspath(__file__)
-_WARNINGS_FILE = os.path.abspath(warnings.__file__) if warnings.__file__ else ""
+#: the modules between a warning and ``showwarning``: ``warnings`` up to Python 3.13; from 3.14
+#: ``warnings`` re-exports ``_py_warnings._showwarnmsg``, so that frame is ``_py_warnings``'s
+_WARNINGS_MODULES = frozenset({"warnings", "_py_warnings"})
 #: the command line that runs a user's script (``asynctrace run``/``check``): no frame outside
 #: it is the user's
 _LAUNCHER = (_OWN_DIR + "_commands" + os.sep, _OWN_DIR + "cli.py", _OWN_DIR + "__main__.py")
@@ -145,7 +149,9 @@ def _locate(
     host on purpose (Adam's ``step.item()``), so on a GPU those reads are not syncs.
     """
     f = frame
-    while f is not None and f.f_code.co_filename in (_THIS_FILE, _WARNINGS_FILE):
+    while f is not None and (
+        f.f_code.co_filename == _THIS_FILE or f.f_globals.get("__name__") in _WARNINGS_MODULES
+    ):
         f = f.f_back
     optim_dir = torch_dir + "optim" + os.sep
     while f is not None and f.f_code.co_filename.startswith(torch_dir):
@@ -184,6 +190,9 @@ class _Hub:
         self._lint_thread = 0
         self._patched: list[tuple[Any, str, bool, Any]] = []
         self._cuda_restore: list[Callable[[], None]] = []
+        # sessions run in several threads: one thread's last stop() must not undo what another
+        # thread's first start() is installing (nor install it twice)
+        self._lock = threading.RLock()
 
     # -- state -------------------------------------------------------------------------------
 
@@ -215,35 +224,52 @@ class _Hub:
     def attach(self, det: SyncDetector, kind: str) -> None:
         import torch
 
-        if kind == "lint" and self.lint and threading.get_ident() != self._lint_thread:
-            # torch's dispatch-mode stack is per thread: the mode pushed in the first thread
-            # sees nothing in this one, and popping it from here would corrupt both stacks
-            raise CaptureError(
-                "lint sync detection is already running in another thread; it watches one "
-                "thread at a time (use detect_syncs='off' or 'cuda' for sessions in other "
-                "threads)"
-            )
-        self._torch_dir = _package_dir(torch.__file__)
-        if not self.lint and not self.cuda:
-            self._patch_tensor(torch)
-        if kind == "lint":
-            if not self.lint:
-                self._lint_mode = _make_lint_mode(self)
-                self._lint_mode.__enter__()
-                self._lint_thread = threading.get_ident()
-            self.lint.append(det)
-        else:
-            if not self.cuda:
-                self._install_cuda(torch)
-            self.cuda.append(det)
+        with self._lock:
+            if kind == "lint" and self.lint and threading.get_ident() != self._lint_thread:
+                # torch's dispatch-mode stack is per thread: the mode pushed in the first thread
+                # sees nothing in this one, and popping it from here would corrupt both stacks
+                raise CaptureError(
+                    "lint sync detection is already running in another thread; it watches one "
+                    "thread at a time (use detect_syncs='off' or 'cuda' for sessions in other "
+                    "threads)"
+                )
+            self._torch_dir = _package_dir(torch.__file__)
+            if not self.lint and not self.cuda:
+                self._patch_tensor(torch)
+            try:
+                if kind == "lint":
+                    if not self.lint:
+                        mode = _make_lint_mode(self)
+                        mode.__enter__()
+                        # kept only once pushed: _release pops what is kept
+                        self._lint_mode = mode
+                        self._lint_thread = threading.get_ident()
+                    self.lint.append(det)
+                else:
+                    if not self.cuda:
+                        # torch.cuda's lazy init can fail here (a forked child, a broken driver)
+                        self._install_cuda(torch)
+                    self.cuda.append(det)
+            except BaseException:
+                # leave nothing behind for a detector that never started
+                self._release(kind)
+                raise
 
     def detach(self, det: SyncDetector, kind: str) -> None:
-        group = self.lint if kind == "lint" else self.cuda
-        if det in group:
-            group.remove(det)
-        if kind == "lint" and not self.lint and self._lint_mode is not None:
-            mode, self._lint_mode = self._lint_mode, None
-            mode.__exit__(None, None, None)
+        with self._lock:
+            group = self.lint if kind == "lint" else self.cuda
+            if det in group:
+                group.remove(det)
+            self._release(kind)
+
+    def _release(self, kind: str) -> None:
+        """Undo what the detectors no longer need: ``kind``'s hooks once none of that kind is
+        left, the shared Tensor wrappers once no detector is."""
+        if kind == "lint" and not self.lint:
+            self._lint_thread = 0
+            if self._lint_mode is not None:
+                mode, self._lint_mode = self._lint_mode, None
+                mode.__exit__(None, None, None)
         if kind == "cuda" and not self.cuda:
             while self._cuda_restore:
                 self._cuda_restore.pop()()
@@ -255,11 +281,17 @@ class _Hub:
                 else:
                     delattr(owner, name)
 
-    def _patch(self, owner: Any, name: str, wrapper: Callable[..., Any]) -> None:
+    def _patch(
+        self,
+        owner: Any,
+        name: str,
+        wrapper: Callable[..., Any],
+        into: list[tuple[Any, str, bool, Any]] | None = None,
+    ) -> None:
         own = name in owner.__dict__
         original = owner.__dict__[name] if own else getattr(owner, name)
         setattr(owner, name, wrapper(getattr(owner, name)))
-        self._patched.append((owner, name, own, original))
+        (self._patched if into is None else into).append((owner, name, own, original))
 
     def _patch_tensor(self, torch: Any) -> None:
         """Wrap the host reads that never reach the dispatcher (and dedupe ``print``)."""
@@ -294,15 +326,24 @@ class _Hub:
 
     def _install_cuda(self, torch: Any) -> None:
         hub = self
-        previous_mode = torch.cuda.get_sync_debug_mode()
-        torch.cuda.set_sync_debug_mode("warn")
-        self._cuda_restore.append(lambda: torch.cuda.set_sync_debug_mode(previous_mode))
+        # torch.cuda.get_sync_debug_mode: 0 "default", 1 "warn", 2 "error"
+        previous_mode = int(torch.cuda.get_sync_debug_mode())
+        if previous_mode == 0:
+            torch.cuda.set_sync_debug_mode("warn")
+            self._cuda_restore.append(lambda: torch.cuda.set_sync_debug_mode(previous_mode))
+        # else the user's own mode stays: "error" keeps raising at each sync (watching must not
+        # make a program that fails pass), and "warn" already makes torch warn
 
         # "always" so every sync is seen (not once per line) and so that an "error" filter
         # (pytest's filterwarnings=error) does not turn the user's sync into an exception.
+        filters_before = list(warnings.filters)
         warnings.filterwarnings("always", message=".*" + _SYNC_WARNING, category=UserWarning)
         entry = warnings.filters[0]
+        # filterwarnings moves an identical filter the user already had to the front: it goes
+        # back where it was at stop(), rather than being removed with ours
+        prior = filters_before.index(entry) if entry in filters_before else None
         previous_show = warnings.showwarning
+        installed = True
 
         def showwarning(
             message: Warning | str,
@@ -312,20 +353,28 @@ class _Hub:
             file: Any = None,
             line: str | None = None,
         ) -> None:
-            if issubclass(category, UserWarning) and _SYNC_WARNING in str(message):
+            # once stopped this hook can still be called: whoever replaced it while it ran
+            # (logging.captureWarnings, ...) puts it back later; it must then pass everything on
+            if installed and issubclass(category, UserWarning) and _SYNC_WARNING in str(message):
                 if not hub.depth():
                     hub.emit("cuda sync (sync debug mode)", hub.cuda)
-                return
+                if previous_mode != 1:
+                    return
+                # the user turned "warn" on before us: they still see torch's warnings
             previous_show(message, category, filename, lineno, file, line)
 
         warnings.showwarning = showwarning
 
         def restore_warnings() -> None:
+            nonlocal installed
+            installed = False
             if warnings.showwarning is showwarning:
                 warnings.showwarning = previous_show
             filters = cast(list[Any], warnings.filters)
             if entry in filters:
                 filters.remove(entry)
+                if prior is not None:
+                    filters.insert(min(prior, len(filters)), entry)
                 _filters_mutated()
 
         self._cuda_restore.append(restore_warnings)
@@ -346,15 +395,7 @@ class _Hub:
 
             return wrap
 
-        before = len(self._patched)
-        self._patch(torch.cuda, "synchronize", timed("torch.cuda.synchronize"))
-        self._patch(torch.cuda.Stream, "synchronize", timed("Stream.synchronize"))
-        self._patch(torch.cuda.Event, "synchronize", timed("Event.synchronize"))
-        accelerator = getattr(torch, "accelerator", None)
-        if accelerator is not None and hasattr(accelerator, "synchronize"):
-            self._patch(accelerator, "synchronize", timed("torch.accelerator.synchronize"))
-        mine = self._patched[before:]
-        del self._patched[before:]
+        mine: list[tuple[Any, str, bool, Any]] = []
 
         def unpatch() -> None:
             for owner, name, own, original in reversed(mine):
@@ -363,7 +404,14 @@ class _Hub:
                 else:
                     delattr(owner, name)
 
+        # registered first, so that a wrapper already in place is undone if a later one fails
         self._cuda_restore.append(unpatch)
+        self._patch(torch.cuda, "synchronize", timed("torch.cuda.synchronize"), mine)
+        self._patch(torch.cuda.Stream, "synchronize", timed("Stream.synchronize"), mine)
+        self._patch(torch.cuda.Event, "synchronize", timed("Event.synchronize"), mine)
+        accelerator = getattr(torch, "accelerator", None)
+        if accelerator is not None and hasattr(accelerator, "synchronize"):
+            self._patch(accelerator, "synchronize", timed("torch.accelerator.synchronize"), mine)
 
 
 def _filters_mutated() -> None:

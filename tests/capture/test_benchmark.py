@@ -5,10 +5,12 @@ from __future__ import annotations
 import io
 
 import pytest
+import torch
 
 from asynctrace.capture.benchmark import Benchmark, BenchmarkResult
-from asynctrace.capture.devices import CpuDevice, FakeClock, FakeDevice
+from asynctrace.capture.devices import CpuDevice, CudaDevice, FakeClock, FakeDevice
 from asynctrace.errors import CaptureError
+from tests.capture.test_devices import _FakeEvent, _FakeGpu
 
 
 def test_async_device_returned_and_done_to_the_ns() -> None:
@@ -111,3 +113,73 @@ def test_real_cpu_backend() -> None:
     assert b.result is not None
     assert not b.result.asynchronous
     assert b.done_ns == b.returned_ns > 0
+
+
+# ---------------------------------------------------------------- CUDA, on a fake GPU
+# Benchmark through CudaDevice against the scripted torch.cuda of test_devices.py (one queue per
+# device; events execute when the device reaches them; elapsed_time in ms between two executed
+# events of one device, as torch.cuda.Event documents).
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> _FakeGpu:
+    gpu = _FakeGpu(FakeClock(1_000_000))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: gpu.current)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: f"Fake GPU {i}")
+    monkeypatch.setattr(torch.cuda, "current_stream", gpu.current_stream)
+    monkeypatch.setattr(torch.cuda, "Event", lambda **kw: _FakeEvent(gpu, **kw))
+    monkeypatch.setattr(torch.version, "hip", None)
+    return gpu
+
+
+def test_cuda_returned_done_device_and_backlog(fake_gpu: _FakeGpu) -> None:
+    clock = fake_gpu.clock
+    fake_gpu.latency_ns = 0
+    # a fresh device: Benchmark does not align it up front, so the first result aligns after
+    # the block, against markers recorded before the reference (a negative elapsed_time)
+    dev = CudaDevice(clock=clock)
+    t0 = clock.now_ns
+    fake_gpu.busy_until_ns[0] = t0 + 2_000_000  # work queued before the block: 2 ms
+    out = io.StringIO()
+    with Benchmark("torch", device=dev, file=out) as b:
+        fake_gpu.busy_until_ns[0] += 3_000_000  # the block queues 3 ms of work ...
+        clock.advance(500_000)  # ... and returns after 0.5 ms
+    r = b.result
+    assert r is not None
+    assert (r.returned_ns, r.done_ns) == (500_000, 5_000_000)
+    assert r.device_ns == 3_000_000  # entry marker at 2 ms, exit marker at 5 ms
+    assert r.backlog_ns == 2_000_000
+    assert (r.device_kind, r.asynchronous) == ("cuda", True)
+    assert out.getvalue() == "torch: 0.0005 sec, done 0.0050 sec\n"
+    # the host blocked once, after the block, until the exit marker executed (the alignment's
+    # waits after it are for empty markers)
+    assert clock.now_ns == t0 + 5_000_000
+    assert fake_gpu.recorded_on[:2] == [0, 0]
+
+
+def test_cuda_exception_in_the_block_does_not_wait(fake_gpu: _FakeGpu) -> None:
+    clock = fake_gpu.clock
+    dev = CudaDevice(clock=clock)
+    fake_gpu.busy_until_ns[0] = clock.now_ns + 9_000_000
+    before = clock.now_ns
+    with pytest.raises(ValueError, match="boom"), Benchmark("x", device=dev, file=None):
+        raise ValueError("boom")
+    assert clock.now_ns == before  # no wait for the queued 9 ms while unwinding
+    assert len(fake_gpu.recorded_on) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm device")
+def test_cuda_benchmark_on_a_real_gpu() -> None:  # pragma: no cover - GPU machines only
+    # a fresh device: the first result aligns after the block, so the reference event is
+    # recorded after both markers and elapsed_time(reference, marker) is negative
+    dev = CudaDevice()
+    a = torch.randn(2048, 2048, device="cuda")
+    with Benchmark("torch", device=dev, file=None) as b:
+        for _ in range(10):
+            a = torch.mm(a, a) / 2048
+    r = b.result
+    assert r is not None
+    assert r.done_ns >= r.returned_ns > 0
+    assert r.device_ns is not None
+    assert r.device_ns > 0
+    assert r.backlog_ns is not None

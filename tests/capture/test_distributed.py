@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,6 +106,77 @@ def test_gather_outside_a_process_group_says_what_to_do() -> None:
 
     with pytest.raises(AsyncTraceError, match="init_process_group"):
         gather_steps(_steps(1))
+
+
+class _FakeDist:
+    """torch.distributed as one process of a 4-rank job sees it, following distributed_c10d.py:
+    get_rank()/get_world_size() answer for the default group and, given a group, within it;
+    gather_object's ``dst`` is a global rank (turned into a group rank by
+    _canonicalize_group_rank, which raises for a rank outside the group), and the output list
+    is checked like _validate_output_list_for_rank: required on the destination, refused
+    elsewhere. A group is the list of its global ranks. The other ranks' objects are scripted.
+    """
+
+    def __init__(self, me: int, others: dict[int, Any]) -> None:
+        self.me = me
+        self.others = others
+        self.world = 4
+
+    def _ranks(self, group: list[int] | None) -> list[int]:
+        return list(range(self.world)) if group is None else group
+
+    def get_rank(self, group: list[int] | None = None) -> int:
+        ranks = self._ranks(group)
+        return ranks.index(self.me) if self.me in ranks else -1
+
+    def get_world_size(self, group: list[int] | None = None) -> int:
+        return len(self._ranks(group))
+
+    def get_global_rank(self, group: list[int], group_rank: int) -> int:
+        return group[group_rank]
+
+    def gather_object(
+        self,
+        obj: Any,
+        object_gather_list: list[Any] | None = None,
+        dst: int = 0,
+        group: list[int] | None = None,
+    ) -> None:
+        ranks = self._ranks(group)
+        if dst not in ranks:
+            raise ValueError(f"Global rank {dst} is not part of group {group}")
+        group_dst, mine = ranks.index(dst), ranks.index(self.me)
+        if group_dst == mine:
+            if not object_gather_list:
+                raise ValueError("Argument ``gather_list`` must be specified on destination rank.")
+            for i, r in enumerate(ranks):
+                object_gather_list[i] = obj if r == self.me else self.others[r]
+        elif object_gather_list:
+            raise ValueError(
+                "Argument ``gather_list`` must NOT be specified on non-destination ranks."
+            )
+
+
+def test_gather_over_a_subgroup_goes_to_the_global_dst(monkeypatch: pytest.MonkeyPatch) -> None:
+    from asynctrace.capture import _distributed
+
+    rank2 = {"steps": [(0, 5_000_000, None), (1, 7_000_000, None)], "records_path": "r2.jsonl"}
+    fake = _FakeDist(me=3, others={2: rank2})
+    monkeypatch.setattr(_distributed, "_dist", lambda: fake)
+    # global rank 3 is rank 1 of the group [2, 3]: it is the destination all the same
+    table = _distributed.gather_steps(
+        _steps(4.0, 9.0), records_path="r3.jsonl", dst=3, group=[2, 3]
+    )
+    assert table is not None
+    assert table.ranks == (2, 3)
+    assert [(s.step, s.time_ns, s.slowest_rank) for s in table.steps] == [
+        (0, (5_000_000, 4_000_000), 2),
+        (1, (7_000_000, 9_000_000), 3),
+    ]
+    assert [r.records_path for r in table.per_rank] == ["r2.jsonl", "r3.jsonl"]
+    # global rank 2, group rank 0, is not the destination
+    fake.me = 2
+    assert _distributed.gather_steps(_steps(5.0, 7.0), dst=3, group=[2, 3]) is None
 
 
 def test_tail_steps_is_bounded(tmp_path: Path) -> None:

@@ -118,6 +118,33 @@ def test_deep_mode_writes_the_annotated_trace(tmp_path: Path) -> None:
     assert host == ["step 1", "step 2"]
 
 
+@pytest.mark.parametrize("hip", [None, "6.2.0"], ids=["cuda", "rocm"])
+def test_on_cuda_and_rocm_the_windows_trace_device_kernels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hip: str | None
+) -> None:
+    # torch's ROCm builds trace GPU kernels under ProfilerActivity.CUDA too (there is no HIP
+    # activity: CPU, XPU, MTIA, CUDA, HPU, PrivateUse1); this CPU build can only record the CPU,
+    # so the profiler is built with the activities asked for minus CUDA
+    real = torch.profiler.profile
+    asked: list[list[torch.profiler.ProfilerActivity]] = []
+
+    def profile(*, activities: list[torch.profiler.ProfilerActivity], **kw: object) -> object:
+        asked.append(list(activities))
+        cpu_only = [a for a in activities if a != torch.profiler.ProfilerActivity.CUDA]
+        return real(activities=cpu_only, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.version, "hip", hip)
+    monkeypatch.setattr(torch.profiler, "profile", profile)
+    p = DeepProfiler(
+        Profile(wait=1, warmup=1, active=1, repeat=2, annotate=False), dir=tmp_path, run="r"
+    )
+    _run(p, 7)
+    cpu, cuda = torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA
+    assert asked == [[cpu, cuda], [cpu, cuda]]  # one profiler per window
+    assert [_steps_in(t) for t in p.traces] == [[2], [5]]
+
+
 def test_worker_names_are_unique_per_host_process_and_rank() -> None:
     assert worker_name() == f"{socket.gethostname()}_{os.getpid()}"
     assert worker_name(host="n1", pid=7, rank=3) == "n1_7_rank3"

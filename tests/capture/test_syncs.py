@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import os
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -342,21 +344,105 @@ def test_bad_mode_and_cuda_without_cuda() -> None:
         SyncDetector(lambda e: None, mode="cuda").start()
 
 
+#: what torch's C++ side warns at an implicit sync in sync debug mode "warn":
+#: c10::cuda::warn_or_error_on_sync() does TORCH_WARN("called a synchronizing CUDA operation"),
+#: and torch/csrc/Exceptions.cpp's PyWarningHandler turns it into a UserWarning with the C++
+#: site appended (as this CPU build does with another TORCH_WARN: torch.from_numpy of a
+#: read-only array ends "(Triggered internally at /__w/pytorch/pytorch/torch/csrc/utils/
+#: tensor_numpy.cpp:213.)"); the path and line below vary by build
+TORCH_SYNC_WARNING = (
+    "called a synchronizing CUDA operation "
+    "(Triggered internally at /pytorch/c10/cuda/CUDAFunctions.cpp:179.)"
+)
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
+def _torch_op(name: str) -> Callable[[], None]:
+    """An op that synchronizes (``.item()`` of a CUDA tensor), seen from Python as torch does it:
+    warn_or_error_on_sync() warns in mode "warn" and raises in mode "error"; the warning is
+    raised by C++ (PyErr_WarnEx, stacklevel 1) under a frame of torch's own, such as
+    ``torch/_tensor.py``'s wrappers around ``.item()``."""
+    path = os.path.join(_TORCH_DIR, f"_asynctrace_test_{name}.py")
+    code = compile(
+        "def op():\n"
+        "    mode = torch.cuda.get_sync_debug_mode()\n"
+        "    if mode == 1:\n"
+        "        warnings.warn(MESSAGE, UserWarning, stacklevel=1)\n"
+        "    elif mode == 2:\n"
+        "        raise RuntimeError('called a synchronizing CUDA operation')\n",
+        path,
+        "exec",
+    )
+    env: dict[str, Any] = {"torch": torch, "warnings": warnings, "MESSAGE": TORCH_SYNC_WARNING}
+    exec(code, env)
+    return cast(Callable[[], None], env["op"])
+
+
 @pytest.fixture
 def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """torch.cuda's sync hooks, simulated on a machine without CUDA."""
-    state: dict[str, Any] = {"mode": 0, "synchronized": 0}
+    """torch.cuda's sync hooks, simulated on a machine without CUDA.
+
+    The debug mode follows torch/cuda/__init__.py: set_sync_debug_mode takes "default", "warn",
+    "error" or 0-2, and get_sync_debug_mode returns the int. Explicit syncs block (sleep) and
+    count; Stream.synchronize also warns, as c10::cuda::stream_synchronize() calls
+    warn_or_error_on_sync() (c10/cuda/CUDAFunctions.h; CUDAStream::synchronize calls it from
+    CUDAStream.cpp, which the wheel does not ship: test_cuda_hooks_on_a_real_gpu checks it),
+    while Event.synchronize does not (c10/cuda/CUDAEvent.h: a bare cudaEventSynchronize).
+    """
+    state: dict[str, Any] = {"mode": 0, "synchronized": 0, "calls": []}
+    names = {"default": 0, "warn": 1, "error": 2}
+
+    def set_mode(mode: int | str) -> None:
+        if isinstance(mode, str):
+            if mode not in names:
+                raise RuntimeError(
+                    "invalid value of debug_mode, expected one of `default`, `warn`, `error`"
+                )
+            mode = names[mode]
+        state["calls"].append(mode)
+        state["mode"] = mode
 
     def synchronize(device: Any = None) -> None:
         time.sleep(0.002)
         state["synchronized"] += 1
 
+    def stream_synchronize(self: Any) -> None:
+        if state["mode"] == 1:
+            warnings.warn(TORCH_SYNC_WARNING, UserWarning, stacklevel=1)
+        synchronize()
+
+    def event_synchronize(self: Any) -> None:
+        synchronize()
+
+    def accelerator_synchronize(device: Any = None, /) -> None:
+        synchronize()
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: state["mode"])
-    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda m: state.__setitem__("mode", m))
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", set_mode)
     monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+    monkeypatch.setattr(torch.cuda.Stream, "synchronize", stream_synchronize)
+    monkeypatch.setattr(torch.cuda.Event, "synchronize", event_synchronize)
+    monkeypatch.setattr(torch.accelerator, "synchronize", accelerator_synchronize)
     state["synchronize"] = synchronize
+    state["originals"] = _sync_functions()
     return state
+
+
+def _sync_functions() -> dict[str, Any]:
+    return {
+        "torch.cuda": torch.cuda.__dict__.get("synchronize"),
+        "Stream": torch.cuda.Stream.__dict__.get("synchronize"),
+        "Event": torch.cuda.Event.__dict__.get("synchronize"),
+        "accelerator": torch.accelerator.__dict__.get("synchronize"),
+    }
+
+
+def _assert_cuda_restored(fake_cuda: dict[str, Any], filters: list[Any], show: Any) -> None:
+    assert fake_cuda["mode"] == 0
+    assert warnings.filters == filters
+    assert warnings.showwarning is show
+    assert _sync_functions() == fake_cuda["originals"]
 
 
 def test_cuda_mode_catches_sync_warnings_and_explicit_syncs(fake_cuda: dict[str, Any]) -> None:
@@ -366,7 +452,7 @@ def test_cuda_mode_catches_sync_warnings_and_explicit_syncs(fake_cuda: dict[str,
     seen: list[SyncEvent] = []
     with SyncDetector(seen.append, mode="cuda") as det:
         assert det.active == "cuda"
-        assert fake_cuda["mode"] == "warn"
+        assert fake_cuda["mode"] == 1
         # what torch's C++ side does at an implicit sync in sync debug mode "warn"
         warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)
         warn_line = inspect.currentframe().f_lineno - 1  # type: ignore[union-attr]
@@ -391,3 +477,393 @@ def test_cuda_mode_catches_sync_warnings_and_explicit_syncs(fake_cuda: dict[str,
     # other warnings still reach the user untouched
     with pytest.warns(UserWarning, match="unrelated"):
         warnings.warn("unrelated", UserWarning, stacklevel=1)
+
+
+def test_cuda_mode_counts_torchs_own_warning_at_the_users_line(fake_cuda: dict[str, Any]) -> None:
+    filters = list(warnings.filters)
+    show = warnings.showwarning
+    item = _torch_op("item")
+    seen: list[SyncEvent] = []
+    with warnings.catch_warnings():
+        # the user's (or pytest's) "error" filter must not turn a watched sync into an exception
+        warnings.simplefilter("error")
+        inner = list(warnings.filters)
+        with SyncDetector(seen.append, mode="cuda"):
+            item()
+            first = inspect.currentframe().f_lineno - 1  # type: ignore[union-attr]
+            item()
+        assert warnings.filters == inner
+    assert [(e.op, e.site) for e in seen] == [
+        ("cuda sync (sync debug mode)", f"{__file__}:{first}"),
+        ("cuda sync (sync debug mode)", f"{__file__}:{first + 2}"),
+    ]
+    assert [e.wait_ns for e in seen] == [0, 0]  # an implicit sync's wait is not measurable
+    _assert_cuda_restored(fake_cuda, filters, show)
+
+
+def test_each_explicit_sync_counts_once_with_its_wait(fake_cuda: dict[str, Any]) -> None:
+    filters = list(warnings.filters)
+    show = warnings.showwarning
+    # torch.cuda.Stream()/Event() need a CUDA build (their bases are dummy types here); the
+    # methods are looked up on the class, as they are on a real stream or event
+    stream = object.__new__(torch.cuda.Stream)
+    event = object.__new__(torch.cuda.Event)
+    seen: list[SyncEvent] = []
+    with SyncDetector(seen.append, mode="cuda"):
+        torch.cuda.synchronize()
+        stream.synchronize()  # also warns inside, as stream_synchronize() does: one sync
+        event.synchronize()
+        torch.accelerator.synchronize()
+    assert [e.op for e in seen] == [
+        "torch.cuda.synchronize",
+        "Stream.synchronize",
+        "Event.synchronize",
+        "torch.accelerator.synchronize",
+    ]
+    assert all(e.site.startswith(f"{__file__}:") for e in seen)
+    assert all(e.wait_ns >= 2_000_000 for e in seen)
+    assert fake_cuda["synchronized"] == 4
+    _assert_cuda_restored(fake_cuda, filters, show)
+
+
+def test_a_failing_sync_raises_and_detection_goes_on(
+    fake_cuda: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_synchronize(device: Any = None) -> None:
+        # how an earlier kernel's error surfaces: at the next synchronizing call
+        raise RuntimeError("CUDA error: device-side assert triggered")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", failing_synchronize)
+    fake_cuda["originals"] = _sync_functions()
+    filters = list(warnings.filters)
+    show = warnings.showwarning
+    item = _torch_op("item")
+    seen: list[SyncEvent] = []
+    with SyncDetector(seen.append, mode="cuda"):
+        with pytest.raises(RuntimeError, match="device-side assert"):
+            torch.cuda.synchronize()
+        item()  # not hidden by the failed call's suppression
+    assert [e.op for e in seen] == ["cuda sync (sync debug mode)"]
+    _assert_cuda_restored(fake_cuda, filters, show)
+
+
+def test_cuda_detectors_share_the_hooks_and_the_last_stop_restores(
+    fake_cuda: dict[str, Any],
+) -> None:
+    filters = list(warnings.filters)
+    show = warnings.showwarning
+    item = _torch_op("item")
+    a: list[SyncEvent] = []
+    b: list[SyncEvent] = []
+    da = SyncDetector(a.append, mode="cuda")
+    db = SyncDetector(b.append, mode="cuda")
+    da.start()
+    db.start()
+    assert fake_cuda["calls"] == [1]  # installed once
+    item()
+    torch.cuda.synchronize()
+    da.stop()  # not LIFO on purpose
+    assert fake_cuda["mode"] == 1
+    item()
+    db.stop()
+    item()
+    assert [e.op for e in a] == ["cuda sync (sync debug mode)", "torch.cuda.synchronize"]
+    assert [e.op for e in b] == [*(e.op for e in a), "cuda sync (sync debug mode)"]
+    assert fake_cuda["calls"] == [1, 0]
+    _assert_cuda_restored(fake_cuda, filters, show)
+
+
+def test_a_failed_cuda_start_leaves_nothing_behind(
+    fake_cuda: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tensor = _tensor_state()
+    filters = list(warnings.filters)
+    show = warnings.showwarning
+
+    def not_here() -> int:
+        # torch.cuda._lazy_init's error in a child forked after the parent used CUDA; every
+        # sync-debug-mode call initializes CUDA first
+        raise RuntimeError(
+            "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, "
+            "you must use the 'spawn' start method"
+        )
+
+    with monkeypatch.context() as m:
+        m.setattr(torch.cuda, "get_sync_debug_mode", not_here)
+        det = SyncDetector(lambda e: None, mode="cuda")
+        with pytest.raises(RuntimeError, match="forked subprocess"):
+            det.start()
+    assert det.active is None
+    assert _tensor_state() == tensor
+    _assert_cuda_restored(fake_cuda, filters, show)
+    # and the next start installs everything afresh
+    seen: list[SyncEvent] = []
+    with SyncDetector(seen.append, mode="cuda"):
+        torch.cuda.synchronize()
+    assert [e.op for e in seen] == ["torch.cuda.synchronize"]
+    assert _tensor_state() == tensor
+    _assert_cuda_restored(fake_cuda, filters, show)
+
+
+def test_the_users_own_sync_debug_mode_is_kept(
+    fake_cuda: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    filters = list(warnings.filters)
+    item = _torch_op("item")
+    seen: list[SyncEvent] = []
+
+    # "error": torch raises at each implicit sync; watching must not turn that off
+    torch.cuda.set_sync_debug_mode("error")
+    with SyncDetector(seen.append, mode="cuda"):
+        assert fake_cuda["mode"] == 2
+        with pytest.raises(RuntimeError, match="synchronizing CUDA operation"):
+            item()
+        torch.cuda.synchronize()  # explicit syncs are still timed
+    assert fake_cuda["calls"] == [2]
+    assert fake_cuda["mode"] == 2
+    assert [e.op for e in seen] == ["torch.cuda.synchronize"]
+
+    # "warn": the user asked to see torch's warnings, and still does, each one counted too
+    torch.cuda.set_sync_debug_mode("warn")
+    shown: list[str] = []
+
+    def users_showwarning(message: Any, *args: Any, **kwargs: Any) -> None:
+        shown.append(str(message))
+
+    monkeypatch.setattr(warnings, "showwarning", users_showwarning)
+    seen.clear()
+    with SyncDetector(seen.append, mode="cuda"):
+        item()
+    assert fake_cuda["calls"] == [2, 1]
+    assert fake_cuda["mode"] == 1
+    assert [e.op for e in seen] == ["cuda sync (sync debug mode)"]
+    assert shown == [TORCH_SYNC_WARNING]
+    assert warnings.filters == filters
+    assert warnings.showwarning is users_showwarning
+    torch.cuda.set_sync_debug_mode("default")
+
+
+def test_a_filter_the_user_already_had_is_kept(fake_cuda: dict[str, Any]) -> None:
+    with warnings.catch_warnings():
+        # the very filter the detector adds (pytest's filterwarnings can spell it too)
+        warnings.filterwarnings(
+            "always", message=".*called a synchronizing CUDA operation", category=UserWarning
+        )
+        warnings.simplefilter("error")
+        users = list(warnings.filters)
+        seen: list[SyncEvent] = []
+        with SyncDetector(seen.append, mode="cuda"):
+            _torch_op("item")()
+        assert len(seen) == 1
+        assert warnings.filters == users
+
+
+def test_a_hook_put_back_after_stop_passes_every_warning_on(
+    fake_cuda: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shown: list[str] = []
+
+    def users_showwarning(message: Any, *args: Any, **kwargs: Any) -> None:
+        shown.append(str(message))
+
+    monkeypatch.setattr(warnings, "showwarning", users_showwarning)
+    det = SyncDetector(lambda e: None, mode="cuda")
+    det.start()
+    # logging.captureWarnings saves the hook in place (ours) and restores it when turned off,
+    # which here is after the detector stopped
+    logging.captureWarnings(True)
+    try:
+        det.stop()
+    finally:
+        logging.captureWarnings(False)
+    stale = warnings.showwarning
+    assert stale is not users_showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        # e.g. the user's own torch.cuda.set_sync_debug_mode("warn") later on
+        warnings.warn(TORCH_SYNC_WARNING, UserWarning, stacklevel=1)
+        warnings.warn("unrelated", UserWarning, stacklevel=1)
+    assert shown == [TORCH_SYNC_WARNING, "unrelated"]
+
+
+def test_a_start_in_one_thread_waits_for_a_stop_in_another(
+    fake_cuda: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    filters = list(warnings.filters)
+    show = warnings.showwarning
+    a = SyncDetector(lambda e: None, mode="cuda")
+    a.start()
+    seen: list[SyncEvent] = []
+    b = SyncDetector(seen.append, mode="cuda")
+    set_mode = torch.cuda.set_sync_debug_mode
+    restoring = threading.Event()
+    release = threading.Event()
+
+    def slow_set_mode(mode: int | str) -> None:
+        set_mode(mode)
+        if mode == 0 and not restoring.is_set():
+            # a's stop() is putting the mode back: hold it there while b starts
+            restoring.set()
+            release.wait(10)
+
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", slow_set_mode)
+    errors: list[BaseException] = []
+
+    def run(fn: Callable[[], None]) -> threading.Thread:
+        def target() -> None:
+            try:
+                fn()
+            except BaseException as e:  # reported by the test, not lost in the thread
+                errors.append(e)
+
+        t = threading.Thread(target=target)
+        t.start()
+        return t
+
+    stopping = run(a.stop)
+    try:
+        assert restoring.wait(10)
+        starting = run(b.start)
+        starting.join(0.2)  # b either waits for a's stop to finish, or races it
+        release.set()
+        stopping.join(10)
+        starting.join(10)
+        assert not errors
+        assert b.active == "cuda"
+        # b's hooks are in place: a's stop() finished before b installed them
+        assert fake_cuda["mode"] == 1
+        torch.cuda.synchronize()
+        assert [e.op for e in seen] == ["torch.cuda.synchronize"]
+    finally:
+        release.set()
+        b.stop()
+    _assert_cuda_restored(fake_cuda, filters, show)
+
+
+def test_a_sync_is_placed_at_the_users_line_under_python_314s_warnings(
+    fake_cuda: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Python 3.14 moved the warnings code to _py_warnings.py, and ``warnings`` re-exports its
+    # _showwarnmsg; the C warn() looks ``warnings._showwarnmsg`` up for every warning
+    # (Python/_warnings.c, call_show_warning). This is 3.14's function, in a frame of its file.
+    path = os.path.join(os.path.dirname(warnings.__file__), "_py_warnings.py")
+    code = compile(
+        "def _showwarnmsg(msg):\n"
+        "    sw = _wm.showwarning\n"
+        "    if sw is not _showwarning_orig:\n"
+        "        sw(msg.message, msg.category, msg.filename, msg.lineno, msg.file, msg.line)\n"
+        "        return\n"
+        "    _wm._showwarnmsg_impl(msg)\n",
+        path,
+        "exec",
+    )
+    env: dict[str, Any] = {
+        "__name__": "_py_warnings",
+        "_wm": warnings,
+        "_showwarning_orig": warnings._showwarning_orig,  # type: ignore[attr-defined]
+    }
+    exec(code, env)
+    monkeypatch.setattr(warnings, "_showwarnmsg", env["_showwarnmsg"])
+    item = _torch_op("item")
+    seen: list[SyncEvent] = []
+    with SyncDetector(seen.append, mode="cuda"):
+        item()
+        line = inspect.currentframe().f_lineno - 1  # type: ignore[union-attr]
+    assert [(e.op, e.site) for e in seen] == [("cuda sync (sync debug mode)", f"{__file__}:{line}")]
+
+
+def test_a_session_on_cuda_counts_its_syncs_per_step_with_their_wait(
+    fake_cuda: dict[str, Any],
+) -> None:
+    import asynctrace
+    from asynctrace.capture.devices import FakeClock, FakeDevice
+
+    filters = list(warnings.filters)
+    show = warnings.showwarning
+    item = _torch_op("item")
+    # detect_syncs="auto" is the CUDA hooks where torch sees CUDA
+    session = asynctrace.trace(
+        device=FakeDevice(FakeClock()), write=False, print_summary=False, nvtx=False
+    )
+    with session:
+        for _ in range(3):
+            item()
+            item_line = inspect.currentframe().f_lineno - 1  # type: ignore[union-attr]
+            torch.cuda.synchronize()
+            sync_line = inspect.currentframe().f_lineno - 1  # type: ignore[union-attr]
+            session.step()
+    report = session.summary()
+    assert report.sync_count is not None
+    assert report.sync_count.mean == 2
+    sites = {(s.site, s.op): s for s in report.sync_sites}
+    implicit = sites[f"{__file__}:{item_line}", "cuda sync (sync debug mode)"]
+    explicit = sites[f"{__file__}:{sync_line}", "torch.cuda.synchronize"]
+    assert (implicit.count, implicit.steps, implicit.wait_ns) == (3, 3, 0)
+    assert (explicit.count, explicit.steps) == (3, 3)
+    assert explicit.wait_ns >= 3 * 2_000_000
+    assert len(sites) == 2
+    _assert_cuda_restored(fake_cuda, filters, show)
+
+
+def test_expect_syncs_auto_uses_the_cuda_hooks_where_cuda_is(fake_cuda: dict[str, Any]) -> None:
+    from asynctrace import UnexpectedSyncError, expect_syncs
+
+    item = _torch_op("item")
+
+    @expect_syncs(max=0, per="total", mode="auto")
+    def step() -> None:
+        item()  # sync
+
+    with pytest.raises(UnexpectedSyncError) as err:
+        step()
+    site = marked_line(step.__wrapped__)  # type: ignore[attr-defined]
+    assert f"{site}: cuda sync (sync debug mode) ×1" in str(err.value)
+    assert fake_cuda["mode"] == 0
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm device")
+
+
+@needs_cuda
+def test_cuda_hooks_on_a_real_gpu() -> None:  # pragma: no cover - GPU machines only
+    # the text the fakes above stand for is torch's own
+    assert torch.cuda.get_sync_debug_mode() == 0
+    t = torch.ones(4, device="cuda")
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            t.sum().item()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert any(syncs._SYNC_WARNING in str(w.message) for w in caught), caught
+
+    seen: list[SyncEvent] = []
+    event = torch.cuda.Event()
+    with SyncDetector(seen.append, mode="cuda"):
+        t.sum().item()
+        lines = [inspect.currentframe().f_lineno - 1]  # type: ignore[union-attr]
+        torch.cuda.current_stream().synchronize()  # one sync, though it warns inside too
+        lines.append(inspect.currentframe().f_lineno - 1)  # type: ignore[union-attr]
+        event.record()
+        event.synchronize()
+        lines.append(inspect.currentframe().f_lineno - 1)  # type: ignore[union-attr]
+        torch.cuda.synchronize()
+        lines.append(inspect.currentframe().f_lineno - 1)  # type: ignore[union-attr]
+        repr(t)  # one read, though printing copies more than once
+        lines.append(inspect.currentframe().f_lineno - 1)  # type: ignore[union-attr]
+    assert [(e.op, e.site) for e in seen] == [
+        (op, f"{__file__}:{line}")
+        for op, line in zip(
+            [
+                "cuda sync (sync debug mode)",
+                "Stream.synchronize",
+                "Event.synchronize",
+                "torch.cuda.synchronize",
+                "Tensor.__repr__",
+            ],
+            lines,
+            strict=True,
+        )
+    ]
+    assert torch.cuda.get_sync_debug_mode() == 0
