@@ -10,7 +10,7 @@ import torch
 from asynctrace.capture.benchmark import Benchmark, BenchmarkResult
 from asynctrace.capture.devices import CpuDevice, CudaDevice, FakeClock, FakeDevice
 from asynctrace.errors import CaptureError
-from tests.capture.test_devices import _FakeEvent, _FakeGpu
+from tests.capture._fake_cuda import FakeGpu, install
 
 
 def test_async_device_returned_and_done_to_the_ns() -> None:
@@ -116,23 +116,17 @@ def test_real_cpu_backend() -> None:
 
 
 # ---------------------------------------------------------------- CUDA, on a fake GPU
-# Benchmark through CudaDevice against the scripted torch.cuda of test_devices.py (one queue per
+# Benchmark through CudaDevice against the scripted torch.cuda of _fake_cuda.py (one queue per
 # device; events execute when the device reaches them; elapsed_time in ms between two executed
 # events of one device, as torch.cuda.Event documents).
 
 
 @pytest.fixture
-def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> _FakeGpu:
-    gpu = _FakeGpu(FakeClock(1_000_000))
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: gpu.current)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: f"Fake GPU {i}")
-    monkeypatch.setattr(torch.cuda, "current_stream", gpu.current_stream)
-    monkeypatch.setattr(torch.cuda, "Event", lambda **kw: _FakeEvent(gpu, **kw))
-    monkeypatch.setattr(torch.version, "hip", None)
-    return gpu
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
+    return install(monkeypatch)
 
 
-def test_cuda_returned_done_device_and_backlog(fake_gpu: _FakeGpu) -> None:
+def test_cuda_returned_done_device_and_backlog(fake_gpu: FakeGpu) -> None:
     clock = fake_gpu.clock
     fake_gpu.latency_ns = 0
     # a fresh device: Benchmark does not align it up front, so the first result aligns after
@@ -157,7 +151,7 @@ def test_cuda_returned_done_device_and_backlog(fake_gpu: _FakeGpu) -> None:
     assert fake_gpu.recorded_on[:2] == [0, 0]
 
 
-def test_cuda_exception_in_the_block_does_not_wait(fake_gpu: _FakeGpu) -> None:
+def test_cuda_exception_in_the_block_does_not_wait(fake_gpu: FakeGpu) -> None:
     clock = fake_gpu.clock
     dev = CudaDevice(clock=clock)
     fake_gpu.busy_until_ns[0] = clock.now_ns + 9_000_000

@@ -15,6 +15,7 @@ from asynctrace.capture.devices import (
     get_device,
 )
 from asynctrace.errors import CaptureError
+from tests.capture._fake_cuda import FakeEvent, FakeGpu, install
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm device")
 
@@ -202,81 +203,12 @@ def test_cuda_device_times_real_events() -> None:  # pragma: no cover - GPU mach
 # test above on GPU machines.
 
 
-class _FakeStream:
-    def __init__(self, gpu: _FakeGpu, device: int) -> None:
-        self.gpu, self.device = gpu, device
-
-    def synchronize(self) -> None:
-        self.gpu.clock.now_ns = max(self.gpu.clock.now_ns, self.gpu.busy_until_ns[self.device])
-
-
-class _FakeEvent:
-    """torch.cuda.Event's contract: executes when the device reaches it; elapsed_time in ms
-    between two executed events of one device."""
-
-    def __init__(self, gpu: _FakeGpu, *, enable_timing: bool = False) -> None:
-        assert enable_timing
-        self.gpu = gpu
-        self.device: int | None = None
-        self.executes_ns: int | None = None
-
-    def record(self, stream: _FakeStream | None = None) -> None:
-        s = stream if stream is not None else self.gpu.current_stream()
-        self.device = s.device
-        self.executes_ns = self.gpu.enqueue(s.device)
-
-    def query(self) -> bool:
-        assert self.executes_ns is not None
-        return self.gpu.clock.now_ns >= self.executes_ns
-
-    def synchronize(self) -> None:
-        assert self.executes_ns is not None
-        self.gpu.clock.now_ns = max(self.gpu.clock.now_ns, self.executes_ns)
-
-    def elapsed_time(self, end: _FakeEvent) -> float:
-        assert self.query(), "elapsed_time needs two executed events"
-        assert end.query(), "elapsed_time needs two executed events"
-        if self.device != end.device:
-            raise RuntimeError("Both events must be recorded on the same device")
-        assert self.executes_ns is not None
-        assert end.executes_ns is not None
-        return (end.executes_ns - self.executes_ns) / 1e6
-
-
-class _FakeGpu:
-    """Two devices with a queue each: a marker executes ``backlog_ns`` after the previous
-    one, or ``latency_ns`` after it is recorded, whichever is later."""
-
-    def __init__(self, clock: FakeClock, *, latency_ns: int = 5_000) -> None:
-        self.clock = clock
-        self.latency_ns = latency_ns
-        self.backlog_ns = 0
-        self.current = 0
-        self.busy_until_ns = {0: 0, 1: 0}
-        self.recorded_on: list[int] = []
-
-    def enqueue(self, device: int) -> int:
-        t = max(self.clock.now_ns + self.latency_ns, self.busy_until_ns[device] + self.backlog_ns)
-        self.busy_until_ns[device] = t
-        self.recorded_on.append(device)
-        return t
-
-    def current_stream(self, device: int | None = None) -> _FakeStream:
-        return _FakeStream(self, self.current if device is None else device)
-
-
 @pytest.fixture
-def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> _FakeGpu:
-    gpu = _FakeGpu(FakeClock(1_000_000))
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: gpu.current)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: f"Fake GPU {i}")
-    monkeypatch.setattr(torch.cuda, "current_stream", gpu.current_stream)
-    monkeypatch.setattr(torch.cuda, "Event", lambda **kw: _FakeEvent(gpu, **kw))
-    monkeypatch.setattr(torch.version, "hip", None)
-    return gpu
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
+    return install(monkeypatch)
 
 
-def test_cuda_device_aligns_on_its_tightest_wait(fake_gpu: _FakeGpu) -> None:
+def test_cuda_device_aligns_on_its_tightest_wait(fake_gpu: FakeGpu) -> None:
     waits = iter([9_000, 4_000, 7_000])
     fake_gpu.latency_ns = 4_000  # the device runs a marker 4 µs after it is recorded
 
@@ -285,15 +217,15 @@ def test_cuda_device_aligns_on_its_tightest_wait(fake_gpu: _FakeGpu) -> None:
 
     dev = CudaDevice(clock=clock)
     # each round: the wake-up after the wait comes a scripted time after recording
-    real_sync = _FakeEvent.synchronize
+    real_sync = FakeEvent.synchronize
 
-    def sync_late(ev: _FakeEvent) -> None:
+    def sync_late(ev: FakeEvent) -> None:
         real_sync(ev)
         fake_gpu.clock.now_ns = ev.executes_ns + next(waits) - fake_gpu.latency_ns  # type: ignore[operator]
 
     fake_gpu.clock.now_ns = 1_000_000
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(_FakeEvent, "synchronize", sync_late)
+        m.setattr(FakeEvent, "synchronize", sync_late)
         align = dev.align(rounds=3)
     # the second round waited least (4 µs): its wake-up is the reference, its wait the bound
     assert align.uncertainty_ns == 4_000
@@ -303,7 +235,7 @@ def test_cuda_device_aligns_on_its_tightest_wait(fake_gpu: _FakeGpu) -> None:
     assert dev.kind == "cuda"
 
 
-def test_cuda_device_times_markers_on_the_host_clock(fake_gpu: _FakeGpu) -> None:
+def test_cuda_device_times_markers_on_the_host_clock(fake_gpu: FakeGpu) -> None:
     clock = fake_gpu.clock
     fake_gpu.latency_ns = 0  # the reference executes when recorded: alignment is exact
     dev = CudaDevice(clock=clock)
@@ -327,7 +259,7 @@ def test_cuda_device_times_markers_on_the_host_clock(fake_gpu: _FakeGpu) -> None
     assert dev.executed_at_ns(b) == b.executes_ns == 3_000_000
 
 
-def test_cuda_device_aligns_when_first_asked_for_a_time(fake_gpu: _FakeGpu) -> None:
+def test_cuda_device_aligns_when_first_asked_for_a_time(fake_gpu: FakeGpu) -> None:
     fake_gpu.latency_ns = 0
     dev = CudaDevice(clock=fake_gpu.clock)
     ev = dev.record()
@@ -336,7 +268,7 @@ def test_cuda_device_aligns_when_first_asked_for_a_time(fake_gpu: _FakeGpu) -> N
     assert dev.executed_at_ns(ev) == ev.executes_ns
 
 
-def test_cuda_device_records_on_its_own_device_not_the_current_one(fake_gpu: _FakeGpu) -> None:
+def test_cuda_device_records_on_its_own_device_not_the_current_one(fake_gpu: FakeGpu) -> None:
     fake_gpu.latency_ns = 0
     dev = CudaDevice(1, clock=fake_gpu.clock)  # device="cuda:1" while device 0 is current
     dev.align(rounds=1)
@@ -348,7 +280,7 @@ def test_cuda_device_records_on_its_own_device_not_the_current_one(fake_gpu: _Fa
 
 
 def test_cuda_device_reads_memory_from_the_allocator_stats(
-    fake_gpu: _FakeGpu, monkeypatch: pytest.MonkeyPatch
+    fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dev = CudaDevice(clock=fake_gpu.clock)
     stats = {
@@ -368,7 +300,7 @@ def test_cuda_device_reads_memory_from_the_allocator_stats(
 
 
 def test_cuda_device_is_rocm_on_a_hip_build(
-    fake_gpu: _FakeGpu, monkeypatch: pytest.MonkeyPatch
+    fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(torch.version, "hip", "6.2.0")
     dev = CudaDevice(clock=fake_gpu.clock)
