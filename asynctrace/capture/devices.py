@@ -141,6 +141,11 @@ class CudaDevice:
         self._ref: Any = None
         self._ref_host_ns = 0
 
+    @property
+    def index(self) -> int:
+        """The CUDA device index the markers are recorded on."""
+        return self._index
+
     def host_now_ns(self) -> int:
         return self._clock()
 

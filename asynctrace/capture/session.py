@@ -45,7 +45,7 @@ from asynctrace.capture._distributed import RankTable, format_rank_table, rank_a
 from asynctrace.capture._live import LiveStatus
 from asynctrace.capture._nsys import NsysCapture
 from asynctrace.capture._writer import RecordsWriter, records_file_name, sanitize_name
-from asynctrace.capture.devices import ClockAlignment, Device, get_device
+from asynctrace.capture.devices import ClockAlignment, CudaDevice, Device, get_device
 from asynctrace.errors import AsyncTraceWarning, CaptureError
 from asynctrace.records import SessionHeader, SessionSummary, StepRecord, SyncSite
 
@@ -444,7 +444,15 @@ class Session:
 
         if not _distributed.is_distributed():
             return
-        self.rank_table = _distributed.gather_records(self.records_path)
+        on_device: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if isinstance(self.device, CudaDevice):
+            import torch
+
+            # NCCL's object gather moves its tensors to torch's *current* device: on ranks that
+            # never called set_device that is cuda:0 on every rank, and NCCL fails or hangs
+            on_device = torch.cuda.device(self.device.index)
+        with on_device:
+            self.rank_table = _distributed.gather_records(self.records_path)
 
     def __call__(self, fn: Callable[_P, _R]) -> Callable[_P, _R]:
         """``@session`` / ``@asynctrace.trace()``: each call of ``fn`` runs in this session."""

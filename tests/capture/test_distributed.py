@@ -179,6 +179,53 @@ def test_gather_over_a_subgroup_goes_to_the_global_dst(monkeypatch: pytest.Monke
     assert _distributed.gather_steps(_steps(5.0, 7.0), dst=3, group=[2, 3]) is None
 
 
+def test_a_session_on_cuda_n_gathers_on_cuda_n(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NCCL's gather_object puts its tensors on torch's current device: the session makes its
+    own device current for the gather, so ranks that never called set_device do not all land
+    on cuda:0."""
+    import contextlib
+
+    import torch
+
+    from asynctrace.capture import _distributed
+    from asynctrace.capture.devices import CudaDevice
+    from asynctrace.capture.session import trace
+    from tests.capture._fake_cuda import install
+
+    gpu = install(monkeypatch)
+    gpu.latency_ns = 0
+
+    @contextlib.contextmanager
+    def device(index: int) -> Any:  # torch.cuda.device: current device for the block
+        before, gpu.current = gpu.current, index
+        try:
+            yield
+        finally:
+            gpu.current = before
+
+    monkeypatch.setattr(torch.cuda, "device", device)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    seen: list[int] = []
+    monkeypatch.setattr(_distributed, "is_distributed", lambda: True)
+    monkeypatch.setattr(
+        _distributed, "gather_records", lambda path: seen.append(torch.cuda.current_device())
+    )
+    with trace(
+        "ddp",
+        dir=tmp_path,
+        device=CudaDevice(1, clock=gpu.clock),
+        print_summary=False,
+        gather_ranks=True,
+        detect_syncs="off",
+        nvtx=False,
+    ) as s:
+        s.step()
+    assert seen == [1]
+    assert torch.cuda.current_device() == 0  # and only for the gather
+
+
 def test_tail_steps_is_bounded(tmp_path: Path) -> None:
     from asynctrace.capture.session import trace
 
