@@ -14,7 +14,9 @@ What it does, writing everything under ``--out``:
 4. ``overhead``: light-mode overhead on the device — a launch-bound step (8×Linear(64, 64),
    batch 32) bare, under asynctrace (steps + one range per step), under torch.profiler
    (CPU + CUDA activities); interleaved rounds, medians, ratios to bare.
-5. ``gpu_check.summary.json``: every figure above, the checks and whether each passed.
+5. ``gpu_tests.txt``: the test suite's GPU-only tests (``pytest -m gpu``: real CUDA events,
+   the CUDA sync hooks, ``Benchmark``), which skip on every other machine.
+6. ``gpu_check.summary.json``: every figure above, the checks and whether each passed.
 
 Checks (CUDA/ROCm only; on a CPU-only machine it runs everything small and says it skipped them):
 
@@ -247,6 +249,24 @@ def sync_check(dev: Any, tdev: torch.device, out: Path) -> dict[str, Any]:
     }
 
 
+def run_gpu_tests(out: Path) -> dict[str, Any]:
+    """``pytest -m gpu`` on this checkout's tests, in a child process; output to a file."""
+    import subprocess
+
+    tests = Path(__file__).resolve().parents[1] / "tests"
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", str(tests)]
+    proc = subprocess.run(
+        cmd, cwd=tests.parent, capture_output=True, text=True, timeout=240, check=False
+    )
+    (out / "gpu_tests.txt").write_text(proc.stdout + proc.stderr)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    return {
+        "command": " ".join(cmd),
+        "returncode": proc.returncode,
+        "last_line": lines[-1] if lines else "(no output)",
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -336,6 +356,11 @@ def main(argv: list[str] | None = None) -> int:
         + f"; {syncs['syncs_per_step']} per step; verdict {syncs['verdict']}"
     )
 
+    # 4c. the test suite's GPU-only tests (they skip on every other machine)
+    gpu_tests = run_gpu_tests(out) if on_gpu else None
+    if gpu_tests is not None:
+        print(f"gpu tests: {gpu_tests['last_line']}")
+
     # 5. checks
     checks: dict[str, dict[str, Any]] = {}
 
@@ -381,6 +406,13 @@ def main(argv: list[str] | None = None) -> int:
         all(syncs["caught"].values()),
         f"{syncs['caught']} (sites seen: {sorted(syncs['sites'])})",
     )
+    check(
+        "GPU-only tests pass",
+        gpu_tests is not None and gpu_tests["returncode"] == 0,
+        "not run (no CUDA/ROCm device)"
+        if gpu_tests is None
+        else f"{gpu_tests['last_line']} (pytest -m gpu, output in gpu_tests.txt)",
+    )
     failed = [k for k, v in checks.items() if v["passed"] is False]
     summary = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -401,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "overhead": ov,
         "syncs": syncs,
+        "gpu_tests": gpu_tests,
         "checks": checks,
         "wall_s": time.perf_counter() - t_start,
     }

@@ -30,3 +30,21 @@ def kineto_trace():  # type: ignore[no-untyped-def]
 @pytest.fixture
 def nsys_trace():  # type: ignore[no-untyped-def]
     return lambda name: shared_trace("nsys", name)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``@pytest.mark.gpu`` tests skip where torch sees no CUDA/ROCm device.
+
+    ``python -m pytest -m gpu`` runs just them, on a lent GPU (``benchmarks/gpu_check.py`` does).
+    torch is imported only when such a test was collected: the analysis tests run without it.
+    """
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA/ROCm device")
+    for item in gpu_items:
+        item.add_marker(skip)

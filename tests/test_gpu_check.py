@@ -34,9 +34,11 @@ def test_gpu_check_runs_and_says_what_it_checked(tmp_path: Path) -> None:
         "synced loop stays in step",
         "our Kineto trace is fully linked",
         "CUDA sync hooks name the lines",
+        "GPU-only tests pass",
     }
     assert all(c["passed"] is None for c in summary["checks"].values())
     assert "SKIP  our Kineto trace is fully linked" in proc.stdout
+    assert summary["gpu_tests"] is None  # pytest -m gpu runs only where there is a GPU
 
     # the trace it recorded is read back: one step per train_step range (no schedule, so
     # torch.profiler writes no ProfilerStep#N), no device activity on CPU

@@ -162,7 +162,7 @@ def test_cuda_exception_in_the_block_does_not_wait(fake_gpu: FakeGpu) -> None:
     assert len(fake_gpu.recorded_on) == 1
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm device")
+@pytest.mark.gpu
 def test_cuda_benchmark_on_a_real_gpu() -> None:  # pragma: no cover - GPU machines only
     # a fresh device: the first result aligns after the block, so the reference event is
     # recorded after both markers and elapsed_time(reference, marker) is negative

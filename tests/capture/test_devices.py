@@ -17,8 +17,6 @@ from asynctrace.capture.devices import (
 from asynctrace.errors import CaptureError
 from tests.capture._fake_cuda import FakeEvent, FakeGpu, install
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm device")
-
 
 def test_fake_clock_advances_by_hand() -> None:
     clock = FakeClock(5)
@@ -172,7 +170,7 @@ def test_get_device_rejects_other_objects() -> None:
         get_device(object())  # type: ignore[arg-type]
 
 
-@needs_cuda
+@pytest.mark.gpu
 def test_cuda_device_times_real_events() -> None:  # pragma: no cover - GPU machines only
     dev = get_device("cuda")
     assert isinstance(dev, CudaDevice)

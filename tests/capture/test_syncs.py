@@ -821,10 +821,7 @@ def test_expect_syncs_auto_uses_the_cuda_hooks_where_cuda_is(fake_cuda: dict[str
     assert fake_cuda["mode"] == 0
 
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm device")
-
-
-@needs_cuda
+@pytest.mark.gpu
 def test_cuda_hooks_on_a_real_gpu() -> None:  # pragma: no cover - GPU machines only
     # the text the fakes above stand for is torch's own
     assert torch.cuda.get_sync_debug_mode() == 0
