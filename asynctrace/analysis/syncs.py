@@ -13,40 +13,16 @@ Without frames the site is empty and calls aggregate by API name only.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import msgspec
 import numpy as np
 
+from asynctrace._frames import is_user_frame, site_of
 from asynctrace.analysis.steps import SYNC_KINDS, StepWindow
 from asynctrace.traces.model import Trace
 
 __all__ = ["SyncCall", "SyncSiteStats", "SyncSummary", "find_syncs", "is_user_frame", "site_of"]
-
-_FRAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\)")
-#: folders whose files are never the user's own code
-_NOT_USER_DIRS = frozenset({"torch", "site-packages", "dist-packages"})
-#: asynctrace's own modules and subpackages: ``.../asynctrace/<one of these>`` is our frame,
-#: while a user's ``~/asynctrace/train.py`` stays theirs (a test keeps this list complete)
-_OWN_MODULES = frozenset(
-    {
-        "__init__.py",
-        "__main__.py",
-        "_commands",
-        "_output.py",
-        "analysis",
-        "capture",
-        "cli.py",
-        "demo.py",
-        "errors.py",
-        "export",
-        "integrations",
-        "records.py",
-        "render",
-        "traces",
-    }
-)
 
 
 class SyncCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,31 +54,6 @@ class SyncSummary(msgspec.Struct, frozen=True, kw_only=True):
     calls: list[SyncCall] = msgspec.field(default_factory=list)
     #: device-side sync records in the trace (not counted in ``count``)
     device_records: int = 0
-
-
-def is_user_frame(name: str) -> bool:
-    """A frame of the user's code: a ``file(line)`` outside torch, site-packages, asynctrace.
-
-    Judged by whole folder names of the file's path, so ``~/pytorch/train.py`` and
-    ``~/asynctrace_runs/train.py`` are user code, and a function's name never counts.
-    """
-    m = _FRAME.match(name)
-    if m is None:
-        return False
-    path = m.group("file").replace("\\", "/")
-    if path.startswith(("<built-in", "<frozen")):  # a notebook's <ipython-input-3-...> is user code
-        return False
-    parts = path.split("/")
-    for i, part in enumerate(parts[:-1]):
-        if part in _NOT_USER_DIRS or (part == "asynctrace" and parts[i + 1] in _OWN_MODULES):
-            return False
-    return True
-
-
-def site_of(frame_name: str) -> str:
-    """``path/file.py(123): fn`` → ``path/file.py:123`` (the name itself if it has no line)."""
-    m = _FRAME.match(frame_name)
-    return f"{m.group('file')}:{m.group('line')}" if m else frame_name
 
 
 def find_syncs(trace: Trace, *, windows: Sequence[StepWindow] = ()) -> SyncSummary:

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from types import FrameType, TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar, cast
 
-from asynctrace.analysis.syncs import is_user_frame
+from asynctrace._frames import is_user_frame
 from asynctrace.errors import AsyncTraceWarning, CaptureError, UnexpectedSyncError
 
 __all__ = [

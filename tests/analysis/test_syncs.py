@@ -3,8 +3,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import asynctrace
+from asynctrace._frames import _OWN_MODULES
 from asynctrace.analysis.steps import step_windows
-from asynctrace.analysis.syncs import _OWN_MODULES, find_syncs, is_user_frame, site_of
+from asynctrace.analysis.syncs import find_syncs, is_user_frame, site_of
 from asynctrace.traces.builder import TraceBuilder
 from asynctrace.traces.model import RangeKind, RuntimeKind
 from tests.analysis._traces import launches_trace

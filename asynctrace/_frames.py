@@ -1,0 +1,59 @@
+"""Which Python frames are the user's own code: one rule for the sync sites a trace's frames
+give (``asynctrace.analysis.syncs``) and the stacks a running session records
+(``asynctrace.capture.syncs``), with nothing imported that capture does not need."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["is_user_frame", "site_of"]
+
+_FRAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\)")
+#: folders whose files are never the user's own code
+_NOT_USER_DIRS = frozenset({"torch", "site-packages", "dist-packages"})
+#: asynctrace's own modules and subpackages: ``.../asynctrace/<one of these>`` is our frame,
+#: while a user's ``~/asynctrace/train.py`` stays theirs (a test keeps this list complete)
+_OWN_MODULES = frozenset(
+    {
+        "__init__.py",
+        "__main__.py",
+        "_commands",
+        "_frames.py",
+        "_output.py",
+        "analysis",
+        "capture",
+        "cli.py",
+        "demo.py",
+        "errors.py",
+        "export",
+        "integrations",
+        "records.py",
+        "render",
+        "traces",
+    }
+)
+
+
+def is_user_frame(name: str) -> bool:
+    """A frame of the user's code: a ``file(line)`` outside torch, site-packages, asynctrace.
+
+    Judged by whole folder names of the file's path, so ``~/pytorch/train.py`` and
+    ``~/asynctrace_runs/train.py`` are user code, and a function's name never counts.
+    """
+    m = _FRAME.match(name)
+    if m is None:
+        return False
+    path = m.group("file").replace("\\", "/")
+    if path.startswith(("<built-in", "<frozen")):  # a notebook's <ipython-input-3-...> is user code
+        return False
+    parts = path.split("/")
+    for i, part in enumerate(parts[:-1]):
+        if part in _NOT_USER_DIRS or (part == "asynctrace" and parts[i + 1] in _OWN_MODULES):
+            return False
+    return True
+
+
+def site_of(frame_name: str) -> str:
+    """``path/file.py(123): fn`` → ``path/file.py:123`` (the name itself if it has no line)."""
+    m = _FRAME.match(frame_name)
+    return f"{m.group('file')}:{m.group('line')}" if m else frame_name
