@@ -25,7 +25,7 @@ from asynctrace.analysis.queue import (
     stream_groups,
 )
 from asynctrace.analysis.steps import StepFigures, split_steps, step_windows
-from asynctrace.analysis.syncs import SyncSummary, find_syncs
+from asynctrace.analysis.syncs import SyncCall, SyncSummary, find_syncs
 from asynctrace.analysis.verdict import judge_steps
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import Records, StepRecord, SyncSite
@@ -144,10 +144,22 @@ def step_records(steps: list[StepFigures]) -> list[StepRecord]:
 
 
 def sync_sites(summary: SyncSummary) -> list[SyncSite]:
-    """A trace's sync sites as the records the verdict judges (the API name where no site)."""
+    """The sites of a trace's syncs made inside steps, as the records the verdict judges (the
+    API name where no site): "N syncs per step at A (op ×k)" counts what the steps counted, not
+    a sync before the first step or after the last."""
+    groups: dict[tuple[str, str], list[SyncCall]] = {}
+    for c in summary.calls:
+        if c.step is not None:
+            groups.setdefault((c.site or c.op, c.op), []).append(c)
     return [
-        SyncSite(site=s.site or s.op, op=s.op, count=s.count, wait_ns=s.total_ns, steps=s.steps)
-        for s in summary.sites
+        SyncSite(
+            site=site,
+            op=op,
+            count=len(cs),
+            wait_ns=sum(c.dur_ns for c in cs),
+            steps=len({c.step for c in cs}),
+        )
+        for (site, op), cs in groups.items()
     ]
 
 
@@ -161,6 +173,7 @@ def analyze(
     windows = step_windows(trace)
     steps = split_steps(trace, links, windows=windows, queues=series)
     syncs = find_syncs(trace, windows=windows)
+    sites = sync_sites(syncs)  # from the calls: before they may be dropped
     if not keep_sync_calls:
         syncs = msgspec.structs.replace(syncs, calls=[])
     group_of, keys = groups
@@ -168,7 +181,7 @@ def analyze(
     kinds = trace.activities.kind
     per_kind = {k.name.lower(): int(np.count_nonzero(kinds == k)) for k in ActivityKind}
     has_device = len(trace.activities) > 0
-    v = judge_steps(step_records(steps), asynchronous=has_device, sync_sites=sync_sites(syncs))
+    v = judge_steps(step_records(steps), asynchronous=has_device, sync_sites=sites)
     return Report(
         trace=TraceInfo(
             source=trace.source,

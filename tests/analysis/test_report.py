@@ -104,3 +104,38 @@ def test_analysis_runs_with_torch_blocked() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "200"
+
+
+def test_the_verdict_names_the_syncs_the_steps_counted() -> None:
+    """ "N syncs per step at A (op ×k)": k counts A's syncs inside steps, as N does; a sync
+    before the first step (model set-up) or after the last is in the sync table, not here."""
+    from asynctrace.traces.builder import TraceBuilder
+    from asynctrace.traces.model import RangeKind, RuntimeKind
+
+    b = TraceBuilder("syncs.json")
+    b.activity("k", 0, 10)  # a device, so that the loop is judged as asynchronous
+    b.runtime("cudaDeviceSynchronize", 50, 5, kind=RuntimeKind.SYNC)  # before the steps
+    b.python_frame("setup.py(3): warm_up", 40, 30)
+    for step in range(3):
+        t0 = 1_000 + step * 1_000
+        b.range(f"ProfilerStep#{step}", t0, 1_000, kind=RangeKind.STEP, step=step)
+        for k in range(2):
+            b.runtime("cudaStreamSynchronize", t0 + 100 + k * 300, 50, kind=RuntimeKind.SYNC)
+            b.python_frame("train.py(12): step", t0 + 90 + k * 300, 100)
+    b.runtime("cudaDeviceSynchronize", 9_000, 5, kind=RuntimeKind.SYNC)  # after the steps
+    b.python_frame("setup.py(3): warm_up", 8_990, 30)
+    report = analyze(b.build())
+
+    assert report.syncs.count == 8
+    assert {(s.site, s.count) for s in report.syncs.sites} == {
+        ("train.py:12", 6),
+        ("setup.py:3", 2),
+    }
+    assert report.verdict.code == "over-synchronized"
+    assert report.verdict.message == (
+        "over-synchronized: 2 syncs per step at train.py:12 (cudaStreamSynchronize ×6)"
+    )
+    # the same when the calls themselves are not kept in the report
+    lean = analyze(b.build(), keep_sync_calls=False)
+    assert lean.syncs.calls == []
+    assert lean.verdict.message == report.verdict.message
