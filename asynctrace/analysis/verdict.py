@@ -291,7 +291,7 @@ def judge_steps(
     elif not codes:
         if n < MIN_TREND_STEPS:
             codes.append("too-few-steps")
-            findings.append(f"too few steps for a verdict: {n} (a trend needs {MIN_TREND_STEPS})")
+            findings.append(f"too few steps: {n}, fewer than the {MIN_TREND_STEPS} a trend needs")
         elif syncs_per_step >= 1:
             codes.append("synchronized")
             findings.append("synchronized once per step (bounded queue)")
