@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["is_user_frame", "site_of"]
+__all__ = ["is_user_file", "is_user_frame", "site_of"]
 
 _FRAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\)")
 #: folders whose files are never the user's own code
@@ -41,9 +41,12 @@ def is_user_frame(name: str) -> bool:
     ``~/asynctrace_runs/train.py`` are user code, and a function's name never counts.
     """
     m = _FRAME.match(name)
-    if m is None:
-        return False
-    path = m.group("file").replace("\\", "/")
+    return m is not None and is_user_file(m.group("file"))
+
+
+def is_user_file(path: str) -> bool:
+    """A file of the user's code (the rule of :func:`is_user_frame`, for a bare path)."""
+    path = path.replace("\\", "/")
     if path.startswith(("<built-in", "<frozen")):  # a notebook's <ipython-input-3-...> is user code
         return False
     parts = path.split("/")

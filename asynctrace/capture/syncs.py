@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from types import FrameType, TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar, cast
 
-from asynctrace._frames import is_user_frame
+from asynctrace._frames import is_user_file
 from asynctrace.errors import AsyncTraceWarning, CaptureError, UnexpectedSyncError
 
 __all__ = [
@@ -127,11 +127,9 @@ _WARNINGS_MODULES = frozenset({"warnings", "_py_warnings"})
 _LAUNCHER = (_OWN_DIR + "_commands" + os.sep, _OWN_DIR + "cli.py", _OWN_DIR + "__main__.py")
 
 
-@functools.lru_cache(maxsize=4096)
-def _user_file(filename: str) -> bool:
-    # the rule the trace analysis applies to a profiler's frame names (whole folder names:
-    # torch, site-packages, asynctrace's own modules), so both show the same frames as the user's
-    return is_user_frame(f"{filename}(0)")
+#: the rule the trace analysis applies to a profiler's frame names (whole folder names: torch,
+#: site-packages, asynctrace's own modules), so both show the same frames as the user's
+_user_file = functools.lru_cache(maxsize=4096)(is_user_file)
 
 
 def _locate(
