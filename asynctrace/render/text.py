@@ -17,14 +17,18 @@ __all__ = ["format_ns", "render_ranks", "render_records", "render_report"]
 
 
 def format_ns(ns: float | None) -> str:
-    """A duration in the largest unit that keeps it ≥ 1 (``-`` for None)."""
+    """A duration in the largest unit that keeps it ≥ 1 as printed (``-`` for None).
+
+    The unit is chosen on the rounded text, so 999.6 ns prints as ``1.000 µs``, not ``1000 ns``.
+    """
     if ns is None:
         return "-"
-    a = abs(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if a >= scale:
-            return f"{ns / scale:.3f} {unit}"
-    return f"{ns:.0f} ns"
+    text, unit = f"{ns:.0f}", "ns"
+    for bigger, scale in (("µs", 1e3), ("ms", 1e6), ("s", 1e9)):
+        if not abs(float(text)) >= 1000:  # NaN stays in ns, as before
+            break
+        text, unit = f"{ns / scale:.3f}", bigger
+    return f"{text} {unit}"
 
 
 def _title(report: Report) -> str:

@@ -100,7 +100,7 @@ def find_traces(directory: str | os.PathLike[str]) -> list[Path]:
         derived = " (annotated copies and summaries are left out: name one to read it)"
         raise TraceFormatError(
             str(d),
-            "no trace files (*.json, *.json.gz, *.sqlite) in this directory"
+            f"no trace files ({', '.join('*' + s for s in TRACE_SUFFIXES)}) in this directory"
             + (derived if candidates else ""),
         )
     return sorted(found, key=_natural_key)

@@ -23,6 +23,17 @@ def test_format_ns() -> None:
     assert format_ns(3_000_000_000) == "3.000 s"
 
 
+def test_format_ns_never_prints_1000_of_a_unit() -> None:
+    # a value just under a unit boundary rounds up to it: printed in the next unit, not as 1000
+    assert format_ns(999.6) == "1.000 µs"
+    assert format_ns(-999.6) == "-1.000 µs"
+    assert format_ns(999_999.6) == "1.000 ms"
+    assert format_ns(999_999_999.6) == "1.000 s"
+    assert format_ns(999.4) == "999 ns"
+    assert format_ns(999_999.4) == "999.999 µs"
+    assert format_ns(5e12) == "5000.000 s"
+
+
 def test_report_text_shows_the_figures() -> None:
     console, buf = _console()
     render_report(analyze(launches_trace()), console)

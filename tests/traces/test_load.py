@@ -89,8 +89,10 @@ def test_find_traces_leaves_out_what_asynctrace_derives(tmp_path: Path) -> None:
 
 
 def test_find_traces_errors(tmp_path: Path) -> None:
-    with pytest.raises(TraceFormatError, match="no trace files"):
+    with pytest.raises(TraceFormatError, match="no trace files") as info:
         find_traces(tmp_path)
+    # the message names every suffix that is looked for (docs/formats.md), .sqlite3 included
+    assert "(*.json, *.json.gz, *.sqlite, *.sqlite3)" in str(info.value)
     with pytest.raises(TraceFormatError, match="no such directory"):
         find_traces(tmp_path / "nope")
     f = tmp_path / "f.json"
