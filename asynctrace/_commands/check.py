@@ -29,7 +29,10 @@ from asynctrace._commands._script import add_script_argument, resolve_script, ru
 from asynctrace._output import output_folder, utf8
 from asynctrace.errors import AsyncTraceError
 
-__all__ = ["CheckResult", "add_arguments", "run", "split_trailing_options"]
+__all__ = ["CHECK_SCHEMA_VERSION", "CheckResult", "add_arguments", "run", "split_trailing_options"]
+
+#: ``schema_version`` of ``check --json`` (docs/report-json.md); CI scripts parse it
+CHECK_SCHEMA_VERSION = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,6 +102,7 @@ def split_trailing_options(args: Sequence[str]) -> tuple[list[str], int | None, 
 class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
     """What ``asynctrace check`` found; ``--json`` prints this."""
 
+    schema_version: int = CHECK_SCHEMA_VERSION
     script: str
     exit_code: int
     #: the script's own status (0 when it ran to the end)

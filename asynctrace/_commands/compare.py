@@ -18,10 +18,11 @@ from rich.text import Text
 
 from asynctrace._output import json_text
 from asynctrace.errors import TraceFormatError
+from asynctrace.records import is_records_name
 
 if TYPE_CHECKING:
+    from asynctrace.analysis.compare import Comparison
     from asynctrace.analysis.report import Report
-from asynctrace.records import is_records_name
 
 __all__ = ["add_arguments", "run"]
 
@@ -162,9 +163,23 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"  + {x}", markup=False)
     for x in comparison.findings_removed:
         console.print(f"  - {x}", markup=False)
-    console.print(f"B is: {comparison.outcome} (step time)", markup=False)
+    console.print(_outcome_line(comparison), markup=False)
     console.print(f"noise: {comparison.noise}", markup=False)
     return 0
+
+
+def _outcome_line(comparison: Comparison) -> str:
+    if comparison.outcome in ("improvement", "regression", "same"):
+        return f"B is: {comparison.outcome} (step time)"
+    step = next(f for f in comparison.figures if f.figure == "step time")
+    if comparison.outcome == "too few steps":
+        why = (
+            f"too few steps ({step.a_n} and {step.b_n}; the noise test needs "
+            f"{comparison.min_steps} on each side)"
+        )
+    else:
+        why = "no step time on one side"
+    return f"B is: not judged: {why}"
 
 
 def _num(v: float | None, *, sign: bool = False) -> str:

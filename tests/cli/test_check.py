@@ -78,6 +78,8 @@ def test_two_syncs_per_step_is_over_synchronized(
     )
     assert result["max_syncs_in_a_step"] == 2
     assert result["script_exit_code"] == 0
+    assert result["schema_version"] == 1
+    assert next(iter(result)) == "schema_version"  # first, as in report --json
 
 
 @pytest.mark.parametrize(("budget", "status"), [("0", 1), ("1", 0)])

@@ -118,3 +118,18 @@ def test_mixed_kinds_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[s
     t.write_text('{"traceEvents": []}')
     assert main(["compare", str(a), str(t)]) == 2
     assert "cannot compare" in capsys.readouterr().err
+
+
+def test_too_few_steps_is_not_judged_same(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 3 steps against 3 steps 30 % faster: too few for the noise test, so no outcome, not "same"
+    a = write_records_file(tmp_path / "a.records.jsonl", make_steps(3, frontend_ns=10_000_000))
+    b = write_records_file(tmp_path / "b.records.jsonl", make_steps(3, frontend_ns=7_000_000))
+    assert main(["compare", str(a), str(b), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["outcome"] == "too few steps"
+    assert main(["compare", str(a), str(b)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "B is: not judged: too few steps (3 and 3; the noise test needs 5 on each side)" in text
+    assert "B is: same" not in text
