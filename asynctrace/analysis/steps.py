@@ -139,8 +139,16 @@ def step_windows(trace: Trace) -> list[StepWindow]:
                 )
                 for k, i in enumerate(_outermost(cand, r.start_ns, end))
             ]
+    # host events only: gpu_user_annotation ranges lie on the device's timeline
+    on_host = r.kind != RangeKind.GPU_ANNOTATION
     host: list[tuple[I64, I64]] = [
-        (t.start_ns, t.dur_ns) for t in (trace.ranges, trace.runtime, trace.python_frames) if len(t)
+        (s, d)
+        for s, d in (
+            (r.start_ns[on_host], r.dur_ns[on_host]),
+            (trace.runtime.start_ns, trace.runtime.dur_ns),
+            (trace.python_frames.start_ns, trace.python_frames.dur_ns),
+        )
+        if len(s)
     ]
     if not host and len(trace.activities):
         host = [(trace.activities.start_ns, trace.activities.dur_ns)]

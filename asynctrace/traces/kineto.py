@@ -15,6 +15,8 @@ How it stays fast and bounded:
   off by up to 125 ns. So timestamps are decoded as float first and, when a chunk has a
   fractional value at or above 2**43 µs, the chunk is decoded again with ``ts`` as raw text and
   parsed as an exact decimal. Every time is rounded to the nearest ns once, here.
+* A negative ``dur`` (a corrupt event) is read as 0, the event kept at its start, and counted in
+  ``Trace.skipped["<table>_negative_duration_clamped"]``, as the Nsight Systems loader does.
 
 See ``docs/formats.md`` for what each generation looks like and how each field is read.
 """
@@ -953,6 +955,18 @@ class _Loader:
             del parts
             return arr.astype(dtype, copy=False)
 
+        clamped: dict[str, int] = {}
+
+        def dur(cols: _Cols, what: str) -> I64:
+            # A negative duration (a corrupt event): keep the event at its start, with length
+            # 0, and count it, as the Nsight Systems loader does; no end precedes its start.
+            d = cat(cols, "dur")
+            negative = int(np.count_nonzero(d < 0))
+            if negative:
+                clamped[f"{what}_negative_duration_clamped"] = negative
+                d = np.maximum(d, 0)
+            return d
+
         starts = [
             cat(c, "ts") for c in (self.rt, self.act, self.rng, self.py, self.sync, self.flow)
         ]
@@ -972,7 +986,7 @@ class _Loader:
         rt_kind = kind_of[rt_name]
         runtime = RuntimeCalls(
             start_ns=rt_ts,
-            dur_ns=cat(self.rt, "dur"),
+            dur_ns=dur(self.rt, "runtime"),
             pid=cat(self.rt, "pid"),
             tid=cat(self.rt, "tid"),
             name=rt_name,
@@ -1020,7 +1034,7 @@ class _Loader:
             a_kind[a_kind_code == code] = int(kind)
         activities = Activities(
             start_ns=a_ts,
-            dur_ns=cat(self.act, "dur"),
+            dur_ns=dur(self.act, "activity"),
             pid=a_pid,
             device=cat(self.act, "device", np.int32),
             stream=cat(self.act, "stream"),
@@ -1047,7 +1061,7 @@ class _Loader:
             r_step[rows] = step_of[r_name[rows]]
         ranges = HostRanges(
             start_ns=r_ts,
-            dur_ns=cat(self.rng, "dur"),
+            dur_ns=dur(self.rng, "range"),
             pid=cat(self.rng, "pid"),
             tid=cat(self.rng, "tid"),
             name=r_name,
@@ -1057,18 +1071,19 @@ class _Loader:
         del r_ts, r_name, r_code, r_kind, r_step
         python_frames = PythonFrames(
             start_ns=p_ts,
-            dur_ns=cat(self.py, "dur"),
+            dur_ns=dur(self.py, "python_frame"),
             pid=cat(self.py, "pid"),
             tid=cat(self.py, "tid"),
             name=cat(self.py, "name", np.int32),
         ).sorted_by_start()
         device_syncs = DeviceSyncs(
             start_ns=s_ts,
-            dur_ns=cat(self.sync, "dur"),
+            dur_ns=dur(self.sync, "device_sync"),
             pid=cat(self.sync, "pid"),
             stream=cat(self.sync, "stream"),
             correlation=cat(self.sync, "corr"),
         ).sorted_by_start()
+        skipped.update(clamped)
         if self.int_clamped:
             skipped["integer beyond int64 (read as -1)"] = self.int_clamped
         if self.not_numeric:

@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections import Counter
 from decimal import ROUND_HALF_EVEN, Decimal
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-__all__ = ["reference_figures"]
+__all__ = [
+    "reference_figures",
+    "reference_nsys_figures",
+    "reference_nsys_step_figures",
+    "reference_step_figures",
+]
 
 _DEVICE_CATS = {
     "kernel": "kernel",
@@ -191,4 +198,363 @@ def reference_nsys_figures(path: Path) -> dict[str, Any]:
         "syncs": len(sync_keys),
         "queue_max": queue_max,
         "queue_delay_p50": _nearest_rank(delays, 50) if delays else 0,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Per-step, queue and launch-delay figures, and every sync call: the same literal reading,
+# extended. Times are made relative to the earliest event a loader keeps, as the model's are.
+
+_KEPT_CATS = {
+    *_DEVICE_CATS,
+    *_RUNTIME_CATS,
+    "cpu_op",
+    "operator",
+    "user_annotation",
+    "gpu_user_annotation",
+    "python_function",
+    "cuda_sync",
+}
+_HOST_CATS = {"cpu_op", "operator", "user_annotation", "python_function", *_RUNTIME_CATS}
+_FLOW_CATS = {"ac2g", "async", "async_cpu_to_gpu"}
+_STEP_WORD = re.compile(r"(?i)(^|[^a-z])step([^a-z]|$)|profilerstep")
+_NOT_USER_DIRS = {"torch", "site-packages", "dist-packages", "asynctrace"}
+
+
+def _union(intervals: list[tuple[int, int]]) -> int:
+    """Length covered by [start, end) intervals: merge them in start order."""
+    total = 0
+    cur: list[int] | None = None
+    for s, e in sorted(intervals):
+        if e <= s:
+            continue
+        if cur is None or s > cur[1]:
+            if cur is not None:
+                total += cur[1] - cur[0]
+            cur = [s, e]
+        else:
+            cur[1] = max(cur[1], e)
+    if cur is not None:
+        total += cur[1] - cur[0]
+    return total
+
+
+def _sweep(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """[(t, open intervals once every change at t is applied)]; an end before a start at t."""
+    changes = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
+    out: list[tuple[int, int]] = []
+    depth = 0
+    for t, d in changes:
+        depth += d
+        if out and out[-1][0] == t:
+            out[-1] = (t, depth)
+        else:
+            out.append((t, depth))
+    return out
+
+
+def _user_site(name: str) -> str | None:
+    m = re.match(r"^(.*?)\((\d+)\)", name)
+    if m is None:
+        return None
+    path = m.group(1).replace("\\", "/")
+    if path.startswith(("<built-in", "<frozen")):
+        return None
+    if any(part in _NOT_USER_DIRS for part in path.split("/")[:-1]):
+        return None
+    return f"{m.group(1)}:{m.group(2)}"
+
+
+def _all_percentiles(values: list[int]) -> dict[str, int]:
+    if not values:
+        return {"p50": 0, "p90": 0, "p99": 0, "max": 0}
+    return {
+        "p50": _nearest_rank(values, 50),
+        "p90": _nearest_rank(values, 90),
+        "p99": _nearest_rank(values, 99),
+        "max": max(values),
+    }
+
+
+def reference_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
+    """Per-step figures, per-stream queue figures, both launch-delay percentiles and every
+    host sync call (duration, op, site, step), as docs/analysis.md defines them."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt") as f:  # type: ignore[operator]
+        data = json.load(f, parse_float=Decimal)
+    raw = data if isinstance(data, list) else data["traceEvents"]
+    raw = [e for e in raw if isinstance(e, dict) and "ts" in e]
+    origin = min(
+        _ns(e["ts"])
+        for e in raw
+        if (e.get("ph") == "X" and str(e.get("cat", "")).lower() in _KEPT_CATS)
+        or (e.get("ph") in ("s", "f") and e.get("cat") in _FLOW_CATS)
+    )
+    events = [e for e in raw if e.get("ph") == "X"]
+
+    def start(e: dict[str, Any]) -> int:
+        return _ns(e["ts"]) - origin
+
+    def end(e: dict[str, Any]) -> int:
+        return start(e) + _ns(e.get("dur", 0))
+
+    def args(e: dict[str, Any]) -> dict[str, Any]:
+        a = e.get("args")
+        return a if isinstance(a, dict) else {}
+
+    acts = [e for e in events if str(e.get("cat", "")).lower() in _DEVICE_CATS]
+    runtime = [e for e in events if str(e.get("cat", "")).lower() in _RUNTIME_CATS]
+    launching = [
+        e for e in runtime if _is_launch(e["name"]) and args(e).get("correlation") is not None
+    ]
+    one_process = len({e["pid"] for e in launching}) == 1
+
+    def key(e: dict[str, Any]) -> Any:
+        corr = int(args(e)["correlation"])
+        return corr if one_process else (e["pid"], corr)
+
+    launch: dict[Any, tuple[int, int]] = {}
+    for e in sorted(launching, key=start):
+        launch.setdefault(key(e), (start(e), end(e)))
+    devices = {args(e).get("device") for e in acts}
+
+    def stream(e: dict[str, Any]) -> str:
+        a = args(e)
+        return f"{a.get('device')}:{a.get('stream')}" if len(devices) > 1 else str(a.get("stream"))
+
+    # (stream, launch start, launch end, device start, device end) per matched activity
+    matched = [
+        (stream(e), *launch[key(e)], start(e), end(e))
+        for e in acts
+        if args(e).get("correlation") is not None and key(e) in launch
+    ]
+    queue: dict[str, dict[str, Any]] = {}
+    depth_of: dict[str, list[tuple[int, int]]] = {}
+    for s in sorted({m[0] for m in matched}):
+        mine = [m for m in matched if m[0] == s]
+        depth = _sweep([(ls, max(a, ls)) for _, ls, _, a, _ in mine])
+        flight = _sweep([(ls, max(b, a, ls)) for _, ls, _, a, b in mine])
+        depth_of[s] = depth
+        area = at_cap = 0
+        for (t0, v), (t1, _) in pairwise(depth):
+            area += v * (t1 - t0)
+            at_cap += t1 - t0 if v >= cap else 0
+        span = depth[-1][0] - depth[0][0]
+        queue[s] = {
+            "max": max(v for _, v in depth),
+            "mean": area / span if span else 0.0,
+            "time_at_cap_ns": at_cap,
+            "in_flight_max": max(v for _, v in flight),
+            "activities": len(mine),
+        }
+
+    prof = sorted(
+        (
+            e
+            for e in events
+            if str(e.get("name", "")).startswith("ProfilerStep#")
+            and e.get("cat") != "gpu_user_annotation"
+        ),
+        key=start,
+    )
+    annotations = sorted(
+        (
+            e
+            for e in events
+            if e.get("cat") == "user_annotation" and _STEP_WORD.search(str(e.get("name", "")))
+        ),
+        key=start,
+    )
+    windows: list[tuple[int, int, int]] = []
+    if prof:
+        windows = [(int(e["name"].split("#")[1]), start(e), end(e)) for e in prof]
+    elif annotations:
+        reach: int | None = None
+        for e in annotations:  # outermost only
+            if reach is None or start(e) >= reach:
+                numbers = re.findall(r"\d+", e["name"])
+                windows.append((int(numbers[-1]) if numbers else len(windows), start(e), end(e)))
+                reach = end(e)
+    else:
+        host = [e for e in events if str(e.get("cat", "")).lower() in _HOST_CATS]
+        windows = [(0, min(map(start, host)), max(map(end, host)))]
+
+    syncs = [e for e in runtime if _is_sync(e["name"])]
+    steps: list[dict[str, Any]] = []
+    for n, w0, w1 in windows:
+        mine = [m for m in matched if w0 <= m[1] < w1]
+        d0 = min((m[3] for m in mine), default=None)
+        d1 = max((m[4] for m in mine), default=None)
+        device = d1 - d0 if d0 is not None and d1 is not None else 0
+        busy = _union([(m[3], m[4]) for m in mine])
+        inside = [(start(e), end(e)) for e in syncs if start(e) < w1 and end(e) > w0]
+        qmax = 0
+        for depth in depth_of.values():
+            at_start = [v for t, v in depth if t <= w0]
+            qmax = max(
+                qmax,
+                at_start[-1] if at_start else 0,
+                *(v for t, v in depth if w0 < t < w1),
+            )
+        steps.append(
+            {
+                "step": n,
+                "start_ns": w0,
+                "end_ns": w1,
+                "cpu_ns": w1 - w0,
+                "activities": len(mine),
+                "device_start_ns": d0,
+                "device_end_ns": d1,
+                "device_ns": device,
+                "gpu_busy_ns": busy,
+                "gpu_idle_ns": device - busy,
+                "sync_count": sum(1 for e in syncs if w0 <= start(e) < w1),
+                "sync_wait_ns": _union([(max(a, w0), min(b, w1)) for a, b in inside]),
+                "run_ahead_ns": None if d1 is None else d1 - w1,
+                "queue_max": qmax,
+            }
+        )
+    for i, s in enumerate(steps):
+        s["in_flight_steps"] = sum(
+            1
+            for o in steps[: i + 1]
+            if o["device_end_ns"] is not None and o["device_end_ns"] > s["end_ns"]
+        )
+
+    frames = [
+        (start(e), end(e), e["pid"], e["tid"], site)
+        for e in events
+        if e.get("cat") == "python_function" and (site := _user_site(str(e["name"])))
+    ]
+    calls: list[tuple[int, int, str, str, int | None]] = []
+    for e in syncs:
+        a, b = start(e), end(e)
+        best: tuple[tuple[int, int], str] | None = None
+        for f0, f1, pid, tid, site in frames:
+            # innermost: latest start, then earliest end
+            enclosing = pid == e["pid"] and tid == e["tid"] and f0 <= a and f1 >= b
+            if enclosing and (best is None or (f0, -f1) > best[0]):
+                best = ((f0, -f1), site)
+        in_step = [n for n, w0, w1 in windows if w0 <= a < w1]
+        calls.append(
+            (a, b - a, e["name"], best[1] if best else "", in_step[-1] if in_step else None)
+        )
+    calls.sort()
+    return {
+        "launch_to_start_ns": _all_percentiles([a - ls for _, ls, _, a, _ in matched]),
+        "queue_delay_ns": _all_percentiles([max(a - le, 0) for _, _, le, a, _ in matched]),
+        "queue": queue,
+        "steps": steps,
+        "sync_calls": [(d, op, site, step) for _, d, op, site, step in calls],
+        # device-side records of the same waits: listed apart, never added to the calls
+        "device_sync_records": sum(1 for e in events if e.get("cat") == "cuda_sync"),
+    }
+
+
+def reference_nsys_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
+    """The whole-trace step, per-stream queue figures, both launch-delay percentiles and the
+    total sync wait of an Nsight Systems export without step ranges, with plain SQL and loops.
+
+    Runtime rows are read one per (process, correlation id, name without ``_vNNNN``), the
+    widest: 2022 exports write each call twice, one row nested in the other."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        strings = dict(con.execute("SELECT id, value FROM StringIds"))
+        calls: dict[Any, tuple[int, int, str]] = {}
+        for i, (s, e, name_id, gtid, corr) in enumerate(
+            con.execute(
+                "SELECT start, end, nameId, globalTid, correlationId"
+                " FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+            )
+        ):
+            name = re.sub(r"_v\d+$", "", strings[name_id])
+            k: Any = (gtid >> 24, corr, name) if corr and corr > 0 else i
+            if k not in calls or e - s > calls[k][1] - calls[k][0]:
+                calls[k] = (s, e, re.sub(r"(_ptsz|_ptds|_spt)$", "", name))
+        acts: list[tuple[int, int, int, int, int, int]] = []
+        for kind in ("KERNEL", "MEMCPY", "MEMSET"):
+            if f"CUPTI_ACTIVITY_KIND_{kind}" in tables:
+                acts += con.execute(
+                    "SELECT start, end, streamId, globalPid, correlationId, deviceId"
+                    f" FROM CUPTI_ACTIVITY_KIND_{kind}"
+                ).fetchall()
+        device_syncs = (
+            [r[0] for r in con.execute("SELECT start FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")]
+            if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables
+            else []
+        )
+        nvtx = (
+            con.execute(
+                "SELECT start, end FROM NVTX_EVENTS"
+                " WHERE eventType IN (59, 60, 70, 71) AND end IS NOT NULL"
+            ).fetchall()
+            if "NVTX_EVENTS" in tables
+            else []
+        )
+    finally:
+        con.close()
+    host = [(s, e) for s, e, _ in calls.values()] + nvtx
+    origin = min([s for s, _ in host] + [a[0] for a in acts] + device_syncs)
+    launch: dict[tuple[int, int], tuple[int, int]] = {}
+    for k, (s, e, name) in sorted(calls.items(), key=lambda kv: kv[1][0]):
+        if isinstance(k, tuple) and _is_launch(name):
+            launch.setdefault((k[0], k[1]), (s - origin, e - origin))
+    devices = {a[5] for a in acts}
+    matched = []
+    for s, e, stream, gpid, corr, dev in acts:
+        hit = launch.get((gpid >> 24, corr))
+        if hit is not None:
+            key = f"{dev}:{stream}" if len(devices) > 1 else str(stream)
+            matched.append((key, *hit, s - origin, e - origin))
+    queue: dict[str, dict[str, Any]] = {}
+    depth_max: list[int] = []
+    for st in sorted({m[0] for m in matched}):
+        mine = [m for m in matched if m[0] == st]
+        depth = _sweep([(ls, max(a, ls)) for _, ls, _, a, _ in mine])
+        flight = _sweep([(ls, max(b, a, ls)) for _, ls, _, a, b in mine])
+        area = at_cap = 0
+        for (t0, v), (t1, _) in pairwise(depth):
+            area += v * (t1 - t0)
+            at_cap += t1 - t0 if v >= cap else 0
+        span = depth[-1][0] - depth[0][0]
+        queue[st] = {
+            "max": max(v for _, v in depth),
+            "mean": area / span if span else 0.0,
+            "time_at_cap_ns": at_cap,
+            "in_flight_max": max(v for _, v in flight),
+            "activities": len(mine),
+        }
+        depth_max.append(max(v for _, v in depth))
+    w0 = min(s for s, _ in host) - origin
+    w1 = max(e for _, e in host) - origin
+    syncs = [(s - origin, e - origin) for s, e, name in calls.values() if _is_sync(name)]
+    mine = [m for m in matched if w0 <= m[1] < w1]
+    d0, d1 = min(m[3] for m in mine), max(m[4] for m in mine)
+    busy = _union([(m[3], m[4]) for m in mine])
+    step = {
+        "step": 0,
+        "start_ns": w0,
+        "end_ns": w1,
+        "cpu_ns": w1 - w0,
+        "activities": len(mine),
+        "device_start_ns": d0,
+        "device_end_ns": d1,
+        "device_ns": d1 - d0,
+        "gpu_busy_ns": busy,
+        "gpu_idle_ns": d1 - d0 - busy,
+        "sync_count": sum(1 for s, _ in syncs if w0 <= s < w1),
+        "sync_wait_ns": _union([(max(s, w0), min(e, w1)) for s, e in syncs if s < w1 and e > w0]),
+        "run_ahead_ns": d1 - w1,
+        "queue_max": max(depth_max),  # one step: the whole queue lies inside it
+        "in_flight_steps": int(d1 > w1),
+    }
+    return {
+        "launch_to_start_ns": _all_percentiles([a - ls for _, ls, _, a, _ in matched]),
+        "queue_delay_ns": _all_percentiles([max(a - le, 0) for _, _, le, a, _ in matched]),
+        "queue": queue,
+        "steps": [step],
+        "sync_total_ns": sum(e - s for s, e in syncs),
     }

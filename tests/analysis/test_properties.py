@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import random
+from itertools import pairwise
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -124,3 +127,88 @@ def test_queue_max_matches_brute_force(launches) -> None:  # type: ignore[no-unt
         # depth at t: launched at or before t, not started by t
         brute = max(sum(1 for a, b in iv if a <= t < b) for t in times)
         assert report.queue[str(stream)].max == brute
+
+
+def _covered(intervals: list[tuple[int, int]]) -> int:
+    """Length covered by [a, b) intervals, one elementary segment at a time."""
+    points = sorted({t for iv in intervals for t in iv})
+    return sum(x1 - x0 for x0, x1 in pairwise(points) if any(a <= x0 < b for a, b in intervals))
+
+
+def _nearest_rank(values: list[int], p: int) -> int:
+    s = sorted(values)
+    return s[max(math.ceil(p * len(s) / 100), 1) - 1] if s else 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_launch, max_size=25), st.lists(_sync, max_size=6), _steps)
+def test_figures_match_brute_force(launches, syncs, steps) -> None:  # type: ignore[no-untyped-def]
+    """Every per-step, queue and delay figure, straight from the definitions in
+    docs/analysis.md, evaluated point by point on the rows the trace is built from."""
+    cap = 2
+    report = analyze(_build(_rows(launches, syncs, steps)), queue_cap=cap)
+    # (stream, launch start, launch end, device start, device end) per activity
+    acts = [
+        (stream, ls, ls + ld, ls + off + 10 * k, ls + off + 10 * k + ad)
+        for ls, ld, off, ad, stream, graph in launches
+        for k in range(2 if graph else 1)
+    ]
+
+    def depth(stream: int, t: int) -> int:  # launched at or before t, not started by t
+        return sum(1 for s, ls, _, a, _ in acts if s == stream and ls <= t < max(a, ls))
+
+    def flight(stream: int, t: int) -> int:  # launched at or before t, not finished by t
+        return sum(1 for s, ls, _, a, b in acts if s == stream and ls <= t < max(a, b, ls))
+
+    times = {s: sorted({t for x in acts if x[0] == s for t in x[1:]}) for s in {x[0] for x in acts}}
+    assert {k for k, q in report.queue.items() if q.activities} == {str(s) for s in times}
+    for s, ts in times.items():
+        q = report.queue[str(s)]
+        change = sorted(
+            {x[1] for x in acts if x[0] == s} | {max(x[3], x[1]) for x in acts if x[0] == s}
+        )
+        segments = list(pairwise(change))
+        span = change[-1] - change[0]
+        area = sum(depth(s, t0) * (t1 - t0) for t0, t1 in segments)
+        assert q.mean == pytest.approx(area / span if span else 0.0, rel=1e-12)
+        assert q.time_at_cap_ns == sum(t1 - t0 for t0, t1 in segments if depth(s, t0) >= cap)
+        assert q.max == max(depth(s, t) for t in ts)
+        assert q.in_flight_max == max(flight(s, t) for t in ts)
+    to_start = [a - ls for _, ls, _, a, _ in acts]
+    delay = [max(a - le, 0) for _, _, le, a, _ in acts]
+    for got, values in (
+        (report.launch.launch_to_start_ns, to_start),
+        (report.launch.queue_delay_ns, delay),
+    ):
+        assert (got.p50, got.p90, got.p99, got.max) == (
+            _nearest_rank(values, 50),
+            _nearest_rank(values, 90),
+            _nearest_rank(values, 99),
+            max(values, default=0),
+        )
+
+    bounds = [sum(steps[:i]) for i in range(len(steps) + 1)]
+    sync_iv = [(ss, ss + sd) for ss, sd, _ in syncs]
+    device_ends: list[int | None] = []
+    for i, f in enumerate(report.steps):
+        w0, w1 = bounds[i], bounds[i + 1]
+        assert (f.step, f.start_ns, f.end_ns, f.cpu_ns) == (i, w0, w1, w1 - w0)
+        mine = [x for x in acts if w0 <= x[1] < w1]
+        assert f.activities == len(mine)
+        d0 = min((x[3] for x in mine), default=None)
+        d1 = max((x[4] for x in mine), default=None)
+        assert (f.device_start_ns, f.device_end_ns) == (d0, d1)
+        device = d1 - d0 if d0 is not None and d1 is not None else 0
+        busy = _covered([(x[3], x[4]) for x in mine])
+        assert (f.device_ns, f.gpu_busy_ns, f.gpu_idle_ns) == (device, busy, device - busy)
+        assert f.run_ahead_ns == (None if d1 is None else d1 - w1)
+        assert f.sync_count == sum(1 for a, _ in sync_iv if w0 <= a < w1)
+        clipped = [(max(a, w0), min(b, w1)) for a, b in sync_iv if a < w1 and b > w0]
+        assert f.sync_wait_ns == _covered(clipped)
+        # the depth of any one stream at the step's start and at each change inside it
+        assert f.queue_max == max(
+            (depth(s, t) for s, ts in times.items() for t in [w0, *ts] if w0 <= t < w1),
+            default=0,
+        )
+        device_ends.append(d1)
+        assert f.in_flight_steps == sum(1 for e in device_ends if e is not None and e > w1)

@@ -72,3 +72,21 @@ def test_multi_device_keys() -> None:
     b.activity("b", 5, 5, stream=7, device=1, correlation=2)
     t = b.build()
     assert sorted(queue_stats(t, link_launches(t))) == ["0:7", "1:7"]
+
+
+def test_in_flight_and_mean_at_equal_timestamps_by_hand() -> None:
+    b = TraceBuilder()
+    b.runtime("l", 0, 1, kind=RuntimeKind.LAUNCH, correlation=1)
+    b.runtime("l", 10, 1, kind=RuntimeKind.LAUNCH, correlation=2)
+    b.runtime("l", 20, 1, kind=RuntimeKind.LAUNCH, correlation=3)
+    b.activity("a", 10, 10, correlation=1)  # starts as the 2nd is launched, ends at the 3rd
+    b.activity("b", 20, 0, correlation=2)  # zero length, at the 3rd launch
+    b.activity("c", 30, 5, correlation=3)
+    t = b.build()
+    q = queue_stats(t, link_launches(t), cap=1)["7"]
+    # depth: 1 on [0, 10) (a's start applies before b's launch at 10), 1 on [10, 20),
+    # 1 on [20, 30), 0 from 30: max 1, mean 1 over [0, 30], at the cap (1) for 30
+    assert (q.max, q.mean, q.time_at_cap_ns) == (1, 1.0, 30)
+    # in flight (launched, not finished): 1 on [0, 10), 2 on [10, 20) (a and b); at 20 a and b
+    # end before c is launched -> 1 on [20, 35)
+    assert q.in_flight_max == 2

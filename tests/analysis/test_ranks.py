@@ -1,9 +1,14 @@
 from __future__ import annotations
 
+import pytest
+
 from asynctrace.analysis.ranks import compare_ranks
 from asynctrace.analysis.report import analyze
 from asynctrace.traces.builder import TraceBuilder
+from asynctrace.traces.load import load
 from asynctrace.traces.model import RangeKind
+from tests.analysis._reference import reference_step_figures
+from tests.conftest import shared_trace
 
 
 def _rank(rank: int, durations: list[int]) -> TraceBuilder:
@@ -36,3 +41,30 @@ def test_single_rank_not_flagged() -> None:
     c = compare_ranks([analyze(_rank(0, [10]).build())])
     assert c.slowest_rank is None
     assert not c.ranks[0].slowest
+
+
+@pytest.mark.real_traces
+def test_two_real_ranks_match_independent_reading() -> None:
+    names = ["hta_sampled_rank1.json.gz", "hta_sampled_rank0.json.gz"]
+    paths = [shared_trace("kineto", n) for n in names]
+    c = compare_ranks([analyze(load(p)) for p in paths])
+    refs = [reference_step_figures(p)["steps"] for p in reversed(paths)]  # rank 0, rank 1
+
+    def mean(steps: list[dict[str, int]], key: str) -> float:
+        return sum(s[key] for s in steps) / len(steps)
+
+    assert [r.rank for r in c.ranks] == [0, 1]  # from distributedInfo
+    for row, steps in zip(c.ranks, refs, strict=True):
+        assert row.steps == len(steps) == 2
+        assert row.cpu_ns_mean == pytest.approx(mean(steps, "cpu_ns"))
+        assert row.device_ns_mean == pytest.approx(mean(steps, "device_ns"))
+        assert row.gpu_busy_ns_mean == pytest.approx(mean(steps, "gpu_busy_ns"))
+        assert row.sync_wait_ns_mean == mean(steps, "sync_wait_ns") == 0
+    assert c.slowest_rank == 1  # 619.27 ms mean host step vs 615.12 ms
+    by_step = {s["step"]: [s["cpu_ns"]] for s in refs[0]}
+    for s in refs[1]:
+        by_step[s["step"]].append(s["cpu_ns"])
+    assert [(k.step, k.ranks, k.min_cpu_ns, k.max_cpu_ns, k.skew_ns) for k in c.step_skew] == [
+        (n, 2, min(v), max(v), max(v) - min(v)) for n, v in sorted(by_step.items())
+    ]
+    assert [k.slowest_rank for k in c.step_skew] == [1, 1]

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 
 from asynctrace.analysis.report import Report, analyze
 from asynctrace.errors import TraceFormatError
 from asynctrace.traces.model import Trace
-from tests.analysis._reference import reference_figures, reference_nsys_figures
+from tests.analysis._reference import (
+    reference_figures,
+    reference_nsys_figures,
+    reference_nsys_step_figures,
+    reference_step_figures,
+)
 from tests.conftest import KINETO_DIR, NSYS_DIR, shared_trace
 
 pytestmark = pytest.mark.real_traces
@@ -71,6 +78,75 @@ def test_figures_match_independent_reading(name: str) -> None:
         assert got == ref["sites"]
 
 
+def _same_figures(report: Report, ref: dict[str, Any]) -> None:
+    assert msgspec.to_builtins(report.launch.launch_to_start_ns) == ref["launch_to_start_ns"]
+    assert msgspec.to_builtins(report.launch.queue_delay_ns) == ref["queue_delay_ns"]
+    got_queue = {k: msgspec.to_builtins(q) for k, q in report.queue.items() if q.activities}
+    assert got_queue.keys() == ref["queue"].keys()
+    for key, q in ref["queue"].items():
+        assert got_queue[key] == {**q, "mean": pytest.approx(q["mean"], rel=1e-12)}, key
+    got_steps = [msgspec.to_builtins(s) for s in report.steps]
+    assert [{k: s[k] for k in ref["steps"][0]} for s in got_steps] == ref["steps"]
+
+
+# Every trace with device work: profiler steps, annotation steps (sglang) and the whole trace.
+STEP_FIGURES = [
+    *PINNED,
+    "hta_a100_event_sync_multistream.json.gz",
+    "tracelens_mi300_vllm_graph_replay.json.gz",
+    "kineto_synthetic_newest_schema.json",
+]
+
+
+@pytest.mark.parametrize("name", STEP_FIGURES)
+def test_step_queue_and_delay_figures_match_independent_reading(name: str) -> None:
+    # gpu_busy/idle, sync_wait, run_ahead, queue_max and in_flight per step; the queue's
+    # time-weighted mean, time at the cap and in-flight maximum; launch-to-start percentiles;
+    # graph launches (one call, many kernels) on the graphlaunch, hipgraph and vllm traces
+    path = shared_trace("kineto", name)
+    _same_figures(analyze(_load(path)), reference_step_figures(path))
+
+
+@pytest.mark.parametrize("cap", [2, 64])
+def test_time_at_a_low_cap_matches_independent_reading(cap: int) -> None:
+    # the shipped traces seldom reach 1022: a low cap exercises time_at_cap_ns on every stream
+    path = shared_trace("kineto", "hta_a100_16ranks_rank0_graphlaunch.json.gz")
+    report = analyze(_load(path), queue_cap=cap)
+    _same_figures(report, reference_step_figures(path, cap=cap))
+    assert report.queue["7"].time_at_cap_ns > 0
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tracelens_h100_bert_small_with_stack.json.gz",
+        "tracelens_mi300_sglang_decode_hipgraph.json.gz",
+        "tracelens_mi300_vllm_graph_replay.json.gz",
+        "tracelens_b200_compile_culaunchkernelex.json.gz",
+        "hta_a100_alexnet_syncs.json.gz",
+        "hta_a100_event_sync.json.gz",
+        "hta_a100_16ranks_rank0_graphlaunch.json.gz",
+    ],
+)
+def test_sync_calls_match_independent_reading(name: str) -> None:
+    # each call's duration, op, innermost user frame and step; then the per-site aggregates;
+    # Kineto's cuda_sync records of the same waits (alexnet: 41 for 21 calls) are not counted
+    path = shared_trace("kineto", name)
+    report = analyze(_load(path))
+    figures = reference_step_figures(path)
+    ref = figures["sync_calls"]
+    assert report.syncs.device_records == figures["device_sync_records"]
+    assert [(c.dur_ns, c.op, c.site, c.step) for c in report.syncs.calls] == ref
+    sites: dict[tuple[str, str], tuple[int, int, set[int]]] = {}
+    for dur, op, site, step in ref:
+        count, total, steps = sites.get((site, op), (0, 0, set()))
+        sites[(site, op)] = (count + 1, total + dur, steps | ({step} - {None}))
+    assert sorted((s.site, s.op, s.count, s.total_ns, s.steps) for s in report.syncs.sites) == (
+        sorted((k[0], k[1], c, t, len(st)) for k, (c, t, st) in sites.items())
+    )
+    assert report.syncs.total_ns == sum(d for d, *_ in ref)
+
+
 def test_known_landmarks() -> None:
     # Figures a reader can check against PROVENANCE.md and the HTA test-suite descriptions.
     v100 = _report("hta_v100_ns_resolution_rank0.json.gz")
@@ -115,6 +191,19 @@ def test_nsys_figures_match_independent_reading(path: str) -> None:
     assert report.launch.queue_delay_ns.p50 == ref["queue_delay_p50"]
     for s in report.steps:
         assert s.gpu_busy_ns + s.gpu_idle_ns == s.device_ns
+
+
+@pytest.mark.parametrize(
+    "path", sorted(p.name for p in NSYS_DIR.glob("*.sqlite")) if NSYS_DIR.exists() else []
+)
+def test_nsys_step_queue_and_delay_figures_match_independent_reading(path: str) -> None:
+    file = shared_trace("nsys", path)
+    report = analyze(_load(file))
+    ref = reference_nsys_step_figures(file)
+    assert report.step_source == "trace"  # none of the exports has step ranges
+    _same_figures(report, ref)
+    # 2022 exports hold each call twice (bare and _vNNNN): each wait counted once
+    assert report.syncs.total_ns == ref["sync_total_ns"]
 
 
 def test_cloverleaf_landmarks() -> None:

@@ -93,3 +93,51 @@ def test_union_length() -> None:
     e = np.array([10, 8, 30, 25], np.int64)
     assert union_length(s, e) == 10 + 10
     assert union_length(np.zeros(0, np.int64), np.zeros(0, np.int64)) == 0
+
+
+def test_whole_trace_step_ignores_device_side_annotations() -> None:
+    # gpu_user_annotation ranges lie on the device's timeline: the whole-trace step runs from
+    # the first to the last *host* event, [0, 100) here, not to the annotation's end at 500.
+    b = TraceBuilder()
+    b.range("aten::mm", 0, 100)
+    b.runtime("cudaLaunchKernel", 10, 5, kind=RuntimeKind.LAUNCH, correlation=1)
+    b.activity("k", 50, 450, correlation=1)
+    b.range("fwd", 50, 450, kind=RangeKind.GPU_ANNOTATION, pid=0, tid=7)
+    t = b.build()
+    (w,) = step_windows(t)
+    assert (w.start_ns, w.end_ns, w.source) == (0, 100, "trace")
+    (s,) = _split(t)
+    # device end 500 − host end 100; the step is still running on the device at its host end
+    assert (s.cpu_ns, s.device_ns, s.run_ahead_ns, s.in_flight_steps) == (100, 450, 400, 1)
+
+
+def test_edge_cases_by_hand() -> None:
+    b = TraceBuilder()
+    for n, start in enumerate((0, 100, 200)):
+        b.range(f"ProfilerStep#{n}", start, 100, kind=RangeKind.STEP, step=n)
+    launch = RuntimeKind.LAUNCH
+    # step 0: a zero-length kernel, and two kernels overlapping on streams 7 and 9
+    b.runtime("cudaLaunchKernel", 10, 5, kind=launch, correlation=1)
+    b.runtime("cudaLaunchKernel", 20, 5, kind=launch, correlation=2)
+    b.runtime("cudaLaunchKernel", 30, 5, kind=launch, correlation=3)
+    b.activity("empty", 40, 0, stream=7, correlation=1)
+    b.activity("a", 50, 100, stream=7, correlation=2)  # runs on past the step's host end
+    b.activity("b", 60, 140, stream=9, correlation=3)
+    # step 1 launches nothing; step 2 launches at its start a kernel that starts at once
+    b.runtime("cudaLaunchKernel", 200, 5, kind=launch, correlation=4)
+    b.activity("c", 200, 10, stream=9, correlation=4)
+    s0, s1, s2 = _split(b.build())
+    # device [40, 200); busy = [50, 150) ∪ [60, 200) = [50, 200): the zero-length kernel adds
+    # nothing, the overlap counts once
+    assert (s0.activities, s0.device_start_ns, s0.device_end_ns) == (3, 40, 200)
+    assert (s0.device_ns, s0.gpu_busy_ns, s0.gpu_idle_ns) == (160, 150, 10)
+    assert s0.run_ahead_ns == 200 - 100
+    # stream 7: depth 1 on [10, 20), 2 on [20, 40), 1 on [40, 50); stream 9: 1 on [30, 60)
+    assert s0.queue_max == 2
+    assert s0.in_flight_steps == 1  # its own work ends at 200, after its host end at 100
+    # nothing launched: no device window, no run-ahead; step 0's work ends at 200, not after
+    # step 1's host end (200), so it is no longer in flight
+    assert (s1.activities, s1.device_start_ns, s1.device_ns, s1.gpu_busy_ns) == (0, None, 0, 0)
+    assert (s1.run_ahead_ns, s1.queue_max, s1.in_flight_steps) == (None, 0, 0)
+    # launch and device start at 200: the start applies first, so depth stays 0
+    assert (s2.device_ns, s2.gpu_busy_ns, s2.run_ahead_ns, s2.queue_max) == (10, 10, -90, 0)

@@ -335,6 +335,35 @@ def test_hand_built_trace(tmp_path: Path) -> None:
     assert t.skipped == {"ph=M": 1}
 
 
+def test_negative_durations_clamped_and_counted(tmp_path: Path) -> None:
+    # As the Nsight Systems loader does: an event with a negative duration is kept at its
+    # start with duration 0, and counted, so no figure sees an end before a start (a step's
+    # device_ns was negative: first start 50 µs, "last end" 30 µs).
+    events = [
+        _x("user_annotation", "ProfilerStep#1", 0, 100),
+        _x("cuda_runtime", "cudaLaunchKernel", 10, 5, correlation=1),
+        _x("kernel", "k", 50, -20, correlation=1, stream=7, device=0),
+        _x("cuda_runtime", "cudaStreamSynchronize", 60, -3),
+        _x("cuda_sync", "Stream Sync", 60, -3, stream=7),
+        _x("python_function", "train.py(3): step", 0, -1),
+        _x("cpu_op", "aten::mm", 5, -2),
+    ]
+    t = load_kineto(_write(tmp_path, {"traceEvents": events}))
+    assert t.activities.dur_ns.tolist() == [0]
+    assert t.activities.start_ns.tolist() == [50000]
+    assert sorted(t.runtime.dur_ns.tolist()) == [0, 5000]
+    assert t.device_syncs.dur_ns.tolist() == [0]
+    assert t.python_frames.dur_ns.tolist() == [0]
+    assert sorted(t.ranges.dur_ns.tolist()) == [0, 100000]
+    assert t.skipped == {
+        "activity_negative_duration_clamped": 1,
+        "runtime_negative_duration_clamped": 1,
+        "device_sync_negative_duration_clamped": 1,
+        "python_frame_negative_duration_clamped": 1,
+        "range_negative_duration_clamped": 1,
+    }
+
+
 def test_exact_decimal_timestamps_of_any_width(tmp_path: Path) -> None:
     # beyond 2**43 µs with varying digit counts: the per-value exact path
     base = 1712195495519689
