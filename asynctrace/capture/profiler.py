@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -126,6 +127,9 @@ class DeepProfiler:
         self._step = 0
         self._prof: Any = None
         self._started = False
+        # torch's profiler state is per thread: stopping a window from another thread than
+        # the one that started it segfaults the process (torch 2.x), so one thread drives it
+        self._thread = 0
 
     @property
     def active(self) -> bool:
@@ -138,11 +142,22 @@ class DeepProfiler:
             raise CaptureError("DeepProfiler.start() called twice")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._started = True
+        self._thread = threading.get_ident()
         self._step = 0
         self._maybe_open()
 
+    def check_thread(self) -> None:
+        """Raise :class:`CaptureError` unless called in the thread that started profiling."""
+        if self._thread and threading.get_ident() != self._thread:
+            raise CaptureError(
+                "deep mode (profile=) is driven by the thread that started the session: step "
+                "and end it there (torch.profiler cannot be stopped from another thread)"
+            )
+
     def step(self) -> None:
-        """The session finished step ``n`` and starts ``n + 1``."""
+        """The session finished step ``n`` and starts ``n + 1``; only in the thread that
+        called :meth:`start` (:class:`CaptureError` elsewhere, before anything changes)."""
+        self.check_thread()
         self._step += 1
         prof = self._prof
         if prof is None:
@@ -156,7 +171,9 @@ class DeepProfiler:
             prof.stop()
 
     def stop(self) -> None:
-        """End profiling; a window cut short by the session's end is still written."""
+        """End profiling; a window cut short by the session's end is still written. Only in
+        the thread that called :meth:`start`, like :meth:`step`."""
+        self.check_thread()
         prof, self._prof = self._prof, None
         if prof is not None:
             prof.stop()

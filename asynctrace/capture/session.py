@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import inspect
 import math
 import os
 import socket
@@ -37,7 +38,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast, overload
 
 import msgspec
 
@@ -118,8 +119,12 @@ def _forget_sessions_in_child() -> None:
 
 def _describe_exit(exc: BaseException) -> str | None:
     """The ``error`` a session records for the exception that ended it; None for a clean
-    ``sys.exit()`` / ``sys.exit(0)``, an ordinary end of a program."""
+    ``sys.exit()`` / ``sys.exit(0)``, an ordinary end of a program, and for ``GeneratorExit``:
+    a generator that traces its loop and is closed early (the consumer ``break``s) ended
+    normally."""
     if isinstance(exc, SystemExit) and exc.code in (None, 0):
+        return None
+    if isinstance(exc, GeneratorExit):
         return None
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -186,6 +191,14 @@ _FIGURES: Final = (
     ("mem allocated", "mem_allocated_bytes", "bytes"),
     ("mem reserved", "mem_reserved_bytes", "bytes"),
 )
+
+
+def _worse(first: BaseException | None, new: BaseException) -> BaseException:
+    """The failure to report of two met while ending a session: the first, unless only the new
+    one is an interruption (KeyboardInterrupt, SystemExit), which must reach the caller."""
+    if first is None or (isinstance(first, Exception) and not isinstance(new, Exception)):
+        return new
+    return first
 
 
 def _median(sorted_values: Sequence[int]) -> float:
@@ -340,6 +353,12 @@ class Session:
     # ------------------------------------------------------------------ context manager
     def __enter__(self) -> Session:
         if self._active:
+            if self._thread == threading.get_ident():
+                raise CaptureError(
+                    f"session {self.name or 'session'!r} is already active in this thread; "
+                    "sessions do not nest (a decorated function called from inside itself, or "
+                    "a session entered twice)"
+                )
             raise CaptureError(
                 f"session {self.name or 'session'!r} is already active; a session object runs "
                 "once at a time (create one session per thread)"
@@ -404,39 +423,73 @@ class Session:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._active:
+            self._check_exit_thread()
         end_ns = self._now()
-        try:
-            self._discard_open()
-        finally:
-            self._active = False
-            self._restore_globals()
         self._wall_ns = end_ns - self._t0
         if exc is not None:
             self._error = _describe_exit(exc)
+        # Each part runs whatever happened in the ones before: the records are finished even
+        # when restoring a global, collecting the device's figures or closing TensorBoard fails
+        # or is interrupted (a second Ctrl-C while a deep-mode window is being written).
+        failure: BaseException | None = None
+        for part in (self._discard_open, self._deactivate, self._drain, self._close_tensorboard):
+            try:
+                part()
+            except BaseException as e:
+                failure = _worse(failure, e)
+        if failure is not None and self._error is None:
+            self._error = _describe_exit(failure)
+        clean = exc is None and failure is None
         try:
-            self._drain()
-            self._close_tensorboard()
-            self._finish_writer(raising=exc is None)
+            self._finish_writer(raising=clean)
             self._report = self._build_report()
-            if self.gather_ranks and exc is None:
+            if self.gather_ranks and clean:
                 self._gather()
-        except Exception as e:
+        except BaseException as e:
             if self._writer is not None:
                 self._writer.abort()
                 self._writer = None
-            if exc is None:
-                raise
+            failure = _worse(failure, e)
+        if failure is not None:
+            if exc is None or not isinstance(failure, Exception):
+                # ours to raise: the session ended cleanly, or the cleanup was interrupted
+                # (KeyboardInterrupt, SystemExit), which must not be swallowed
+                raise failure
             # never mask the user's exception with one of ours
             warnings.warn(
-                f"asynctrace could not finish the session after {type(exc).__name__}: {e}",
+                f"asynctrace could not finish the session after {type(exc).__name__}: {failure}",
                 AsyncTraceWarning,
                 stacklevel=2,
             )
             return
-        if self.print_summary and self._error is None:
-            print_report(self._report)
+        report = self._report
+        if self.print_summary and self._error is None and report is not None:
+            print_report(report)
             if self.rank_table is not None:
                 print(format_rank_table(self.rank_table))
+
+    def _deactivate(self) -> None:
+        self._active = False
+        self._restore_globals()
+
+    def _check_exit_thread(self) -> None:
+        """Only the entering thread can undo what is bound to it: torch's dispatch-mode stack
+        (lint sync detection) and torch.profiler (deep mode; stopping it from another thread
+        kills the process). Refused before anything changes, so that thread can still end it."""
+        if threading.get_ident() == self._thread:
+            return
+        bound = []
+        detector = self._detector
+        if detector is not None and detector.active == "lint":
+            bound.append("lint sync detection")
+        if self._profiler is not None:
+            bound.append("deep mode (profile=)")
+        if bound:
+            raise CaptureError(
+                f"session {self.name or 'session'!r} uses {' and '.join(bound)}, which only the "
+                "thread that entered it can undo: end it in that thread"
+            )
 
     def _gather(self) -> None:
         """Rank 0 collects every rank's step summary over the existing process group."""
@@ -455,9 +508,34 @@ class Session:
             self.rank_table = _distributed.gather_records(self.records_path)
 
     def __call__(self, fn: Callable[_P, _R]) -> Callable[_P, _R]:
-        """``@session`` / ``@asynctrace.trace()``: each call of ``fn`` runs in this session."""
+        """``@session`` / ``@asynctrace.trace()``: each call of ``fn`` runs in this session.
+
+        For an ``async def`` the session spans the awaited body, for a generator function its
+        iteration (the body runs only then; calling either returns at once).
+        """
         if self.name is None:
             self.name = getattr(fn, "__name__", None)
+        if inspect.isasyncgenfunction(fn):
+            raise CaptureError(
+                f"@asynctrace.trace cannot wrap the async generator {self.name!r}: use "
+                "`with asynctrace.trace() as session:` inside it"
+            )
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def run_awaited(*args: Any, **kwargs: Any) -> Any:
+                with self:
+                    return await fn(*args, **kwargs)
+
+            return cast(Callable[_P, _R], run_awaited)
+        if inspect.isgeneratorfunction(fn):
+
+            @functools.wraps(fn)
+            def run_iterated(*args: Any, **kwargs: Any) -> Any:
+                with self:
+                    return (yield from fn(*args, **kwargs))
+
+            return cast(Callable[_P, _R], run_iterated)
 
         @functools.wraps(fn)
         def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
@@ -522,27 +600,56 @@ class Session:
         """Decorator: each call of ``fn`` is one step (from entry to return).
 
         Outside an active session the function runs untraced; a call that raises is not a
-        complete step and is dropped.
+        complete step and is dropped. For an ``async def`` the step spans the awaited body.
         """
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            # its call returns before the body runs: the step would measure nothing
+            raise CaptureError(
+                f"train_step cannot wrap the generator {getattr(fn, '__name__', fn)!r}: a step "
+                "is one call; call session.step() inside its loop instead"
+            )
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def step_awaited(*args: Any, **kwargs: Any) -> Any:
+                if not self._active:
+                    return await fn(*args, **kwargs)
+                self._open_call_step()
+                try:
+                    result = await fn(*args, **kwargs)
+                except BaseException:
+                    if self._active:
+                        self._discard_open()
+                    raise
+                self._close_call_step()
+                return result
+
+            return cast(Callable[_P, _R], step_awaited)
 
         @functools.wraps(fn)
         def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             if not self._active:
                 return fn(*args, **kwargs)
-            self._discard_open()
-            self._open_step(self._now(), self._record() if self._async else None)
+            self._open_call_step()
             try:
                 result = fn(*args, **kwargs)
             except BaseException:
                 if self._active:
                     self._discard_open()
                 raise
-            if self._active and self._open:
-                now = self._now()
-                self._close_step(now, self._record() if self._async else None)
+            self._close_call_step()
             return result
 
         return wrapper
+
+    def _open_call_step(self) -> None:
+        self._discard_open()
+        self._open_step(self._now(), self._record() if self._async else None)
+
+    def _close_call_step(self) -> None:
+        if self._active and self._open:
+            now = self._now()
+            self._close_step(now, self._record() if self._async else None)
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         # torch's hook is process-wide: another thread's optimizer step belongs to that
@@ -569,6 +676,13 @@ class Session:
     def _forget_in_child(self) -> None:
         self._active = False
         self._open = False
+        # the child's copy of the global hook would call into this ended copy at every
+        # optimizer step (the sync detectors' hooks are undone by syncs' own at-fork hook)
+        hook, self._hook = self._hook, None
+        if hook is not None:
+            with contextlib.suppress(Exception):
+                hook.remove()
+        self._detector = None
         w, self._writer = self._writer, None
         if w is not None:
             # closes the child's copy of the descriptor only; nothing is written or renamed
@@ -608,11 +722,15 @@ class Session:
         # read before the step counts as closed: if the device raises here, the session's exit
         # still finds the step open and pops its range
         mem = self._memory()
+        prof = self._profiler
+        if prof is not None:
+            # from another thread it raises here, leaving the session as if step() had not
+            # been called (rather than in prof.step(), after the step was closed)
+            prof.check_thread()
         self._open = False
         pop = self._nvtx_pop
         if pop is not None:
             pop()
-        prof = self._profiler
         if prof is not None:
             prof.step()
         index = self._index
@@ -1006,23 +1124,34 @@ class Session:
             return
         t = self._now()
         failed = 0
-        while pending:
-            item = pending[0]
-            try:
-                if not self._query(item[9]):
-                    self.device.wait(item[9])
-            except Exception:
-                # a device error (for example the one that ended the session): the figures
-                # cannot be collected, but the host-side ones are still true
-                failed += 1
-                self._drop_oldest(overflow=False)
-                continue
-            self._write_async(pending.popleft())
-        self._exit_wait_ns = self._now() - t
-        if failed:
-            self._notes.append(
-                f"{failed} step(s) have no device figures: their markers failed at exit"
-            )
+        try:
+            while pending:
+                item = pending[0]
+                try:
+                    if not self._query(item[9]):
+                        self.device.wait(item[9])
+                except Exception:
+                    # a device error (for example the one that ended the session): the figures
+                    # cannot be collected, but the host-side ones are still true
+                    failed += 1
+                    self._drop_oldest(overflow=False)
+                    continue
+                self._write_async(pending.popleft())
+        finally:
+            self._exit_wait_ns = self._now() - t
+            if failed:
+                self._notes.append(
+                    f"{failed} step(s) have no device figures: their markers failed at exit"
+                )
+            if pending:
+                # the wait was interrupted (Ctrl-C): the steps' host figures are still written
+                interrupted = len(pending)
+                while pending:
+                    self._drop_oldest(overflow=False)
+                self._notes.append(
+                    f"{interrupted} step(s) have no device figures: the wait for them at exit "
+                    "was interrupted"
+                )
 
     def _summary_notes(self) -> list[str]:
         notes = list(self._notes)
@@ -1121,21 +1250,23 @@ def _fmt(value: float, unit: str) -> str:
     if math.isnan(value):
         return "-"
     if unit == "ns":
-        a = abs(value)
-        if a >= 1e9:
-            return f"{value / 1e9:.3f} s"
-        if a >= 1e6:
-            return f"{value / 1e6:.3f} ms"
-        if a >= 1e3:
-            return f"{value / 1e3:.1f} µs"
-        return f"{value:.0f} ns"
+        return _scaled(value, ((1, "ns", 0), (1e3, "µs", 1), (1e6, "ms", 3), (1e9, "s", 3)), 1000)
     if unit == "bytes":
-        a = abs(value)
-        for div, suffix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-            if a >= div:
-                return f"{value / div:.1f} {suffix}"
-        return f"{value:.0f} B"
+        units = ((1, "B", 0), (1 << 10, "KiB", 1), (1 << 20, "MiB", 1), (1 << 30, "GiB", 1))
+        return _scaled(value, units, 1024)
     return f"{value:.2f}"
+
+
+def _scaled(value: float, units: Sequence[tuple[float, str, int]], step: int) -> str:
+    """``value`` in the largest unit it reaches *as printed*: the unit is chosen on the rounded
+    text, so 999.96 µs prints as ``1.000 ms``, not ``1000.0 µs``."""
+    scale, name, decimals = units[0]
+    text = f"{value / scale:.{decimals}f}"
+    for scale, bigger, decimals in units[1:]:
+        if not abs(float(text)) >= step:
+            break
+        text, name = f"{value / scale:.{decimals}f}", bigger
+    return f"{text} {name}"
 
 
 def _report_rows(report: SessionReport) -> list[tuple[str, str, str, str]]:
@@ -1197,6 +1328,8 @@ def trace(
     print_summary: bool = True,
     write: bool = True,
     strict: bool = False,
+    max_pending: int = DEFAULT_MAX_PENDING,
+    window: int = DEFAULT_WINDOW,
     profile: bool | Profile | None = None,
     nsys_capture: Iterable[int] | None = None,
     tensorboard: bool = False,
@@ -1216,6 +1349,8 @@ def trace(
     print_summary: bool = True,
     write: bool = True,
     strict: bool = False,
+    max_pending: int = DEFAULT_MAX_PENDING,
+    window: int = DEFAULT_WINDOW,
     profile: bool | Profile | None = None,
     nsys_capture: Iterable[int] | None = None,
     tensorboard: bool = False,
@@ -1239,6 +1374,9 @@ def trace(
     - ``write``: write the records file.
     - ``strict``: a records file that cannot be written raises :class:`CaptureError`
       instead of warning.
+    - ``max_pending``: the most steps whose device markers may wait at once; beyond it the
+      oldest is written without device figures (docs/how-it-works.md).
+    - ``window``: how many recent steps the summary's medians, p90s and the verdict cover.
     - ``profile``: deep mode: ``True`` or an :class:`asynctrace.Profile` schedule runs
       ``torch.profiler`` over the chosen steps and writes
       ``<dir>/<name>/{worker}.{time_ns}.pt.trace.json.gz`` (plus an annotated copy).
@@ -1258,6 +1396,8 @@ def trace(
         "print_summary": print_summary,
         "write": write,
         "strict": strict,
+        "max_pending": max_pending,
+        "window": window,
         "profile": profile,
         "nsys_capture": nsys_capture,
         "tensorboard": tensorboard,

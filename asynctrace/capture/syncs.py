@@ -191,6 +191,8 @@ class _Hub:
         # sessions run in several threads: one thread's last stop() must not undo what another
         # thread's first start() is installing (nor install it twice)
         self._lock = threading.RLock()
+        # registered at the first attach, not at import (no import-time side effects)
+        self._fork_hook = False
 
     # -- state -------------------------------------------------------------------------------
 
@@ -232,6 +234,9 @@ class _Hub:
                     "threads)"
                 )
             self._torch_dir = _package_dir(torch.__file__)
+            if not self._fork_hook and hasattr(os, "register_at_fork"):
+                os.register_at_fork(after_in_child=self.forget_in_child)
+                self._fork_hook = True
             if not self.lint and not self.cuda:
                 self._patch_tensor(torch)
             try:
@@ -256,28 +261,60 @@ class _Hub:
     def detach(self, det: SyncDetector, kind: str) -> None:
         with self._lock:
             group = self.lint if kind == "lint" else self.cuda
+            if (
+                kind == "lint"
+                and group == [det]
+                and self._lint_mode is not None
+                and threading.get_ident() != self._lint_thread
+            ):
+                # popping from here would pop this thread's stack (or fail on an empty one) and
+                # leave the mode on the other thread's for good
+                raise CaptureError(
+                    "lint sync detection was started in another thread; stop it in that thread "
+                    "(torch's dispatch-mode stack is per thread)"
+                )
             if det in group:
                 group.remove(det)
             self._release(kind)
 
+    def forget_in_child(self) -> None:
+        """After ``fork``, in the child (a DataLoader worker): the detectors are the parent's,
+        and their hooks would make every op of the child's pass through the lint's dispatch
+        mode for nobody. Undone here, without the lock: a parent thread that held it at the
+        fork does not exist in the child."""
+        self._lock = threading.RLock()
+        if threading.get_ident() != self._lint_thread:
+            # the mode is on the stack of a parent thread the child does not have
+            self._lint_mode = None
+        self.lint.clear()
+        self.cuda.clear()
+        with contextlib.suppress(Exception):
+            self._release("lint")
+        # torch refuses to touch CUDA in a forked child, so the sync debug mode stays as it
+        # is there (CUDA is unusable in it anyway); the Python-level hooks still go
+        with contextlib.suppress(Exception):
+            self._release("cuda")
+
     def _release(self, kind: str) -> None:
         """Undo what the detectors no longer need: ``kind``'s hooks once none of that kind is
         left, the shared Tensor wrappers once no detector is."""
-        if kind == "lint" and not self.lint:
-            self._lint_thread = 0
-            if self._lint_mode is not None:
-                mode, self._lint_mode = self._lint_mode, None
-                mode.__exit__(None, None, None)
-        if kind == "cuda" and not self.cuda:
-            while self._cuda_restore:
-                self._cuda_restore.pop()()
-        if not self.lint and not self.cuda:
-            while self._patched:
-                owner, name, own, original = self._patched.pop()
-                if own:
-                    setattr(owner, name, original)
-                else:
-                    delattr(owner, name)
+        try:
+            if kind == "lint" and not self.lint:
+                self._lint_thread = 0
+                if self._lint_mode is not None:
+                    mode, self._lint_mode = self._lint_mode, None
+                    mode.__exit__(None, None, None)
+            if kind == "cuda" and not self.cuda:
+                _undo_all(self._cuda_restore)
+        finally:
+            # the Tensor wrappers go whatever failed above
+            if not self.lint and not self.cuda:
+                while self._patched:
+                    owner, name, own, original = self._patched.pop()
+                    if own:
+                        setattr(owner, name, original)
+                    else:
+                        delattr(owner, name)
 
     def _patch(
         self,
@@ -410,6 +447,20 @@ class _Hub:
         accelerator = getattr(torch, "accelerator", None)
         if accelerator is not None and hasattr(accelerator, "synchronize"):
             self._patch(accelerator, "synchronize", timed("torch.accelerator.synchronize"), mine)
+
+
+def _undo_all(undo: list[Callable[[], None]]) -> None:
+    """Run and drop every undo action, last first, each whatever the others did; then raise
+    the first failure, if any."""
+    failure: BaseException | None = None
+    while undo:
+        try:
+            undo.pop()()
+        except BaseException as e:
+            if failure is None:
+                failure = e
+    if failure is not None:
+        raise failure
 
 
 def _filters_mutated() -> None:
@@ -565,9 +616,12 @@ class SyncDetector:
         self.active = active
 
     def stop(self) -> None:
-        active, self.active = self.active, None
+        active = self.active
         if active in ("cuda", "lint"):
+            # CaptureError from another thread than the lint's, before anything changed: still
+            # running, so that thread can stop it
             _hub.detach(self, active)
+        self.active = None
 
     def __enter__(self) -> SyncDetector:
         self.start()

@@ -5,9 +5,11 @@ written are a warning (training continues) unless ``strict=True``."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -635,6 +637,224 @@ def test_process_wide_parts_serve_one_thread_at_a_time(
     assert a.summary().steps == 1
 
 
+def _in_thread(fn: Callable[[], object]) -> BaseException | None:
+    caught: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as e:
+            caught.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(30)
+    return caught[0] if caught else None
+
+
+def test_a_lint_session_cannot_be_ended_from_another_thread(tmp_path: Path) -> None:
+    # was: RuntimeError "pop from empty mode stack", the lint mode left on the entering
+    # thread's stack for good, the Tensor wrappers left installed and the records left as .tmp
+    clock = FakeClock(T0)
+    s = fake_session(tmp_path, clock, detect_syncs="lint")
+    tolist = torch.Tensor.tolist
+    s.__enter__()
+    try:
+        clock.advance(10)
+        s.step()
+        caught = _in_thread(lambda: s.__exit__(None, None, None))
+        assert isinstance(caught, CaptureError)
+        assert "end it in that thread" in str(caught)
+        # nothing changed: still active and still detecting, so this thread can end it
+        assert current_session() is s
+        assert torch._C._len_torch_dispatch_stack() == 1
+        torch.ones(1).sum().item()
+        assert s._sync_count == 1
+    finally:
+        s.__exit__(None, None, None)
+    assert torch.Tensor.tolist is tolist
+    rec = only_records(tmp_path)
+    assert rec.complete
+    assert [r.step for r in rec.steps] == [0]
+
+
+DEEP_MODE_OTHER_THREAD = """
+import sys, threading
+import torch
+from asynctrace.capture.profiler import Profile
+from asynctrace.capture.session import Session
+from asynctrace.errors import CaptureError
+
+s = Session("t", dir=sys.argv[2], device="cpu", print_summary=False, detect_syncs="off",
+            profile=Profile(wait=0, warmup=1, active=3, annotate=False))
+caught = []
+
+def other():
+    try:
+        s.step() if sys.argv[1] == "step" else s.__exit__(None, None, None)
+    except CaptureError as e:
+        caught.append(e)
+
+with s:
+    x = torch.randn(8, 8)
+    for _ in range(2):
+        x = x @ x
+        s.step()
+    assert torch.autograd.profiler._is_profiler_enabled  # recording, started in this thread
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert len(caught) == 1, caught
+    print("refused:", caught[0])
+    s.step()
+assert not torch.autograd.profiler._is_profiler_enabled
+print("steps", s.summary().steps)
+"""
+
+
+@pytest.mark.parametrize("call", ["step", "exit"])
+def test_deep_mode_is_never_stopped_from_another_thread(tmp_path: Path, call: str) -> None:
+    # torch.profiler stopped from another thread than the one that started recording kills
+    # the process (SIGSEGV, torch 2.x): was what a step() or the end from another thread did.
+    # Run in a child, so that a regression fails this test instead of the whole test run.
+    script = tmp_path / "deep.py"
+    script.write_text(DEEP_MODE_OTHER_THREAD)
+    out = tmp_path / "out"
+    root = str(Path(__file__).parents[2])  # this checkout's asynctrace, not an installed one
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    r = subprocess.run(
+        [sys.executable, str(script), call, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    refused = [line for line in r.stdout.splitlines() if line.startswith("refused:")]
+    assert len(refused) == 1
+    assert "deep mode (profile=)" in refused[0]
+    assert "steps 3" in r.stdout
+    assert len(list((out / "t").glob("*.pt.trace.json.gz"))) == 1
+    assert only_records(out).complete
+
+
+# ---------------------------------------------------------------- failures while ending
+def test_an_interrupt_while_a_deep_mode_window_is_written_still_finishes_the_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a second Ctrl-C while the window cut short by the first is exported (seconds for a
+    # large trace): was a records file left as .tmp holding the header only
+    from asynctrace.capture import profiler
+
+    def interrupted(self: Any, prof: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(profiler.DeepProfiler, "_write", interrupted)
+    s = trace(
+        "p",
+        dir=tmp_path,
+        device="cpu",
+        print_summary=False,
+        profile=Profile(wait=0, warmup=1, active=5, annotate=False),
+    )
+    first = RuntimeError("boom")
+    with pytest.raises(KeyboardInterrupt) as info, s:  # noqa: PT012 - a loop
+        for _ in range(3):
+            s.step()
+        raise first
+    assert info.value.__context__ is first
+    assert not torch.autograd.profiler._is_profiler_enabled
+    rec = only_records(tmp_path)
+    assert rec.complete
+    assert [r.step for r in rec.steps] == [0, 1, 2]
+    assert rec.summary is not None
+    assert rec.summary.error == "RuntimeError: boom"
+
+
+def test_an_interrupt_while_waiting_for_the_device_at_exit_keeps_every_step(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock(T0)
+
+    class Interrupted(FakeDevice):
+        def wait(self, event: Any) -> None:
+            raise KeyboardInterrupt  # Ctrl-C during the wait for the last steps' markers
+
+    # each marker executes 10 µs after it is recorded: the last steps are pending at exit
+    s = fake_session(tmp_path, clock, device=Interrupted(clock, lambda i, t: t + 10_000))
+    with pytest.raises(KeyboardInterrupt), s:  # noqa: PT012 - a loop
+        for _ in range(4):
+            clock.advance(1_000)
+            s.step()
+    rec = only_records(tmp_path)
+    assert rec.complete
+    assert [r.step for r in rec.steps] == [0, 1, 2, 3]
+    assert [r.frontend_ns for r in rec.steps] == [1_000] * 4
+    assert [r.device_ns for r in rec.steps].count(None) >= 1
+    assert rec.summary is not None
+    assert rec.summary.error == "KeyboardInterrupt"
+    assert any("wait for them at exit was interrupted" in n for n in rec.summary.notes)
+
+
+@pytest.mark.parametrize("user_error", [False, True])
+def test_a_global_that_fails_to_restore_still_finishes_the_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user_error: bool
+) -> None:
+    from asynctrace.capture import syncs
+
+    real_stop = syncs.SyncDetector.stop
+
+    def failing_stop(self: syncs.SyncDetector) -> None:
+        real_stop(self)
+        raise RuntimeError("restore failed")
+
+    monkeypatch.setattr(syncs.SyncDetector, "stop", failing_stop)
+    clock = FakeClock(T0)
+    s = fake_session(tmp_path, clock, detect_syncs="lint")
+    with contextlib.ExitStack() as stack:
+        if user_error:
+            # ours never masks the user's exception: a warning instead
+            stack.enter_context(pytest.raises(ValueError, match="user"))
+            stack.enter_context(pytest.warns(AsyncTraceWarning, match="restore failed"))
+        else:
+            stack.enter_context(pytest.raises(RuntimeError, match="restore failed"))
+        with s:
+            clock.advance(10)
+            s.step()
+            if user_error:
+                raise ValueError("user")
+    assert current_session() is None
+    rec = only_records(tmp_path)
+    assert rec.complete
+    assert [r.step for r in rec.steps] == [0]
+    assert rec.summary is not None
+    assert rec.summary.error == (
+        "ValueError: user" if user_error else "RuntimeError: restore failed"
+    )
+
+
+def test_a_traced_generator_closed_early_ends_normally(tmp_path: Path) -> None:
+    # breaking out of a loop over a generator that traces its own iteration closes it with
+    # GeneratorExit: was recorded as the run's error, and the summary not printed
+    clock = FakeClock(T0)
+    s = fake_session(tmp_path, clock)
+
+    def batches() -> Iterator[int]:
+        with s:
+            for i in range(100):
+                yield i
+                clock.advance(10)
+                s.step()
+
+    for b in batches():
+        if b == 3:
+            break
+    rec = only_records(tmp_path)
+    assert [r.step for r in rec.steps] == [0, 1, 2]
+    assert rec.summary is not None
+    assert rec.summary.error is None
+
+
 # ---------------------------------------------------------------- DataLoader workers
 @pytest.mark.slow
 @pytest.mark.parametrize("context", ["fork", "spawn"])
@@ -831,6 +1051,46 @@ def test_forked_child_sees_no_session_and_cannot_write(tmp_path: Path) -> None:
         s.step()
     rec = only_records(tmp_path)
     assert [r.frontend_ns for r in rec.steps] == [10, 10]
+
+
+def test_forked_child_inherits_none_of_the_sessions_hooks(tmp_path: Path) -> None:
+    # a DataLoader worker forked during a lint session: was left with the lint's dispatch mode
+    # (every op of the worker through Python, for nobody), the Tensor wrappers and the
+    # optimizer hook
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
+    clock = FakeClock(T0)
+    s = fake_session(tmp_path, clock, detect_syncs="lint", optimizer_steps=True)
+    tolist = torch.Tensor.tolist
+    hooks_before = len(torch_optimizer._global_optimizer_post_hooks)
+    with s:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through the pipe
+            code = 0
+            try:
+                report = [
+                    torch._C._len_torch_dispatch_stack() == 0,
+                    torch.Tensor.tolist is tolist,
+                    len(torch_optimizer._global_optimizer_post_hooks) == hooks_before,
+                ]
+                os.write(w, bytes(int(b) for b in report))
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(w)
+        seen = os.read(r, 16)
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert seen == b"\x01\x01\x01"
+        # the parent's are untouched
+        assert torch._C._len_torch_dispatch_stack() == 1
+        assert torch.Tensor.tolist is not tolist
+        torch.ones(1).sum().item()
+        assert s._sync_count == 1
+    assert torch.Tensor.tolist is tolist
 
 
 def test_atomic_records_no_final_name_before_the_end(tmp_path: Path) -> None:

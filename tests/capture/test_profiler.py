@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,33 @@ def test_options() -> None:
             p2.start()
     finally:
         p2.stop()
+
+
+def test_only_the_starting_thread_drives_the_profiler(tmp_path: Path) -> None:
+    # torch.profiler stopped from another thread than the one recording kills the process
+    # (SIGSEGV): refused before anything changes. Tried while no window is open, so that the
+    # old behaviour fails this test instead of crashing it.
+    p = DeepProfiler(Profile(wait=3, warmup=1, active=1, annotate=False), dir=tmp_path, run="r")
+    p.start()
+    caught: list[BaseException] = []
+
+    def other() -> None:
+        for call in (p.step, p.stop):
+            try:
+                call()
+            except BaseException as e:
+                caught.append(e)
+
+    try:
+        t = threading.Thread(target=other)
+        t.start()
+        t.join(30)
+        assert [type(e) for e in caught] == [CaptureError, CaptureError]
+        assert "thread that started" in str(caught[0])
+        assert p._step == 0  # the refused step did not count
+        for _ in range(5):
+            p.step()
+    finally:
+        p.stop()
+    assert not _profiler_on()
+    assert len(p.traces) == 1

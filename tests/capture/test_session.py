@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import json
@@ -9,7 +10,7 @@ import os
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from asynctrace.capture.devices import FakeClock, FakeDevice
 from asynctrace.capture.session import (
     Session,
     SessionReport,
+    _fmt,
     _report_rows,
     current_session,
     print_report,
@@ -366,6 +368,90 @@ def test_decorator_forms(tmp_path: Path) -> None:
     # the bare form with defaults: writes under ./traces, prints; not run here (cwd), but it is
     # a Session-wrapped function
     assert bare.__wrapped__.__name__ == "bare"  # type: ignore[attr-defined]
+
+
+def test_decorator_on_async_and_generator_functions(tmp_path: Path) -> None:
+    # was: the session opened and closed around creating the coroutine or generator, so the
+    # body ran untraced and an empty records file was written
+    clock = FakeClock(T0)
+    dev = FakeDevice(clock)
+
+    @trace(dir=tmp_path / "a", device=dev, print_summary=False)
+    async def train_async(steps: int) -> str:
+        s = current_session()
+        assert s is not None
+        for _ in range(steps):
+            await asyncio.sleep(0)
+            clock.advance(5)
+            s.step()
+        return "done"
+
+    @trace(dir=tmp_path / "g", device=dev, print_summary=False)
+    def batches(n: int) -> Iterator[int]:
+        s = current_session()
+        assert s is not None
+        for i in range(n):
+            yield i
+            clock.advance(7)
+            s.step()
+
+    assert asyncio.run(train_async(3)) == "done"
+    assert list(batches(4)) == [0, 1, 2, 3]
+    assert current_session() is None
+    for folder, frontend in (("a", [5, 5, 5]), ("g", [7, 7, 7, 7])):
+        (path,) = (tmp_path / folder).glob("*" + RECORDS_SUFFIX)
+        rec = read_records(path)
+        assert [r.frontend_ns for r in rec.steps] == frontend
+        assert rec.summary is not None
+        assert rec.summary.error is None
+
+    async def agen() -> AsyncIterator[int]:
+        yield 1
+
+    with pytest.raises(CaptureError, match="async generator 'agen'"):
+        trace(dir=tmp_path, device=dev)(agen)
+
+
+def test_train_step_on_async_and_generator_functions(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    s = session(tmp_path, FakeDevice(clock, stream(300)))
+
+    @s.train_step
+    async def train(batch: int) -> int:
+        await asyncio.sleep(0)
+        clock.advance(batch)
+        return batch * 2
+
+    async def loop() -> list[int]:
+        out = []
+        for b in (100, 200):
+            clock.advance(50_000)
+            out.append(await train(b))
+        return out
+
+    with s:
+        assert asyncio.run(loop()) == [200, 400]
+    rec = read_records(s.records_path).steps  # type: ignore[arg-type]
+    assert [r.frontend_ns for r in rec] == [100, 200]
+
+    def gen() -> Iterator[int]:
+        yield 1
+
+    with pytest.raises(CaptureError, match="cannot wrap the generator 'gen'"):
+        s.train_step(gen)
+
+
+def test_a_decorated_function_calling_itself_says_sessions_do_not_nest(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+
+    @trace(dir=tmp_path, device=FakeDevice(clock), print_summary=False)
+    def recurse(n: int) -> None:
+        if n:
+            recurse(n - 1)
+
+    with pytest.raises(CaptureError, match="already active in this thread; sessions do not nest"):
+        recurse(1)
+    assert current_session() is None
 
 
 def test_bare_decorator_runs_with_defaults(
@@ -864,3 +950,32 @@ def test_a_failure_while_finishing_never_masks_the_users_exception(
     ):
         train()
     assert current_session() is None
+
+
+def test_summary_units_are_chosen_after_rounding() -> None:
+    # just under a unit boundary the value rounds up to it: the next unit, never "1000 ns"
+    assert _fmt(999.6, "ns") == "1.0 µs"
+    assert _fmt(999.4, "ns") == "999 ns"
+    assert _fmt(999_960, "ns") == "1.000 ms"
+    assert _fmt(999_940, "ns") == "999.9 µs"
+    assert _fmt(999_999_999.6, "ns") == "1.000 s"
+    assert _fmt(-999.6, "ns") == "-1.0 µs"
+    assert _fmt(1023.96 * 1024, "bytes") == "1.0 MiB"
+    assert _fmt(1000 * 1024, "bytes") == "1000.0 KiB"
+    assert _fmt(64 << 20, "bytes") == "64.0 MiB"
+    assert _fmt(float("nan"), "ns") == "-"
+
+
+def test_trace_takes_every_option_session_takes() -> None:
+    import inspect
+
+    def options(f: Any) -> dict[str, Any]:
+        return {
+            p.name: p.default
+            for p in inspect.signature(f).parameters.values()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY
+        }
+
+    assert options(trace) == options(Session.__init__)
+    s = trace(max_pending=7, window=3, write=False, print_summary=False)
+    assert (s.max_pending, s.window) == (7, 3)

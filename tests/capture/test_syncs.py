@@ -327,6 +327,49 @@ def test_start_and_stop_are_idempotent_and_exceptions_in_the_body_restore() -> N
     assert torch._C._len_torch_dispatch_stack() == 0
 
 
+def test_a_lint_detector_stops_only_in_the_thread_that_started_it() -> None:
+    # was: the stop popped the other thread's (empty) stack, raised, and left the mode on
+    # this thread's stack and the Tensor wrappers installed for good
+    before = _tensor_state()
+    seen: list[SyncEvent] = []
+    det = SyncDetector(seen.append, mode="lint")
+    det.start()
+    caught: list[BaseException] = []
+
+    def stop() -> None:
+        try:
+            det.stop()
+        except BaseException as e:
+            caught.append(e)
+
+    try:
+        t = threading.Thread(target=stop)
+        t.start()
+        t.join(30)
+        assert len(caught) == 1
+        assert isinstance(caught[0], CaptureError)
+        assert det.active == "lint"  # still running, so this thread can stop it
+        x.sum().item()
+        assert len(seen) == 1
+    finally:
+        det.stop()
+    assert det.active is None
+    assert _tensor_state() == before
+    assert torch._C._len_torch_dispatch_stack() == 0
+
+
+def test_a_lint_mode_popped_from_under_the_detector_still_unwraps_tensor() -> None:
+    from torch.utils import _python_dispatch
+
+    before = _tensor_state()
+    det = SyncDetector(lambda e: None, mode="lint")
+    det.start()
+    _python_dispatch._pop_mode()  # someone else's cleanup popped our mode
+    with pytest.raises(RuntimeError, match="empty mode stack"):
+        det.stop()
+    assert _tensor_state() == before
+
+
 def test_auto_on_cpu_does_nothing() -> None:
     before = _tensor_state()
     seen: list[SyncEvent] = []
@@ -603,6 +646,30 @@ def test_a_failed_cuda_start_leaves_nothing_behind(
     assert [e.op for e in seen] == ["torch.cuda.synchronize"]
     assert _tensor_state() == tensor
     _assert_cuda_restored(fake_cuda, filters, show)
+
+
+def test_a_failing_restore_still_undoes_every_other_hook(
+    fake_cuda: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    filters = list(warnings.filters)
+    show = warnings.showwarning
+    before = _tensor_state()
+    det = SyncDetector(lambda e: None, mode="cuda")
+    det.start()
+    set_mode = torch.cuda.set_sync_debug_mode
+
+    def failing(mode: int | str) -> None:
+        raise RuntimeError("driver gone")
+
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", failing)
+    with pytest.raises(RuntimeError, match="driver gone"):
+        det.stop()
+    # was: the Tensor wrappers stayed installed after the failing restore
+    assert _tensor_state() == before
+    assert warnings.filters == filters
+    assert warnings.showwarning is show
+    assert _sync_functions() == fake_cuda["originals"]
+    set_mode(0)
 
 
 def test_the_users_own_sync_debug_mode_is_kept(
