@@ -77,3 +77,37 @@ def test_own_modules_list_the_package() -> None:
     pkg = Path(asynctrace.__file__).parent
     names = {p.name for p in pkg.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
     assert names == _OWN_MODULES
+
+
+def test_enclosing_frame_thousands_of_frames_back() -> None:
+    # the loop's frame starts before 5000 finished sibling calls: found through the block
+    # maxima, not only among the frames just before the sync
+    b = TraceBuilder()
+    b.python_frame("train.py(3): loop", 0, 100_000, tid=1)
+    for k in range(5000):
+        b.python_frame(f"model.py({k % 7 + 1}): forward", 10 + 10 * k, 5, tid=1)
+    b.python_frame("model.py(99): tail", 50_100, 10, tid=1)  # ended before the sync
+    b.runtime("cudaDeviceSynchronize", 60_000, 50, kind=RuntimeKind.SYNC, tid=1)
+    b.runtime("cudaDeviceSynchronize", 49_993, 1, kind=RuntimeKind.SYNC, tid=1)  # in a sibling
+    b.runtime("cudaDeviceSynchronize", 100_001, 1, kind=RuntimeKind.SYNC, tid=1)  # after all
+    s = find_syncs(b.build())
+    assert [c.site for c in s.calls] == ["model.py:1", "train.py:3", ""]  # 4998 % 7 + 1 = 1
+
+
+def test_frames_with_the_same_span_resolve_whatever_the_event_order() -> None:
+    # two user frames with identical start and end cannot be told apart by time; the site must
+    # not depend on which came first in the file
+    sites = set()
+    for order in ([0, 1, 2], [2, 1, 0], [1, 0, 2]):
+        b = TraceBuilder()
+        frames = [
+            ("train.py(10): main", 0, 1000),
+            ("a.py(1): wrapper", 100, 500),
+            ("b.py(2): wrapped", 100, 500),
+        ]
+        for k in order:
+            name, start, dur = frames[k]
+            b.python_frame(name, start, dur, tid=1)
+        b.runtime("cudaDeviceSynchronize", 200, 10, kind=RuntimeKind.SYNC, tid=1)
+        sites.add(find_syncs(b.build()).calls[0].site)
+    assert sites == {"b.py:2"}
