@@ -86,7 +86,8 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     queue: dict[str, StreamQueue]
     queue_cap: int = DEFAULT_QUEUE_CAP
     syncs: SyncSummary
-    #: where the steps came from: "profiler", "nvtx", "annotation", "trace" or "none"
+    #: where the steps came from: "profiler", "nvtx", "annotation", "optimizer", "trace" or
+    #: "none"
     step_source: str
     steps: list[StepFigures]
     verdict: VerdictInfo

@@ -1,8 +1,13 @@
 """The per-step split: host (frontend) time vs device time, syncs, run-ahead, queue.
 
 Steps are, in order of preference: the ``ProfilerStep#N`` ranges; else NVTX ranges named like
-steps; else user annotations named like steps (outermost ones only); else the whole trace as one
-step. Every step is kept, the last one included, at ns precision.
+steps; else user annotations named like steps (outermost ones only; torch's own
+``Optimizer.step#…`` annotations are not user steps); else, where torch annotated optimizer
+steps (a profile taken without a schedule), each outermost ``Optimizer.step#…`` ends a step,
+which starts where the previous one ended (the first at the first host event; what follows the
+last optimizer step is not a step); where several optimizers step in a repeating order (Shampoo
+then EMA), the last of each repetition ends the step; else the whole trace as one step. Every
+step is kept, the last one included, at ns precision.
 
 A device activity belongs to the step in which its **launch call started** (so work queued in
 step N and executed during step N+1 is N's). Unmatched activities belong to no step.
@@ -37,6 +42,8 @@ SYNC_KINDS: tuple[RuntimeKind, ...] = (RuntimeKind.SYNC, RuntimeKind.BLOCKING_ME
 
 _STEP_NAME = re.compile(r"(?i)(?:^|[^a-z])step(?:[^a-z]|$)|profilerstep")
 _LAST_INT = re.compile(r"(\d+)(?!.*\d)")
+#: the annotation torch.optim puts around every ``optimizer.step()``
+_OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 
 
 class StepWindow(msgspec.Struct, frozen=True):
@@ -125,7 +132,13 @@ def step_windows(trace: Trace) -> list[StepWindow]:
             )
             for k, i in enumerate(order.tolist())
         ]
-    steplike = np.array([bool(_STEP_NAME.search(s)) for s in trace.strings] or [False], dtype=bool)
+    optimizer = np.array(
+        [bool(_OPTIMIZER_STEP.match(s)) for s in trace.strings] or [False], dtype=bool
+    )
+    steplike = (
+        np.array([bool(_STEP_NAME.search(s)) for s in trace.strings] or [False], dtype=bool)
+        & ~optimizer
+    )
     for kind, source in ((RangeKind.NVTX, "nvtx"), (RangeKind.ANNOTATION, "annotation")):
         cand = np.flatnonzero((r.kind == kind) & steplike[r.name] if len(r) else np.zeros(0, bool))
         if len(cand):
@@ -139,6 +152,56 @@ def step_windows(trace: Trace) -> list[StepWindow]:
                 )
                 for k, i in enumerate(_outermost(cand, r.start_ns, end))
             ]
+    span = _host_span(trace)
+    if span is None:
+        return []
+    lo, hi = span
+    opt = np.flatnonzero(
+        ((r.kind == RangeKind.ANNOTATION) | (r.kind == RangeKind.OP)) & optimizer[r.name]
+        if len(r)
+        else np.zeros(0, bool)
+    )
+    if len(opt):
+        outer = _outermost(opt, r.start_ns, end)
+        names = [int(r.name[i]) for i in outer]
+        # several optimizers stepped in turn (Shampoo then EMA; a GAN's D five times, then
+        # G) make one iteration: the step ends with the last of the repeating group
+        p = _period(names)
+        windows = []
+        begin = lo
+        for k, i in enumerate(outer[p - 1 :: p]):
+            finish = int(end[i])
+            windows.append(
+                StepWindow(
+                    step=k,
+                    start_ns=begin,
+                    end_ns=finish,
+                    name=trace.name_of(int(r.name[i])),
+                    source="optimizer",
+                )
+            )
+            begin = finish
+        return windows
+    return [StepWindow(step=0, start_ns=lo, end_ns=hi, name="whole trace", source="trace")]
+
+
+def _period(names: list[int]) -> int:
+    """The shortest p with ``names[i] == names[i + p]`` throughout (a last group may be cut
+    short); ``len(names)`` when the sequence does not repeat. n − the longest proper border
+    (Knuth–Morris–Pratt's prefix function): linear in the number of optimizer steps."""
+    border = [0] * len(names)
+    for i in range(1, len(names)):
+        k = border[i - 1]
+        while k and names[i] != names[k]:
+            k = border[k - 1]
+        border[i] = k + 1 if names[i] == names[k] else 0
+    return len(names) - border[-1] if names else 1
+
+
+def _host_span(trace: Trace) -> tuple[int, int] | None:
+    """First start and last end of the trace's host events (its device activities when it has
+    none); None for an empty trace."""
+    r = trace.ranges
     # host events only: gpu_user_annotation ranges lie on the device's timeline
     on_host = r.kind != RangeKind.GPU_ANNOTATION
     host: list[tuple[I64, I64]] = [
@@ -153,10 +216,8 @@ def step_windows(trace: Trace) -> list[StepWindow]:
     if not host and len(trace.activities):
         host = [(trace.activities.start_ns, trace.activities.dur_ns)]
     if not host:
-        return []
-    lo = min(int(s.min()) for s, _ in host)
-    hi = max(int((s + d).max()) for s, d in host)
-    return [StepWindow(step=0, start_ns=lo, end_ns=hi, name="whole trace", source="trace")]
+        return None
+    return min(int(s.min()) for s, _ in host), max(int((s + d).max()) for s, d in host)
 
 
 def split_steps(

@@ -361,11 +361,23 @@ def reference_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
         (
             e
             for e in events
-            if e.get("cat") == "user_annotation" and _STEP_WORD.search(str(e.get("name", "")))
+            if e.get("cat") == "user_annotation"
+            and _STEP_WORD.search(str(e.get("name", "")))
+            and not str(e.get("name", "")).startswith("Optimizer.step#")
+        ),
+        key=start,
+    )
+    optimizer_steps = sorted(
+        (
+            e
+            for e in events
+            if e.get("cat") in ("user_annotation", "cpu_op", "operator")
+            and str(e.get("name", "")).startswith("Optimizer.step#")
         ),
         key=start,
     )
     windows: list[tuple[int, int, int]] = []
+    host = [e for e in events if str(e.get("cat", "")).lower() in _HOST_CATS]
     if prof:
         windows = [(int(e["name"].split("#")[1]), start(e), end(e)) for e in prof]
     elif annotations:
@@ -375,8 +387,24 @@ def reference_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
                 numbers = re.findall(r"\d+", e["name"])
                 windows.append((int(numbers[-1]) if numbers else len(windows), start(e), end(e)))
                 reach = end(e)
+    elif optimizer_steps:
+        # each outermost optimizer step ends a step that began where the previous one ended;
+        # optimizers stepped in a repeating order end it with the last of each repetition
+        outer: list[dict[str, Any]] = []
+        for e in optimizer_steps:
+            if not outer or start(e) >= end(outer[-1]):
+                outer.append(e)
+        names = [e["name"] for e in outer]
+        period = next(
+            p
+            for p in range(1, len(names) + 1)
+            if all(names[i] == names[i + p] for i in range(len(names) - p))
+        )
+        begin = min(map(start, host))
+        for e in outer[period - 1 :: period]:
+            windows.append((len(windows), begin, end(e)))
+            begin = end(e)
     else:
-        host = [e for e in events if str(e.get("cat", "")).lower() in _HOST_CATS]
         windows = [(0, min(map(start, host)), max(map(end, host)))]
 
     syncs = [e for e in runtime if _is_sync(e["name"])]

@@ -217,3 +217,25 @@ def test_cloverleaf_landmarks() -> None:
 def test_execution_trace_is_refused() -> None:
     with pytest.raises(TraceFormatError):
         _load(shared_trace("kineto", "NOT_KINETO_execution_trace.json.gz"))
+
+
+@pytest.mark.parametrize(
+    "name", ["hta_a100_nccl_launchkernelexc.json.gz", "hta_sampled_rank0.json.gz"]
+)
+def test_optimizer_steps_without_profiler_steps(name: str, tmp_path: Path) -> None:
+    # a profile taken without a schedule has no ProfilerStep#N: torch's Optimizer.step#…
+    # annotations end the steps (nested optimizers, Shampoo inside EMA, end one step)
+    import gzip
+    import json
+
+    with gzip.open(shared_trace("kineto", name), "rt") as f:
+        doc = json.load(f)
+    doc["traceEvents"] = [
+        e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
+    path = tmp_path / name.replace(".gz", "")
+    path.write_text(json.dumps(doc))
+    report = analyze(_load(path))
+    assert report.step_source == "optimizer"
+    assert len(report.steps) == len(analyze(_load(shared_trace("kineto", name))).steps)
+    _same_figures(report, reference_step_figures(path))

@@ -141,3 +141,46 @@ def test_edge_cases_by_hand() -> None:
     assert (s1.run_ahead_ns, s1.queue_max, s1.in_flight_steps) == (None, 0, 0)
     # launch and device start at 200: the start applies first, so depth stays 0
     assert (s2.device_ns, s2.gpu_busy_ns, s2.run_ahead_ns, s2.queue_max) == (10, 10, -90, 0)
+
+
+def test_optimizer_annotations_end_steps_without_profiler_steps() -> None:
+    # torch.optim's own annotation is no user step: without ProfilerStep#N (no schedule) each
+    # outermost Optimizer.step#… ends a step that began where the previous one ended
+    b = TraceBuilder()
+    b.range("aten::mm", 0, 40)
+    b.range("Optimizer.step#EMA.step", 40, 20, kind=RangeKind.ANNOTATION)
+    b.range("Optimizer.step#Shampoo.step", 45, 10, kind=RangeKind.ANNOTATION)  # nested
+    b.range("Optimizer.zero_grad#EMA.zero_grad", 60, 5, kind=RangeKind.ANNOTATION)
+    b.range("aten::mm", 70, 40)
+    b.range("Optimizer.step#EMA.step", 110, 20, kind=RangeKind.ANNOTATION)
+    b.range("aten::mm", 140, 10)  # after the last optimizer step: an unfinished iteration
+    w = step_windows(b.build())
+    assert [(x.step, x.start_ns, x.end_ns, x.name, x.source) for x in w] == [
+        (0, 0, 60, "Optimizer.step#EMA.step", "optimizer"),
+        (1, 60, 130, "Optimizer.step#EMA.step", "optimizer"),
+    ]
+    # a user's own step annotation still comes first
+    b.range("train step 1", 0, 65, kind=RangeKind.ANNOTATION)
+    b.range("train step 2", 65, 70, kind=RangeKind.ANNOTATION)
+    w = step_windows(b.build())
+    assert [(x.step, x.start_ns, x.end_ns, x.source) for x in w] == [
+        (1, 0, 65, "annotation"),
+        (2, 65, 135, "annotation"),
+    ]
+
+
+def test_optimizers_stepped_in_turn_make_one_step() -> None:
+    # a GAN-like loop: D twice, then G, per iteration; the capture ends mid-iteration
+    b = TraceBuilder()
+    b.range("aten::mm", 0, 5)
+    t = 10
+    ends = []
+    for name in ["D", "D", "G", "D", "D", "G", "D"]:
+        b.range(f"Optimizer.step#{name}.step", t, 5, kind=RangeKind.ANNOTATION)
+        ends.append(t + 5)
+        t += 20
+    w = step_windows(b.build())
+    assert [(x.start_ns, x.end_ns, x.name) for x in w] == [
+        (0, ends[2], "Optimizer.step#G.step"),
+        (ends[2], ends[5], "Optimizer.step#G.step"),
+    ]
