@@ -21,6 +21,7 @@ popped (all threads together), for tests that check balance.
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 import zlib
 from collections.abc import Callable
@@ -28,6 +29,8 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 import torch
+
+from asynctrace.errors import CaptureError
 
 __all__ = ["DOMAIN", "PALETTE", "Range", "color_of", "nvtx_attached", "open_ranges", "range"]
 
@@ -224,6 +227,19 @@ class Range:
                 rfs.pop()[1].__exit__(exc_type, exc, tb)
 
     def __call__(self, fn: Callable[_P, _R]) -> Callable[_P, _R]:
+        if (
+            inspect.iscoroutinefunction(fn)
+            or inspect.isgeneratorfunction(fn)
+            or inspect.isasyncgenfunction(fn)
+        ):
+            # calling one returns before its body runs, and the body then runs between other
+            # code on the same thread: an NVTX range (a per-thread push/pop stack) cannot follow
+            raise CaptureError(
+                f"asynctrace.range({self.name!r}) cannot decorate "
+                f"{getattr(fn, '__name__', fn)!r}, an async or generator function: its body "
+                "does not run inside the call; put `with asynctrace.range(...):` around code "
+                "without an await or yield in it"
+            )
         name = self.name
         handle = self._handle
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import sys
 import threading
@@ -692,7 +693,15 @@ class ExpectSyncs:
         self.action = action
         self.mode = mode
         self.cpu_is_device = cpu_is_device
-        self._open: list[tuple[_Guard, SyncDetector]] = []
+        # one stack of open entries per thread: a guard decorating a function that runs in
+        # two threads must end each call's own entry, not the other thread's
+        self._local = threading.local()
+
+    def _entries(self) -> list[tuple[_Guard, SyncDetector]]:
+        entries: list[tuple[_Guard, SyncDetector]] | None = getattr(self._local, "open", None)
+        if entries is None:
+            entries = self._local.open = []
+        return entries
 
     def _detector_mode(self) -> str:
         if self.mode != "auto":
@@ -706,7 +715,7 @@ class ExpectSyncs:
         guard = _Guard(self.per)
         det = SyncDetector(guard.add, mode=self._detector_mode(), cpu_is_device=self.cpu_is_device)
         det.start()
-        self._open.append((guard, det))
+        self._entries().append((guard, det))
         return self
 
     def __exit__(
@@ -715,7 +724,7 @@ class ExpectSyncs:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        guard, det = self._open.pop()
+        guard, det = self._entries().pop()
         det.stop()
         if exc_type is not None:
             return  # the body's own error says more than a sync count
@@ -727,6 +736,30 @@ class ExpectSyncs:
         warnings.warn(message, AsyncTraceWarning, stacklevel=3)
 
     def __call__(self, fn: Callable[_P, _R]) -> Callable[_P, _R]:
+        """Each call of ``fn`` is one guarded block; for an ``async def`` the awaited body, for
+        a generator function its iteration (calling either returns before the body runs)."""
+        if inspect.isasyncgenfunction(fn):
+            raise CaptureError(
+                f"expect_syncs cannot wrap the async generator {getattr(fn, '__name__', fn)!r}: "
+                "use `with expect_syncs(...):` inside it"
+            )
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def guarded_awaited(*args: Any, **kwargs: Any) -> Any:
+                with self:
+                    return await fn(*args, **kwargs)
+
+            return cast(Callable[_P, _R], guarded_awaited)
+        if inspect.isgeneratorfunction(fn):
+
+            @functools.wraps(fn)
+            def guarded_iterated(*args: Any, **kwargs: Any) -> Any:
+                with self:
+                    return (yield from fn(*args, **kwargs))
+
+            return cast(Callable[_P, _R], guarded_iterated)
+
         @functools.wraps(fn)
         def guarded(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             with self:

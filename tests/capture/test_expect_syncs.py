@@ -190,3 +190,30 @@ def test_session_lint_counts_syncs_per_step_with_sites() -> None:
         (item_line, "aten::_local_scalar_dense"): (4, 4),
         (print_line, "Tensor.__repr__"): (2, 2),
     }
+
+
+def test_async_and_generator_functions_are_guarded_while_their_body_runs() -> None:
+    import asyncio
+
+    x = torch.ones(3)
+
+    @expect_syncs()
+    async def coroutine() -> float:
+        await asyncio.sleep(0)
+        return x.sum().item()
+
+    @expect_syncs()
+    def generator() -> object:
+        yield x.sum().item()
+
+    # before, the guard opened and closed around creating the coroutine/generator: no sync seen
+    with pytest.raises(UnexpectedSyncError, match="aten::_local_scalar_dense"):
+        asyncio.run(coroutine())
+    with pytest.raises(UnexpectedSyncError, match="aten::_local_scalar_dense"):
+        list(generator())  # type: ignore[call-overload]
+
+    async def agen() -> object:
+        yield 1
+
+    with pytest.raises(asynctrace.CaptureError, match="async generator"):
+        expect_syncs()(agen)

@@ -191,3 +191,20 @@ def test_record_function_closed_when_body_raises() -> None:
             pass
     keys = {e.key for e in prof.key_averages()}
     assert {"fails", "after"} <= keys
+
+
+def test_range_refuses_to_decorate_async_and_generator_functions() -> None:
+    # their body runs after the call returns, interleaved with other code on the thread: a
+    # decorated range would measure nothing (it did: ~0 ns around creating the coroutine)
+    async def coroutine() -> None:
+        pass
+
+    def generator() -> Any:
+        yield 1
+
+    async def agen() -> Any:
+        yield 1
+
+    for fn in (coroutine, generator, agen):
+        with pytest.raises(asynctrace.CaptureError, match="async or generator function"):
+            asynctrace.range("r")(fn)

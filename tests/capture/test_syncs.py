@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from asynctrace.capture import syncs
-from asynctrace.capture.syncs import MAX_STACK_DEPTH, SyncDetector, SyncEvent
+from asynctrace.capture.syncs import MAX_STACK_DEPTH, SyncDetector, SyncEvent, expect_syncs
 from asynctrace.errors import CaptureError
 
 _PATCHED = ("tolist", "numpy", "cpu", "__repr__")
@@ -931,3 +931,39 @@ def test_cuda_hooks_on_a_real_gpu() -> None:  # pragma: no cover - GPU machines 
         )
     ]
     assert torch.cuda.get_sync_debug_mode() == 0
+
+
+def test_expect_syncs_in_two_threads_ends_each_threads_own_entry(
+    fake_cuda: dict[str, Any],
+) -> None:
+    # one guard decorating a function that runs in two threads at once (CUDA hooks: not bound
+    # to a thread): main enters, then the worker; the worker leaves first and must end its own
+    # entry (a shared stack ended main's, and main's exit then ended the worker's)
+    import threading
+
+    guard = expect_syncs(mode="cuda")
+    inside, leave = threading.Event(), threading.Event()
+    worker_entry: list[Any] = []
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            with guard:
+                worker_entry.append(guard._entries()[-1])
+                inside.set()
+                leave.wait()
+        except BaseException as e:
+            errors.append(e)
+
+    with guard:
+        (mine,) = guard._entries()
+        t = threading.Thread(target=worker)
+        t.start()
+        inside.wait()
+        leave.set()
+        t.join()
+        assert not errors
+        assert guard._entries() == [mine]  # still open, and only main's
+        assert mine[1].active == "cuda"
+        assert worker_entry[0][1].active is None  # the worker's own detector stopped
+    assert mine[1].active is None
