@@ -3,12 +3,13 @@
 The overlay shows what the analysis found, on the trace's own time axis, in any viewer of the
 Trace Event Format (Perfetto UI, chrome://tracing, TensorBoard's trace viewer):
 
-* lane 1, **steps: queued on host** — one complete event (``X``) per step over its host span;
-* lane 2 (and more when device windows overlap), **steps: executed on device** — one ``X`` per
+* lane 1 (and more when host spans overlap), **steps: queued on host** — one complete event
+  (``X``) per step over its host span;
+* lane 10 (and more when device windows overlap), **steps: executed on device** — one ``X`` per
   step from its first activity's start to its last activity's end on the device;
 * a flow arrow (``s`` bound to the host span, ``f`` with binding point ``"e"`` bound to the
   device span) joining the two halves of each step;
-* lane 10+, **syncs** — each synchronizing host call as an ``X`` over its wait, plus an instant
+* lane 20+, **syncs** — each synchronizing host call as an ``X`` over its wait, plus an instant
   marker (``i``, thread scope) at its start, with the Python site in ``args.site`` where known;
 * counter tracks (``C``): **queue depth (stream S)** per stream, and **CPU run-ahead (ms)**, a
   sample at each step's host end.
@@ -27,9 +28,9 @@ from __future__ import annotations
 import gzip
 import io
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
@@ -51,10 +52,12 @@ __all__ = [
 ]
 
 OVERLAY_NAME = "asynctrace"
+# A lane's tid is also its sort index, so each kind's lanes stay together in tid order too.
 LANE_HOST = 1
-LANE_DEVICE = 2
-LANE_SYNCS = 10
+LANE_DEVICE = 10
+LANE_SYNCS = 20
 FLOW_CAT = "asynctrace.step"
+_MAX_HOST_LANES = 8
 _MAX_DEVICE_LANES = 8
 _MAX_SYNC_LANES = 8
 
@@ -105,8 +108,18 @@ def _lanes(spans: Sequence[tuple[int, int]], first: int, limit: int) -> list[int
     return out
 
 
-def overlay_events(trace: Trace, report: Report | None = None, *, pid: int) -> list[Event]:
-    """The overlay process's events for ``trace`` (analysed now unless ``report`` is given)."""
+def overlay_events(
+    trace: Trace,
+    report: Report | None = None,
+    *,
+    pid: int,
+    taken_flow_ids: Collection[int] = (),
+) -> list[Event]:
+    """The overlay process's events for ``trace`` (analysed now unless ``report`` is given).
+
+    The flow arrows get the smallest ids not in ``taken_flow_ids`` (the ids the trace's own
+    flows use).
+    """
     from asynctrace.analysis.launches import link_launches
     from asynctrace.analysis.queue import queue_series
     from asynctrace.analysis.report import analyze
@@ -117,8 +130,6 @@ def overlay_events(trace: Trace, report: Report | None = None, *, pid: int) -> l
     ev: list[Event] = [
         _meta("process_name", pid, None, name=OVERLAY_NAME),
         _meta("process_sort_index", pid, None, sort_index=-1),
-        _meta("thread_name", pid, LANE_HOST, name="steps: queued on host"),
-        _meta("thread_sort_index", pid, LANE_HOST, sort_index=LANE_HOST),
     ]
 
     steps = report.steps
@@ -128,14 +139,15 @@ def overlay_events(trace: Trace, report: Report | None = None, *, pid: int) -> l
         LANE_DEVICE,
         _MAX_DEVICE_LANES,
     )
-    for lane in sorted(set(dev_lanes)):
-        suffix = "" if lane == LANE_DEVICE else f" ({lane - LANE_DEVICE + 1})"
-        ev.append(_meta("thread_name", pid, lane, name=f"steps: executed on device{suffix}"))
-        ev.append(_meta("thread_sort_index", pid, lane, sort_index=lane))
-    host_lanes = _lanes([(s.start_ns, s.end_ns) for s in steps], LANE_HOST, 1)
+    # Steps overlap on the host where the trace has step ranges of several threads: one lane
+    # would nest them wrongly, as overlapping device windows would.
+    host_lanes = _lanes([(s.start_ns, s.end_ns) for s in steps], LANE_HOST, _MAX_HOST_LANES)
+    ev += _lane_names(pid, {LANE_HOST, *host_lanes}, LANE_HOST, "steps: queued on host")
+    ev += _lane_names(pid, set(dev_lanes), LANE_DEVICE, "steps: executed on device")
 
     lane_of = {id(s): lane for s, lane in zip(on_device, dev_lanes, strict=True)}
-    for k, (s, hl) in enumerate(zip(steps, host_lanes, strict=True)):
+    flow_ids = iter(_free_ids(len(on_device), taken_flow_ids))
+    for s, hl in zip(steps, host_lanes, strict=True):
         label = f"step {s.step}"
         ev.append(
             {
@@ -178,8 +190,9 @@ def overlay_events(trace: Trace, report: Report | None = None, *, pid: int) -> l
         )
         # The arrow leaves the host span where the step started queueing and lands where the
         # device began executing it; "e" binds the end to the enclosing device span.
-        ev.append(_flow("s", pid, hl, _us(o, s.start_ns), k, label))
-        ev.append({**_flow("f", pid, lane_of[id(s)], _us(o, d0), k, label), "bp": "e"})
+        fid = next(flow_ids)
+        ev.append(_flow("s", pid, hl, _us(o, s.start_ns), fid, label))
+        ev.append({**_flow("f", pid, lane_of[id(s)], _us(o, d0), fid, label), "bp": "e"})
 
     calls = report.syncs.calls
     if calls:
@@ -245,6 +258,25 @@ def overlay_events(trace: Trace, report: Report | None = None, *, pid: int) -> l
     return ev
 
 
+def _lane_names(pid: int, lanes: set[int], first: int, name: str) -> list[Event]:
+    out: list[Event] = []
+    for lane in sorted(lanes):
+        suffix = "" if lane == first else f" ({lane - first + 1})"
+        out.append(_meta("thread_name", pid, lane, name=name + suffix))
+        out.append(_meta("thread_sort_index", pid, lane, sort_index=lane))
+    return out
+
+
+def _free_ids(n: int, taken: Collection[int]) -> list[int]:
+    out: list[int] = []
+    k = 0
+    while len(out) < n:
+        if k not in taken:
+            out.append(k)
+        k += 1
+    return out
+
+
 def _meta(kind: str, pid: int, tid: int | None, **args: Any) -> Event:
     e: Event = {"ph": "M", "name": kind, "pid": pid, "args": args}
     if tid is not None:
@@ -256,22 +288,69 @@ def _flow(ph: str, pid: int, tid: int, ts: float, id_: int, name: str) -> Event:
     return {"ph": ph, "cat": FLOW_CAT, "id": id_, "name": name, "pid": pid, "tid": tid, "ts": ts}
 
 
-class _Pids(msgspec.Struct):
+class _Ids(msgspec.Struct):
+    """What the overlay must not reuse: an event's pid and, on flow events, its id."""
+
     pid: Any = None
+    ph: Any = None
+    id: Any = None
 
 
-_pid_decoder = msgspec.json.Decoder(_Pids)
+_ids_decoder = msgspec.json.Decoder(list[_Ids])
+_id_decoder = msgspec.json.Decoder(_Ids)
+_FLOW_PHASES = frozenset(("s", "t", "f"))
 
 
-def _free_pid(raw_events: Iterable[msgspec.Raw]) -> int:
-    used: set[int] = set()
-    for r in raw_events:
+def _catapult_key(fid: Any) -> int | None:
+    """The integer an overlay id would collide with: catapult keys flows by the id's JS
+    property name, so 7, 7.0 and "7" are one flow (and "0x7" or "07" another)."""
+    if isinstance(fid, bool):
+        return None
+    if isinstance(fid, int):
+        return fid
+    if isinstance(fid, float) and fid.is_integer():
+        return int(fid)
+    if isinstance(fid, str) and fid.isdecimal() and fid.isascii() and str(int(fid)) == fid:
+        return int(fid)
+    return None
+
+
+class _Taken(NamedTuple):
+    pids: set[int]
+    flow_ids: set[int]
+
+
+def _taken_ids(raw_events: Sequence[msgspec.Raw]) -> _Taken:
+    """The pids and flow ids the original events use."""
+    pids: set[int] = set()
+    fids: set[Any] = set()
+    for k in range(0, len(raw_events), _ID_BATCH):
+        batch = raw_events[k : k + _ID_BATCH]
         try:
-            p = _pid_decoder.decode(r).pid
+            # one decode per batch (a C loop) instead of one call per event; batches keep the
+            # decoded rows bounded (all at once added ~50 MB to a 100 MB trace's peak)
+            rows: list[_Ids] = _ids_decoder.decode(b"[" + b",".join(batch) + b"]")
         except msgspec.DecodeError:
-            continue
-        if isinstance(p, int):
-            used.add(p)
+            # some element is not an object: viewers skip it, and so does this
+            rows = []
+            for r in batch:
+                try:
+                    rows.append(_id_decoder.decode(r))
+                except msgspec.DecodeError:
+                    continue
+        pids.update(r.pid for r in rows if isinstance(r.pid, int))
+        # dedup first (a flow's s and f share the id): the key is then worked out once per flow
+        fids.update(
+            r.id for r in rows if r.ph in _FLOW_PHASES and isinstance(r.id, (int, float, str))
+        )
+    keys = (_catapult_key(f) for f in fids)
+    return _Taken(pids, {k for k in keys if k is not None})
+
+
+_ID_BATCH = 1 << 13
+
+
+def _free_pid(used: set[int]) -> int:
     # A pid far from real ones and from Kineto's device pids (0..n), positive for old viewers.
     pid = 0x7A5C
     while pid in used:
@@ -339,8 +418,9 @@ def annotate_file(
         except msgspec.DecodeError as e:
             raise TraceFormatError(str(src_p), f"traceEvents is not an array ({e})") from None
         doc = {**top, "traceEvents": events}
-    pid = _free_pid(events)
-    events.extend(
-        msgspec.Raw(msgspec.json.encode(e)) for e in overlay_events(trace, report, pid=pid)
+    taken = _taken_ids(events)
+    overlay = overlay_events(
+        trace, report, pid=_free_pid(taken.pids), taken_flow_ids=taken.flow_ids
     )
+    events.extend(msgspec.Raw(msgspec.json.encode(e)) for e in overlay)
     return write_trace(dst, doc)

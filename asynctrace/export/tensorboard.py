@@ -125,10 +125,25 @@ def _float_tensor(value: float) -> Any:
     )
 
 
+_MD_ESCAPES = {
+    **{c: "\\" + c for c in "\\`*_[]|#"},
+    # Python-Markdown (the text plugin's renderer) has no "\<" escape, so the backslash would
+    # show in every "<module>" site; entities render as the character, and "&" is escaped so
+    # that a name holding "&lt;" is not decoded.
+    "<": "&lt;",
+    ">": "&gt;",
+    "&": "&amp;",
+    # a line break would end the table row (or paragraph) in the middle of a name
+    "\n": " ",
+    "\r": " ",
+}
+_MD_TABLE = str.maketrans(_MD_ESCAPES)
+
+
 def _md(s: str) -> str:
     # TensorBoard's text plugin renders Markdown and sanitises HTML; escaping the table/markup
     # characters keeps file paths and op names from breaking the layout.
-    return "".join("\\" + c if c in "\\`*_[]|<>#" else c for c in s)
+    return s.translate(_MD_TABLE)
 
 
 class TensorBoardWriter:

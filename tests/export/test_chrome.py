@@ -210,3 +210,72 @@ def test_annotate_file_refuses_non_trace(tmp_path: Path) -> None:
     src.write_text('{"nodes": []}')
     with pytest.raises(TraceFormatError, match="traceEvents"):
         annotate_file(src, tmp_path / "o.json", trace=two_step_trace())
+
+
+def test_overlay_flow_ids_are_not_the_original_flow_ids(tmp_path: Path) -> None:
+    # chrome://tracing and TensorBoard's trace viewer (catapult) pair flow events by id alone,
+    # whatever their cat: an overlay arrow sharing an id with a Kineto ac2g/fwdbwd flow open at
+    # the same time is dropped ("already seen") or joined to that flow's end.
+    src = tmp_path / "in.json"
+    events = _chrome_file(src, gz=False)
+    launch = {"pid": 1, "tid": 1, "name": "ac2g", "cat": "ac2g"}
+    kernel = {"pid": 0, "tid": 7, "name": "ac2g", "cat": "ac2g"}
+    events += [
+        {**launch, "ph": "s", "id": 0, "ts": 0.1},
+        {**kernel, "ph": "f", "id": 0, "ts": 0.5, "bp": "e"},
+        {**launch, "ph": "s", "id": "1", "ts": 0.1, "cat": "fwdbwd"},
+        {**kernel, "ph": "f", "id": "1", "ts": 0.5, "bp": "e", "cat": "fwdbwd"},
+        {**launch, "ph": "s", "id": 3, "ts": 0.1},
+        {**kernel, "ph": "f", "id": 3, "ts": 0.5, "bp": "e"},
+    ]
+    src.write_text(json.dumps({"traceEvents": events}))
+    out = annotate_file(src, tmp_path / "out.json", trace=two_step_trace())
+    got, _ = load_events(out)
+    ours = [e["id"] for e in got[len(events) :] if e["ph"] in ("s", "f")]
+    assert ours == [2, 2, 4, 4]
+    assert validate_file(out) == []
+
+
+def _partial_overlaps(events: list[dict[str, Any]]) -> list[tuple[Any, str, str]]:
+    """Complete events on one thread that overlap without nesting: viewers draw a thread's
+    slices as a stack, so such a pair is drawn wrongly (or one of them dropped)."""
+    by_thread: dict[Any, list[tuple[float, float, str]]] = {}
+    for e in events:
+        if e["ph"] == "X":
+            by_thread.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"], e["name"]))
+    out = []
+    for tid, spans in by_thread.items():
+        stack: list[tuple[float, float, str]] = []
+        for a, b, name in sorted(spans, key=lambda s: (s[0], -s[1])):
+            while stack and stack[-1][1] <= a:
+                stack.pop()
+            if stack and b > stack[-1][1]:
+                out.append((tid, stack[-1][2], name))
+            stack.append((a, b, name))
+    return out
+
+
+def test_overlapping_host_steps_get_separate_lanes() -> None:
+    # profiler steps of two threads overlap in time
+    b = TraceBuilder()
+    b.range("ProfilerStep#0", 0, 1000, kind=RangeKind.STEP, step=0, pid=1, tid=1)
+    b.range("ProfilerStep#1", 500, 1000, kind=RangeKind.STEP, step=1, pid=1, tid=2)
+    b.runtime("cudaLaunchKernel", 100, 50, kind=RuntimeKind.LAUNCH, correlation=1, pid=1, tid=1)
+    b.runtime("cudaLaunchKernel", 600, 50, kind=RuntimeKind.LAUNCH, correlation=2, pid=1, tid=2)
+    b.activity("k0", 200, 100, stream=7, correlation=1)
+    b.activity("k1", 700, 100, stream=7, correlation=2)
+    ev = overlay_events(b.build(), pid=PID)
+    assert validate(ev) == []
+    assert _partial_overlaps(ev) == []
+    host = [e for e in ev if e["ph"] == "X" and e["tid"] < LANE_DEVICE]
+    assert [(e["name"], e["tid"]) for e in host] == [
+        ("step 0", LANE_HOST),
+        ("step 1", LANE_HOST + 1),
+    ]
+    starts = _by(ev, ph="s")
+    assert [(e["name"], e["tid"]) for e in starts] == [
+        ("step 0", LANE_HOST),
+        ("step 1", LANE_HOST + 1),
+    ]
+    names = {e["tid"]: e["args"]["name"] for e in _by(ev, ph="M", name="thread_name")}
+    assert names[LANE_HOST + 1] == "steps: queued on host (2)"

@@ -23,6 +23,7 @@ from asynctrace.export.tensorboard import (
     TEXT_TAG,
     TensorBoardWriter,
     step_scalars,
+    summary_markdown,
     write_records,
 )
 from asynctrace.records import StepRecord, SyncSite, read_records
@@ -289,3 +290,15 @@ def test_background_writer_errors_reach_the_caller(
     w.add_step(make_steps(1, frontend_ns=1)[0])
     with pytest.raises(OSError, match="No space left"):
         w.close()
+
+
+def test_summary_strings_render_as_written_in_tensorboards_text_dashboard(tmp_path: Path) -> None:
+    # Python sites read "train.py:12 <module>"; the text plugin's Markdown has no "\<" escape,
+    # so a backslash there would show, and an entity in a name would be decoded.
+    from tensorboard import plugin_util
+
+    site = 'train.py:12 <module> a|b_c & &lt; "q"\nnext'
+    syncs = [SyncSite(site=site, op="aten::item", count=1, wait_ns=1)]
+    path = write_records_file(tmp_path / "a.records.jsonl", make_steps(1), syncs=syncs)
+    page = plugin_util.markdown_to_safe_html(summary_markdown(read_records(path)))
+    assert '<td>train.py:12 &lt;module&gt; a|b_c &amp; &amp;lt; "q" next</td>' in page
