@@ -998,7 +998,21 @@ class Session:
         if tb is None:
             return
         try:
-            tb.close()
+            try:
+                # the text dashboard's summary, as written from a records file
+                from asynctrace.export.tensorboard import session_markdown
+
+                tb.add_text(
+                    session_markdown(
+                        self._header(),
+                        steps=self._n,
+                        complete=True,
+                        summary=self._summary_line(),
+                        syncs=self._sync_sites(),
+                    )
+                )
+            finally:
+                tb.close()
         except Exception as e:
             # the background writer met the error after the last step (disk full, folder gone)
             self._tensorboard_failed(tb, e)
@@ -1056,7 +1070,7 @@ class Session:
             )
             return
         try:
-            writer.write(self._header(writer))
+            writer.write(self._header())
             writer.flush()
         except OSError as e:
             writer.abort(remove=True)
@@ -1065,7 +1079,7 @@ class Session:
             return
         self._writer = writer
 
-    def _header(self, writer: RecordsWriter) -> SessionHeader:
+    def _header(self) -> SessionHeader:
         dev = self.device
         align = self._alignment
         torch = sys.modules.get("torch")

@@ -25,17 +25,18 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from asynctrace.records import Records, StepRecord
+from asynctrace.records import Records, SessionHeader, SessionSummary, StepRecord, SyncSite
 
 __all__ = [
     "SCALAR_TAGS",
     "TEXT_TAG",
     "TensorBoardWriter",
+    "session_markdown",
     "step_scalars",
     "summary_markdown",
     "write_records",
@@ -82,25 +83,43 @@ def step_scalars(step: StepRecord) -> dict[str, float]:
 
 def summary_markdown(records: Records) -> str:
     """A short Markdown summary of a session (TensorBoard's text dashboard renders Markdown)."""
-    h = records.header
+    return session_markdown(
+        records.header,
+        steps=len(records.steps),
+        complete=records.complete,
+        summary=records.summary,
+        syncs=records.syncs,
+    )
+
+
+def session_markdown(
+    header: SessionHeader,
+    *,
+    steps: int,
+    complete: bool,
+    summary: SessionSummary | None,
+    syncs: Sequence[SyncSite],
+) -> str:
+    """:func:`summary_markdown` from a session's parts: what a running session writes at its
+    end, before its records file is read back."""
+    h = header
     lines = [
         f"**{_md(h.name)}** on {_md(h.device_name)} ({_md(h.device_kind)}, "
         f"{'asynchronous' if h.asynchronous else 'synchronous'}), host {_md(h.host)}, "
         f"pid {h.pid}" + (f", rank {h.rank}" if h.rank is not None else ""),
         "",
-        f"steps recorded: {len(records.steps)}"
-        + ("" if records.complete else " (incomplete file)"),
+        f"steps recorded: {steps}" + ("" if complete else " (incomplete file)"),
     ]
-    s = records.summary
+    s = summary
     if s is not None:
         if s.verdict:
             lines += ["", f"verdict: {_md(s.verdict)}"]
         lines += [f"- {_md(n)}" for n in s.notes]
-    if records.syncs:
+    if syncs:
         lines += ["", "| site | op | count | wait ms |", "|---|---|---|---|"]
         lines += [
             f"| {_md(x.site)} | {_md(x.op)} | {x.count} | {x.wait_ns / _NS_PER_MS:.3f} |"
-            for x in records.syncs
+            for x in syncs
         ]
     return "\n".join(lines)
 

@@ -81,6 +81,16 @@ def test_tensorboard_scalars_are_written_per_step(tmp_path: Path) -> None:
     assert [e.step for e in events] == [0, 1, 2, 3]
     values = [float(tensor_util.make_ndarray(e.tensor_proto)) for e in events]
     assert values == pytest.approx([2.0, 2.0, 2.0, 2.0])
+    # the text dashboard's summary, as the docs and the demo promise (it was never written)
+    from asynctrace.export.tensorboard import TEXT_TAG, summary_markdown
+    from asynctrace.records import read_records
+
+    (text,) = acc.Tensors(TEXT_TAG)
+    markdown = tensor_util.make_ndarray(text.tensor_proto).item().decode()
+    assert markdown.startswith("**tb** on ")
+    assert "steps recorded: 4" in markdown
+    assert s.records_path is not None
+    assert markdown == summary_markdown(read_records(s.records_path))
 
 
 def test_live_status_is_silent_off_a_terminal_and_refreshes_at_most_once_a_second() -> None:
