@@ -41,6 +41,7 @@ import msgspec
 import numpy
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from asynctrace.capture.benchmark import Benchmark, BenchmarkResult
@@ -464,7 +465,7 @@ def run_demo(
     clear_previous(out_dir)
     if console is not None:
         console.print(
-            f"[bold]asynctrace demo[/] on {dev.name} ({dev.kind}, "
+            f"[bold]asynctrace demo[/] on {escape(dev.name)} ({dev.kind}, "
             f"{'asynchronous' if dev.asynchronous else 'synchronous'} backend)"
         )
     m = run_matmuls(dev, tdev, size=size)
@@ -523,7 +524,7 @@ def run_demo(
     summary_path.write_bytes(msgspec.json.encode(result.to_json()))
     if console is not None:
         console.print()
-        console.print(result.answer)
+        console.print(result.answer, markup=False)
         render_artifacts(result, console)
     return result
 
@@ -564,6 +565,13 @@ def write_views(
 
     arts: list[Artifact] = []
     notes: list[str] = []
+    # matplotlib is the `plot` extra: without it everything but the pictures is still written
+    pictures = plot.available()
+    if not pictures:
+        notes.append(
+            "No plots, and no pictures in the HTML report: matplotlib is not installed "
+            "(pip install 'asynctrace[plot]', or pip install matplotlib, then run the demo again)."
+        )
     every = [*loops, *([profiled] if profiled is not None else [])]
     records: list[tuple[LoopResult, Records]] = [
         (lp, read_records(lp.records_path)) for lp in loops if lp.records_path is not None
@@ -620,20 +628,21 @@ def write_views(
                 view="https://ui.perfetto.dev → Open trace file (or chrome://tracing → Load)",
             )
         )
-        plots = out / _PLOTS
-        plots.mkdir(exist_ok=True)
-        png = plot.save_figure(plot.plot_timeline(trace, report), plots / "timeline.png")
-        arts.append(
-            Artifact(
-                kind="plot",
-                path=str(png),
-                what="frontend (host) vs backend (device) timeline of the profiled steps",
-                view="any image viewer",
+        if pictures:
+            plots = out / _PLOTS
+            plots.mkdir(exist_ok=True)
+            png = plot.save_figure(plot.plot_timeline(trace, report), plots / "timeline.png")
+            arts.append(
+                Artifact(
+                    kind="plot",
+                    path=str(png),
+                    what="frontend (host) vs backend (device) timeline of the profiled steps",
+                    view="any image viewer",
+                )
             )
-        )
-        notes += _trace_notes(report)
+        notes += _trace_notes(report, pictures=pictures)
     for lp, rec in records:
-        if not rec.steps:
+        if not rec.steps or not pictures:
             continue
         plots = out / _PLOTS
         plots.mkdir(exist_ok=True)
@@ -646,10 +655,11 @@ def write_views(
                 view="any image viewer",
             )
         )
-    notes += _records_notes(records, profiled)
+    notes += _records_notes(records, profiled, pictures=pictures)
     page = combined_html(
-        reports=[(report, trace)] if report is not None else [],
-        records=[(summarize_records(rec), rec) for _, rec in records],
+        # a report without its trace, a summary without its records: no pictures
+        reports=[(report, trace if pictures else None)] if report is not None else [],
+        records=[(summarize_records(rec), rec if pictures else None) for _, rec in records],
         title="asynctrace demo",
     )
     html_path = write_html(out / "report.html", page)
@@ -664,15 +674,20 @@ def write_views(
     return arts, notes
 
 
-def _trace_notes(report: Report) -> list[str]:
+def _trace_notes(report: Report, *, pictures: bool = True) -> list[str]:
     """What the trace's pictures show when it has no device activity (a CPU run)."""
     if report.activities.total:
         return []
     syncs = "" if report.syncs.count else ", sync markers"
+    annotated = (
+        "timeline.png therefore shows the operators on the host lane and marks the device "
+        "lane 'no device activity recorded'; the annotated trace's"
+        if pictures
+        else "The annotated trace's"
+    )
     return [
         "The profiled trace has no device activity: the CPU backend ran every operator on the "
-        "host. timeline.png therefore shows the operators on the host lane and marks the device "
-        "lane 'no device activity recorded'; the annotated trace's asynctrace process has only "
+        f"host. {annotated} asynctrace process has only "
         f"the 'steps: queued on host' lane (no device lane, flow arrows{syncs}, queue-depth or "
         "run-ahead counters: there is nothing on a device to draw), and the HTML report's "
         "device columns are 0 or '—'."
@@ -680,13 +695,20 @@ def _trace_notes(report: Report) -> list[str]:
 
 
 def _records_notes(
-    records: list[tuple[LoopResult, Records]], profiled: LoopResult | None
+    records: list[tuple[LoopResult, Records]],
+    profiled: LoopResult | None,
+    *,
+    pictures: bool = True,
 ) -> list[str]:
     notes: list[str] = []
     steps = [st for _, rec in records for st in rec.steps]
-    if steps and all(
-        st.run_ahead_ns == 0 and st.in_flight == 0 and st.device_ns == st.frontend_ns
-        for st in steps
+    if (
+        pictures
+        and steps
+        and all(
+            st.run_ahead_ns == 0 and st.in_flight == 0 and st.device_ns == st.frontend_ns
+            for st in steps
+        )
     ):
         notes.append(
             "In both loops' plots the device bar equals the host bar and run-ahead and in flight "
@@ -724,11 +746,14 @@ def render_artifacts(result: DemoResult, console: Console) -> None:
     """The closing list: what was written and the command to view each."""
     for note in result.notes:
         console.print()
-        console.print(note, highlight=False)
+        # plain text: a note may hold brackets ("asynctrace[plot]") that markup would eat
+        console.print(note, highlight=False, markup=False)
     out = Path(result.out_dir)
     console.print()
     console.print(
-        f"[bold]Written under {out}/[/], and how to view it:", highlight=False, soft_wrap=True
+        f"[bold]Written under {escape(str(out))}/[/], and how to view it:",
+        highlight=False,
+        soft_wrap=True,
     )
     for kind, title in _KIND_TITLES.items():
         items = [a for a in result.artifacts if a.kind == kind]
@@ -736,15 +761,18 @@ def render_artifacts(result: DemoResult, console: Console) -> None:
             continue
         console.print(f"  [bold]{title}[/]", highlight=False)
         for a in items:
-            console.print(f"    {_rel(a.path, out)}: {a.what}", highlight=False, soft_wrap=True)
+            console.print(
+                f"    {_rel(a.path, out)}: {a.what}", highlight=False, soft_wrap=True, markup=False
+            )
         views = dict.fromkeys(a.view for a in items)
         for view in views if len(views) == 1 else ():
-            console.print(f"    → {view}", highlight=False, soft_wrap=True)
+            console.print(f"    → {view}", highlight=False, soft_wrap=True, markup=False)
     if any(a.kind == "records" for a in result.artifacts):
         console.print(
             f"  every session's per-step summary: asynctrace report {out}",
             highlight=False,
             soft_wrap=True,
+            markup=False,
         )
 
 
@@ -815,7 +843,8 @@ def render_loop(lp: LoopResult, console: Console, *, max_rows: int = 12) -> None
         f"median frontend {_us(lp.median_frontend_ns)}, median device "
         f"{'n/a' if lp.median_device_ns is None else _us(lp.median_device_ns)}, "
         f"max run-ahead {'n/a' if lp.max_run_ahead_ns is None else _us(lp.max_run_ahead_ns)}, "
-        f"max in flight {lp.max_in_flight}; records: {lp.records_path}"
+        f"max in flight {lp.max_in_flight}; records: {lp.records_path}",
+        markup=False,
     )
 
 
@@ -826,5 +855,5 @@ def render_demo(result: DemoResult, console: Console) -> None:
         render_statements(s, console)
     for lp in result.loops:
         render_loop(lp, console)
-    console.print(result.answer)
+    console.print(result.answer, markup=False)
     render_artifacts(result, console)

@@ -364,3 +364,31 @@ def test_clear_previous_removes_only_the_demos_files(tmp_path: Path) -> None:
     assert sorted(p.relative_to(tmp_path).as_posix() for p in removed) == sorted(mine)
     for name in theirs:
         assert (tmp_path / name).exists()
+
+
+def test_demo_without_matplotlib_writes_everything_but_the_pictures(tmp_path: Path) -> None:
+    # matplotlib is the `plot` extra: a base install must still run the main job to the end
+    import subprocess
+    import sys
+
+    out = tmp_path / "demo"
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from asynctrace.cli import main\n"
+        f"sys.exit(main(['demo', '--quick', '--device', 'cpu', '--out', {str(out)!r}]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "matplotlib is not installed (pip install 'asynctrace[plot]'" in " ".join(
+        done.stdout.split()
+    )
+    summary = json.loads((out / "demo.summary.json").read_text())
+    kinds = {a["kind"] for a in summary["artifacts"]}
+    assert "plot" not in kinds
+    assert {"records", "tensorboard", "profiler trace", "annotated trace", "html"} <= kinds
+    page = (out / "report.html").read_text()
+    assert "<svg" not in page
+    assert "Per-step figures" in page
+    assert not (out / "plots").exists()

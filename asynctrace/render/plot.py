@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COLORS",
     "PlotError",
+    "available",
     "figure_bytes",
     "overview_figure",
     "plot_records_overview",
@@ -62,6 +63,16 @@ COLORS: dict[str, str] = {
 }
 _MAX_ARROWS = 80
 _MAX_BARS = 4000
+
+
+def available() -> bool:
+    """Whether matplotlib, which every plot needs, can be imported (it is the ``plot`` extra)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):  # blocked in sys.modules, or a broken install
+        return False
 
 
 class PlotError(AsyncTraceError):
