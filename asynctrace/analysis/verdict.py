@@ -23,6 +23,8 @@ did, from the figures a capture session records per step (:class:`~asynctrace.re
     input-bound and memory creep are still reported and take the headline when present.
 ``too-few-steps``
     Fewer than :data:`MIN_TREND_STEPS` steps and nothing else found.
+``no-steps``
+    No step at all: nothing to judge (a session whose steps were never marked, an empty trace).
 
 Trends are judged on the last ``window`` steps (default :data:`WINDOW_STEPS`) by the
 Mann–Kendall test (tie-corrected variance, continuity correction) at ``|Z| >=``
@@ -134,7 +136,7 @@ def trend(values: Sequence[float]) -> Trend:
 
 class Verdict(msgspec.Struct, frozen=True):
     #: "synchronized", "never-synchronized", "over-synchronized", "input-bound",
-    #: "memory-creep", "cpu-synchronous", "too-few-steps"
+    #: "memory-creep", "cpu-synchronous", "too-few-steps", "no-steps"
     code: str
     message: str
     #: every finding, the headline first (a run can be input-bound and creeping at once)
@@ -227,6 +229,20 @@ def judge_steps(
         raise ValueError(f"window must be at least {MIN_TREND_STEPS} steps, got {window}")
     recent = list(steps[-window:])
     n = len(recent)
+    if not n:
+        # before the backend's own code: a CPU run without steps is not "cpu-synchronous"
+        return Verdict(
+            code="no-steps",
+            message="no steps: nothing to judge",
+            findings=("no steps: nothing to judge",),
+            codes=("no-steps",),
+            steps=0,
+            syncs_per_step=0.0,
+            data_wait_fraction=0.0,
+            in_flight_slope=None,
+            run_ahead_slope_ns=None,
+            mem_slope_bytes=None,
+        )
     found: dict[str, str] = {}
 
     syncs_per_step = float(_median(s.sync_count for s in recent)) if recent else 0.0

@@ -1169,7 +1169,8 @@ class Session:
 
     def _summary_notes(self) -> list[str]:
         notes = list(self._notes)
-        if not self._async:
+        if not self._async and self._verdict()[0] != "cpu-synchronous":
+            # said once: a "cpu-synchronous" verdict already is this note
             notes.append(_CPU_NOTE)
         if self._dropped:
             notes.append(
@@ -1315,7 +1316,16 @@ def print_report(report: SessionReport, *, file: Any = None) -> None:
         table.add_column(col, justify="right")
     for row in _report_rows(report):
         table.add_row(*row)
-    console.print(table)
+    if report.steps:
+        console.print(table)
+    else:
+        console.print(
+            f"asynctrace {report.name}: no steps on {report.device_name} in "
+            f"{report.wall_ns / 1e9:.3f} s: mark them with `for batch in session.steps(loader)`, "
+            "`session.step()` at the end of each iteration, `@session.train_step` or "
+            "`optimizer_steps=True`",
+            markup=False,
+        )
     from asynctrace.analysis.verdict import verdict_line
 
     console.print(f"verdict: {verdict_line(report.verdict, report.verdict_message)}")

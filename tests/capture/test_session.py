@@ -467,7 +467,7 @@ def test_bare_decorator_runs_with_defaults(
     files = list((tmp_path / "traces").iterdir())
     assert len(files) == 1
     assert files[0].name.startswith("job.")
-    assert "asynctrace job: 0 steps" in capsys.readouterr().out
+    assert "asynctrace job: no steps on " in capsys.readouterr().out
 
 
 def test_steps_measures_data_wait(tmp_path: Path) -> None:
@@ -591,7 +591,7 @@ def test_cpu_figures_are_honest_on_a_real_torch_loop(tmp_path: Path) -> None:
     assert before_last - after_enter <= total <= after_last - before
     report = s.summary()
     assert report.verdict == "cpu-synchronous"
-    assert any("executes synchronously" in n for n in report.notes)
+    assert "executes synchronously" in report.verdict_message
     assert rec.summary is not None
     assert rec.summary.verdict == "cpu-synchronous"
 
@@ -979,3 +979,32 @@ def test_trace_takes_every_option_session_takes() -> None:
     assert options(trace) == options(Session.__init__)
     s = trace(max_pending=7, window=3, write=False, print_summary=False)
     assert (s.max_pending, s.window) == (7, 3)
+
+
+def test_a_session_without_steps_says_how_to_mark_them(tmp_path: Path) -> None:
+    import io
+
+    with trace("train", dir=tmp_path, device="cpu", print_summary=False) as s:
+        pass
+    report = s.summary()
+    assert (report.steps, report.verdict) == (0, "no-steps")
+    buf = io.StringIO()
+    print_report(report, file=buf)
+    text = " ".join(buf.getvalue().split())
+    assert "asynctrace train: no steps on " in text
+    assert "`session.step()` at the end of each iteration" in text
+    assert "verdict: no-steps: nothing to judge" in text
+    assert "┏" not in text  # no empty table
+
+
+def test_the_cpu_note_is_not_said_twice(tmp_path: Path) -> None:
+    # a "cpu-synchronous" verdict is the note itself; under another headline the note stays
+    with trace("cpu", dir=tmp_path, device="cpu", print_summary=False) as s:
+        for _ in range(3):
+            s.step()
+    report = s.summary()
+    assert report.verdict == "cpu-synchronous"
+    assert not any("executes synchronously" in n for n in report.notes)
+    with trace("none", dir=tmp_path, device="cpu", print_summary=False) as s:
+        pass
+    assert any("executes synchronously" in n for n in s.summary().notes)
