@@ -721,11 +721,18 @@ def _records_notes(
         first, last = p.wait + p.warmup, p.wait + p.warmup + p.active - 1
         prof = sorted(r["frontend_ns"] for r in profiled.steps if first <= int(r["step"]) <= last)
         if prof:
+            profiled_ns, plain_ns = _median(prof), unsynced.median_frontend_ns
+            # said as measured: on a noisy machine the profiled steps may not be the slower
+            cost = (
+                "include its overhead"
+                if profiled_ns > plain_ns
+                else "would include its overhead, though this run's noise hid it"
+            )
             notes.append(
-                f"The profiled steps (median {_us(_median(prof))} of host time; "
-                f"{_us(unsynced.median_frontend_ns)} in {unsynced.name}) ran under "
-                "torch.profiler and include its overhead: deep mode runs as a separate session "
-                "so that the two loops' figures carry none of it."
+                f"The profiled steps (median {_us(profiled_ns)} of host time; "
+                f"{_us(plain_ns)} in {unsynced.name}) ran under torch.profiler and {cost}: "
+                "deep mode runs as a separate session so that the two loops' figures carry "
+                "none of it."
             )
     return notes
 

@@ -392,3 +392,31 @@ def test_demo_without_matplotlib_writes_everything_but_the_pictures(tmp_path: Pa
     assert "<svg" not in page
     assert "Per-step figures" in page
     assert not (out / "plots").exists()
+
+
+def test_profiler_overhead_sentence_follows_the_measurement() -> None:
+    from asynctrace.demo import DEMO_PROFILE, LoopResult, _records_notes
+    from asynctrace.records import Records, SessionHeader
+
+    def loop(name: str, median_ns: float, frontend_ns: int = 0) -> LoopResult:
+        first = DEMO_PROFILE.wait + DEMO_PROFILE.warmup
+        steps = [{"step": k, "frontend_ns": frontend_ns} for k in range(first, first + 3)]
+        return LoopResult(name, False, None, steps, median_ns, None, 0, 0)
+
+    header = SessionHeader(
+        name="x",
+        host="h",
+        pid=1,
+        device_kind="cpu",
+        device_name="cpu",
+        asynchronous=False,
+        started_unix_ns=0,
+    )
+    records = [(loop("demo-unsynced", 1_000_000), Records(
+        path="x", header=header, steps=[], syncs=[], summary=None, complete=True
+    ))]  # fmt: skip
+    slower = _records_notes(records, loop("demo-profiled", 0, frontend_ns=2_000_000))
+    assert "and include its overhead:" in slower[-1]
+    # the profiled steps measured faster this time: the sentence must not claim an overhead
+    faster = _records_notes(records, loop("demo-profiled", 0, frontend_ns=500_000))
+    assert "though this run's noise hid it" in faster[-1]
