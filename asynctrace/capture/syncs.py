@@ -781,6 +781,9 @@ class ExpectSyncs:
             "call": "per call",
             "total": "in total",
         }[self.per]
+        if self.per == "step" and set(guard.buckets) == {"all"}:
+            # no session's steps were seen: the block (or call) itself was the bucket
+            per = "per block (no asynctrace.trace session, so no steps)"
         lines = [
             f"{total} unexpected host-device synchronization{'s' if total != 1 else ''} "
             f"(at most {self.max} {per} allowed):"
