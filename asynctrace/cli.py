@@ -90,8 +90,12 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``asynctrace`` console script; returns the exit status."""
+def main(argv: Sequence[str] | None = None, *, owns_process: bool = False) -> int:
+    """Entry point of the ``asynctrace`` console script; returns the exit status.
+
+    ``owns_process``: the process ends with this call (the console script), so a script that
+    ``run`` or ``check`` ran may leave its ``__main__`` in place, as ``python`` does.
+    """
     if argv is None:
         argv = sys.argv[1:]
     # the top-level options take no value, so the first other word is the command
@@ -111,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None or not hasattr(args, "_module"):
             parser.print_help()
             return 2
+        args.owns_process = owns_process
         status: int = args._module.run(args)
     except AsyncTraceError as e:
         # one line, whatever the message quotes (a file name or a schema with newlines)
@@ -144,8 +149,10 @@ def console() -> NoReturn:
         # a file name that is not UTF-8 prints as its bytes, as Python does in the C locale,
         # rather than fail the whole output where the locale is strict (en_US.UTF-8)
         sys.stdout.reconfigure(errors="surrogateescape")  # type: ignore[union-attr]
-    status = main(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
+    # this process ends with the command: a script that `run` or `check` ran keeps its __main__
+    # and sys.argv for what runs after its last line (atexit handlers, its threads)
+    status = main(argv, owns_process=True)
     if command in ANALYSIS_ONLY:
         try:
             sys.stdout.flush()

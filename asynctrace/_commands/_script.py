@@ -1,10 +1,16 @@
 """Running a user's script unchanged, as ``python script.py args…`` would: shared by commands.
 
-:func:`run_script` runs the file with :mod:`runpy` as ``__main__``, with ``sys.argv`` set to the
-script and its arguments and the script's folder first on ``sys.path``, restores both after,
-and turns the way the script ended into the exit status Python itself would give: ``sys.exit``'s
-code, 1 (with the traceback on stderr) for an uncaught exception, 0 otherwise.
-``KeyboardInterrupt`` and other ``BaseException``\\ s are not the script's result and propagate.
+:func:`resolve_script` reads the script, :func:`run_script` runs it as ``__main__`` with what
+``python script.py args…`` gives it: ``sys.argv`` (the script as typed, then its arguments),
+``__file__`` (absolute, links kept), ``sys.path[0]`` (the folder of the file the links lead to),
+a ``__main__`` module in ``sys.modules`` (pickle, multiprocessing's spawn and ``dataclasses``
+look classes up there). Its status is the one Python would exit with: ``sys.exit``'s code as
+the process would see it, 1 for an uncaught exception and 130 for ``KeyboardInterrupt``, each
+reported through ``sys.excepthook`` (the script's own, where it set one) with the script's frames
+only. A folder or zip with a ``__main__.py`` runs too.
+
+:func:`stdout_to_stderr` sends everything written to stdout during the script, subprocesses and
+C code included, to stderr (``--json``).
 
 :func:`add_script_argument` is the ``script`` positional of the commands that run one: it keeps
 every word after the script as typed, ``--`` included, for the command to split.
@@ -13,25 +19,35 @@ every word after the script as typed, ``--`` included, for the command to split.
 from __future__ import annotations
 
 import argparse
+import builtins
 import contextlib
 import io
+import os
+import pkgutil
 import runpy
+import stat
 import sys
 import traceback
+import types
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from importlib.machinery import SourceFileLoader
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from asynctrace.errors import AsyncTraceError
 
 __all__ = [
+    "Script",
     "add_script_argument",
     "as_main",
     "exit_code",
     "resolve_script",
     "run_script",
     "script_arguments",
+    "stdout_to_stderr",
 ]
 
 
@@ -70,28 +86,78 @@ def script_arguments(words: Sequence[str]) -> list[str]:
     return list(words[1:] if words[:1] == ["--"] else words)
 
 
-def resolve_script(path: str | Path) -> Path:
-    """The script's absolute path; :class:`AsyncTraceError` if there is no such file."""
-    p = Path(path)
-    if not p.is_file():
-        raise AsyncTraceError(f"{p}: no such script (give the path of a Python file)")
-    return p.resolve()
+@dataclass(frozen=True)
+class Script:
+    """A script to run, named as Python names it."""
+
+    #: as typed: the script's ``sys.argv[0]``
+    typed: str
+    #: absolute but not resolved, as Python 3.9+ makes ``__file__``: a script reached through a
+    #: link finds what lies beside the link
+    file: str
+    #: the file's bytes; None for a folder or zip, which runpy runs from its ``__main__.py``
+    source: bytes | None
+
+    @property
+    def stem(self) -> str:
+        """The default session name: ``train`` for ``train.py``, ``app`` for ``app/``."""
+        return Path(self.typed).stem or Path(self.file).stem
+
+    @property
+    def folder(self) -> str:
+        """``sys.path[0]``: for a file, the folder of the file its links lead to (Python reads
+        links); a folder or zip is put there by runpy itself."""
+        return os.path.dirname(os.path.realpath(self.file))
+
+
+def resolve_script(path: str | os.PathLike[str]) -> Script:
+    """The script at ``path``, read now: :class:`AsyncTraceError` if there is none,
+    :class:`OSError` if it cannot be read (both before any session starts)."""
+    typed = os.fspath(path)
+    try:
+        is_dir = stat.S_ISDIR(os.stat(typed).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        raise AsyncTraceError(f"{typed}: no such script (give the path of a Python file)") from None
+    file = typed if os.path.isabs(typed) else os.path.join(os.getcwd(), typed)
+    if is_dir and not os.path.exists(os.path.join(file, "__main__.py")):
+        raise AsyncTraceError(
+            f"{typed}: a folder without a __main__.py (give the path of a Python file)"
+        )
+    if is_dir or pkgutil.get_importer(file) is not None:
+        return Script(typed=typed, file=file, source=None)
+    with io.open_code(file) as f:
+        return Script(typed=typed, file=file, source=f.read())
 
 
 @contextlib.contextmanager
-def as_main(script: Path, argv: Sequence[str]) -> Iterator[None]:
+def as_main(script: Script, argv: Sequence[str], *, keep_main: bool = False) -> Iterator[None]:
     """``sys.argv`` and ``sys.path[0]`` as ``python script.py argv…`` sets them; restored after,
-    with ``sys.stdout`` and ``sys.stderr`` where the script replaced them."""
+    with ``sys.modules["__main__"]``, ``sys.excepthook``, and ``sys.stdout`` and ``sys.stderr``
+    where the script replaced them.
+
+    ``keep_main``: where the process ends with the command (the console script), the script's
+    ``__main__`` and ``sys.argv`` stay in place after it, as under ``python``, for what runs
+    after its last line: its atexit handlers and the threads it left running, which pickle its
+    classes by their ``__main__`` name (a checkpoint saved in the background, say)."""
     saved_argv = sys.argv
     saved_path = list(sys.path)
+    saved_main = sys.modules.get("__main__")
     saved_streams = (sys.stdout, sys.stderr)
-    sys.argv = [str(script), *argv]
-    sys.path.insert(0, str(script.parent))
+    saved_hook = sys.excepthook
+    sys.argv = [script.typed, *argv]
+    if script.source is not None:
+        sys.path.insert(0, script.folder)
     try:
         yield
     finally:
-        sys.argv = saved_argv
+        # the script's folder goes even so: the summary's imports must not find its modules;
+        # its excepthook has reported what it left uncaught, and is not for our errors
         sys.path[:] = saved_path
+        sys.excepthook = saved_hook
+        if not keep_main:
+            sys.argv = saved_argv
+            if saved_main is not None:
+                sys.modules["__main__"] = saved_main
         # what is printed after the script (the summary) goes where it would have gone; where
         # the script closed that stream, nowhere, as Python prints nothing more to it either
         sys.stdout, sys.stderr = (
@@ -99,41 +165,129 @@ def as_main(script: Path, argv: Sequence[str]) -> Iterator[None]:
         )
 
 
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Everything written to stdout meanwhile goes to stderr: ``print``, ``sys.__stdout__``,
+    and file descriptor 1 itself, so that subprocesses, DataLoader workers and C++ logs (NCCL)
+    leave stdout to the command's JSON."""
+    sys.stdout.flush()
+    saved_fd: int | None = None
+    try:
+        saved_fd = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:
+        # no descriptor 1 (or 2): the Python-level redirection is all there is
+        if saved_fd is not None:
+            os.close(saved_fd)
+            saved_fd = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved_fd is not None:
+            # text still buffered for descriptor 1 was written meanwhile: it goes to stderr
+            for stream in (sys.__stdout__, sys.stdout):
+                with contextlib.suppress(Exception):
+                    if stream is not None:
+                        stream.flush()
+            os.dup2(saved_fd, 1)
+            os.close(saved_fd)
+
+
 def exit_code(e: SystemExit) -> int:
-    """The process status ``sys.exit(code)`` gives: None → 0, an int as is, else print it → 1."""
+    """The process status ``sys.exit(code)`` gives: None → 0, an int as the process sees it
+    (``sys.exit(256 + 7)`` exits 7, ``sys.exit(-1)`` 255), else print it → 1."""
     code = e.code
     if code is None:
         return 0
     if isinstance(code, int):
-        return code
+        # POSIX keeps the low 8 bits of the status; bool is an int (sys.exit(True) exits 1)
+        return int(code) if os.name == "nt" else int(code) & 0xFF
     print(code, file=sys.stderr)
     return 1
 
 
+def _script_frames(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` from the script's first frame: without this runner's, runpy's and importlib's,
+    which ``python script.py`` would not show (a SyntaxError shows none: Python's own report)."""
+    while tb is not None and (
+        tb.tb_frame.f_code.co_filename == __file__
+        or tb.tb_frame.f_code.co_filename.startswith("<frozen ")
+    ):
+        tb = tb.tb_next
+    return tb
+
+
+def report_uncaught(e: BaseException) -> int:
+    """Report ``e`` as Python reports what a script leaves uncaught, through ``sys.excepthook``
+    (a script's rich or wandb hook sees it); return the status Python would exit with."""
+    # on the exception itself too: Python's own hook prints the exception's __traceback__
+    tb = _script_frames(e.__traceback__)
+    e.with_traceback(tb)
+    try:
+        sys.excepthook(type(e), e, tb)
+    except Exception as hook_error:
+        # what Python prints when the hook itself fails
+        print("Error in sys.excepthook:", file=sys.stderr)
+        traceback.print_exception(hook_error)
+        print("\nOriginal exception was:", file=sys.stderr)
+        sys.__excepthook__(type(e), e, tb)
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    return 130 if isinstance(e, KeyboardInterrupt) else 1
+
+
+def _execute(script: Script) -> None:
+    if script.source is None:
+        runpy.run_path(script.file, run_name="__main__")
+        return
+    try:
+        code = compile(script.source, script.file, "exec", dont_inherit=True)
+    except ValueError as e:
+        # Python 3.11's compile() says null bytes as a ValueError; python itself, a SyntaxError
+        raise SyntaxError(f"source code cannot contain null bytes ({e})") from None
+    # what python sets up for its __main__: runpy.run_path would leave __builtins__ a dict,
+    # __loader__ None and __package__ "", and swap its own __main__ back when the script ends
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=script.file,
+        __cached__=None,
+        __builtins__=builtins,
+        __loader__=SourceFileLoader("__main__", script.file),
+    )
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
+
+
 def run_script(
-    script: Path, argv: Sequence[str], *, around: AbstractContextManager[Any] | None = None
+    script: Script,
+    argv: Sequence[str],
+    *,
+    around: AbstractContextManager[Any] | None = None,
+    keep_main: bool = False,
 ) -> int:
     """Run ``script`` as ``__main__`` with ``argv``; return the status Python would exit with.
 
     ``around`` (a capture session, say) is entered just around the script: an exception the
     script raises passes through it, so it can record the failure, while ``sys.exit`` (an
-    ordinary end, whatever its code) is caught inside it.
+    ordinary end, whatever its code) is caught inside it. ``keep_main``: see :func:`as_main`.
     """
     status = 0
     started = False
-    with as_main(script, argv):
+    with as_main(script, argv, keep_main=keep_main):
         try:
             with around if around is not None else contextlib.nullcontext():
                 started = True
                 try:
-                    runpy.run_path(str(script), run_name="__main__")
+                    _execute(script)
                 except SystemExit as e:
                     status = exit_code(e)
-        except Exception:
+        except BaseException as e:
             if not started:
                 # entering ``around`` failed (a CUDA-only option on CPU): the script never ran,
                 # so this is no traceback of the script's but our error, said in one line
                 raise
-            traceback.print_exc()
-            status = 1
+            # KeyboardInterrupt too: Python shows where Ctrl-C stopped the script, and the
+            # steps before it still get their summary
+            status = report_uncaught(e)
     return status

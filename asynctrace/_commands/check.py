@@ -19,13 +19,18 @@ import argparse
 import contextlib
 import json
 import os
-import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from asynctrace._commands._script import add_script_argument, resolve_script, run_script
+from asynctrace._commands._script import (
+    add_script_argument,
+    resolve_script,
+    run_script,
+    stdout_to_stderr,
+)
 from asynctrace._output import output_folder, utf8
 from asynctrace.errors import AsyncTraceError
 
@@ -122,13 +127,13 @@ class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
     notes: list[str] = msgspec.field(default_factory=list)
 
 
-def _display(site: str) -> str:
-    """``site`` relative to the current directory when it lies under it."""
+def _display(site: str, cwd: str) -> str:
+    """``site`` relative to ``cwd`` (where the command was typed) when it lies under it."""
     path, sep, line = site.rpartition(":")
     if not sep:
         return site
     try:
-        rel = os.path.relpath(path)
+        rel = os.path.relpath(path, cwd)
     except ValueError:
         return site
     return f"{rel}:{line}" if not rel.startswith("..") else site
@@ -145,19 +150,23 @@ def run(args: argparse.Namespace) -> int:
     if budget is not None and budget < 0:
         raise AsyncTraceError(f"--max-syncs-per-step must be >= 0, got {budget}")
     script = resolve_script(args.script)
-    output_folder(args.dir, option="--dir")
+    # absolute, like the sites' display base: the script may change its working folder
+    folder = output_folder(args.dir, option="--dir").absolute()
+    cwd = os.getcwd()
 
     session = trace(
         utf8(script.stem),  # a name that is not UTF-8 cannot go into the records
-        dir=args.dir,
+        dir=folder,
         optimizer_steps=True,
         detect_syncs=args.detect,
         print_summary=False,
     )
     # with --json, stdout carries only the result: the script's prints go to stderr
-    out = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
+    out = stdout_to_stderr() if as_json else contextlib.nullcontext()
     with out:
-        status = run_script(script, script_args, around=session)
+        status = run_script(
+            script, script_args, around=session, keep_main=getattr(args, "owns_process", False)
+        )
 
     report = session.summary()
     # the verdict already says the CPU runs synchronously
@@ -167,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         step_counts = [s.sync_count for s in records.steps]
         sites = [
             msgspec.structs.replace(
-                s, site=_display(s.site), stack=[_display_frame(f) for f in s.stack]
+                s, site=_display(s.site, cwd), stack=[_display_frame(f, cwd) for f in s.stack]
             )
             for s in records.syncs
         ]
@@ -177,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         # records could not be written (the note says why): judge from the summary alone
         step_counts = []
-        sites = [msgspec.structs.replace(s, site=_display(s.site)) for s in report.sync_sites]
+        sites = [msgspec.structs.replace(s, site=_display(s.site, cwd)) for s in report.sync_sites]
         verdict = judge_steps([], asynchronous=report.asynchronous, sync_sites=sites)
 
     if not step_counts:
@@ -213,7 +222,12 @@ def run(args: argparse.Namespace) -> int:
         max_syncs_per_step=budget,
         over_budget_steps=over,
         max_syncs_in_a_step=worst,
-        records_path=str(session.records_path) if session.records_path is not None else None,
+        # said as --dir was given, from where the command was typed
+        records_path=(
+            str(Path(args.dir) / session.records_path.name)
+            if session.records_path is not None
+            else None
+        ),
         notes=notes,
     )
     if as_json:
@@ -223,9 +237,9 @@ def run(args: argparse.Namespace) -> int:
     return exit_code
 
 
-def _display_frame(frame: str) -> str:
+def _display_frame(frame: str, cwd: str) -> str:
     site, sep, func = frame.partition(" in ")
-    return f"{_display(site)}{sep}{func}"
+    return f"{_display(site, cwd)}{sep}{func}"
 
 
 def _print_text(r: CheckResult) -> None:

@@ -21,14 +21,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from asynctrace._commands._script import (
     add_script_argument,
     resolve_script,
     run_script,
     script_arguments,
+    stdout_to_stderr,
 )
 from asynctrace._output import json_text, output_folder, utf8
 from asynctrace.errors import AsyncTraceError
@@ -155,11 +159,12 @@ def run(args: argparse.Namespace) -> int:
     script = resolve_script(args.script)
     # resolved here so that a wrong one is said as the option typed, not as trace(device=...)
     device = get_device(args.device, option="--device")
-    output_folder(args.dir, option="--dir")
+    # absolute: a script that changes its working folder (Hydra does) must not move the records
+    folder = output_folder(args.dir, option="--dir").absolute()
     script_args = script_arguments(args.args)
     session = trace(
         utf8(args.name or script.stem),  # a name that is not UTF-8 cannot go into the records
-        dir=args.dir,
+        dir=folder,
         device=device,
         nvtx=not args.no_nvtx,
         detect_syncs=args.detect,
@@ -169,25 +174,32 @@ def run(args: argparse.Namespace) -> int:
     )
     around: Any = session if args.nsys_capture is None else _NsysSteps(session, args.nsys_capture)
     # with --json, stdout carries only the result
-    out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    out = stdout_to_stderr() if args.json else contextlib.nullcontext()
     with out:
-        status = run_script(script, script_args, around=around)
+        status = run_script(
+            script, script_args, around=around, keep_main=getattr(args, "owns_process", False)
+        )
 
     report = session.summary()
+    if report.records_path is not None:
+        # said as --dir was given, from where the command was typed
+        records_path = str(Path(args.dir) / Path(report.records_path).name)
+        report = msgspec.structs.replace(report, records_path=records_path)
     sys.stdout.flush()
     if args.json:
         print(json_text(report, indent=None))
     else:
-        print_report(report)
-        if report.steps == 0:
-            # not "use asynctrace.trace() in the script": under run that is a second session,
-            # and sessions do not nest (the script fails with a CaptureError)
-            print(
-                "note: no optimizer.step() ended a step, and asynctrace run ends steps only "
-                "there. In another loop, call asynctrace.current_session().step() after each "
-                "iteration (it is None under plain python); a script with its own "
-                "asynctrace.trace() runs with plain python (sessions do not nest)"
-            )
+        # not "use asynctrace.trace() in the script": under run that is a second session,
+        # and sessions do not nest (the script fails with a CaptureError)
+        print_report(
+            report,
+            no_steps_hint=(
+                "no optimizer.step() ended a step, and asynctrace run ends steps only there. In "
+                "another loop, call asynctrace.current_session().step() after each iteration "
+                "(it is None under plain python); a script with its own asynctrace.trace() runs "
+                "with plain python (sessions do not nest)"
+            ),
+        )
     if args.gather_ranks:
         _gather(session)
     if status and not args.json:

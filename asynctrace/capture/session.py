@@ -1298,8 +1298,17 @@ def _report_rows(report: SessionReport) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def print_report(report: SessionReport, *, file: Any = None) -> None:
-    """Print the summary table, verdict and notes of ``report`` (stdout by default)."""
+def print_report(
+    report: SessionReport,
+    *,
+    file: Any = None,
+    no_steps_hint: str = (
+        "mark them with `for batch in session.steps(loader)`, `session.step()` at the end of "
+        "each iteration, `@session.train_step` or `optimizer_steps=True`"
+    ),
+) -> None:
+    """Print the summary table, verdict and notes of ``report`` (stdout by default);
+    ``no_steps_hint`` follows "no steps" where the session recorded none."""
     from rich.console import Console
     from rich.table import Table
 
@@ -1321,9 +1330,7 @@ def print_report(report: SessionReport, *, file: Any = None) -> None:
     else:
         console.print(
             f"asynctrace {report.name}: no steps on {report.device_name} in "
-            f"{report.wall_ns / 1e9:.3f} s: mark them with `for batch in session.steps(loader)`, "
-            "`session.step()` at the end of each iteration, `@session.train_step` or "
-            "`optimizer_steps=True`",
+            f"{report.wall_ns / 1e9:.3f} s" + (f": {no_steps_hint}" if no_steps_hint else ""),
             markup=False,
         )
     from asynctrace.analysis.verdict import verdict_line

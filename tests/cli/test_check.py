@@ -231,3 +231,39 @@ def test_reported_stacks_start_at_the_script_and_hold_no_asynctrace_frame(
     for frame in site["stack"]:
         path = Path(frame.rpartition(" in ")[0].rpartition(":")[0]).resolve()
         assert not path.is_relative_to(package), frame
+
+
+def test_a_script_that_changes_folder_is_still_judged_from_its_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = write_script(tmp_path, steps=4)
+    script.write_text(
+        'import os\nos.makedirs("outputs")\nos.chdir("outputs")\n' + script.read_text()
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "--json", "--dir", "records", "train.py"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["steps"] == 4
+    # the records were written, so each step is judged (not the run as one) ...
+    assert "records not written" not in " ".join(result["notes"])
+    assert result["max_syncs_in_a_step"] == 1
+    (records,) = (tmp_path / "records").glob("*.records.jsonl")
+    assert result["records_path"] == f"records/{records.name}"
+    # ... and sites are said from where check was typed, not from where the script went
+    assert [s["site"] for s in result["sync_sites"]] == [f"train.py:{line_of(script, 'item()')}"]
+
+
+def test_json_stdout_is_only_the_result_whatever_writes_to_descriptor_1(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "noisy.py"
+    script.write_text(
+        "import os, subprocess, sys\n"
+        "os.write(1, b'fd 1\\n')\n"
+        "subprocess.run([sys.executable, '-c', 'print(\"child\")'], check=True)\n"
+    )
+    assert check(tmp_path, "--json", str(script)) == 0
+    captured = capfd.readouterr()
+    assert json.loads(captured.out)["script_exit_code"] == 0
+    assert "fd 1\n" in captured.err
+    assert "child\n" in captured.err

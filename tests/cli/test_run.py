@@ -201,9 +201,9 @@ def test_a_run_without_optimizer_steps_says_what_works(
     plain = tmp_path / "loop.py"
     plain.write_text("import torch\nfor _ in range(3):\n    torch.ones(2).sum()\n")
     assert main(["run", "--dir", str(tmp_path), "--device", "cpu", str(plain)]) == 0
-    (note,) = [
-        line for line in capsys.readouterr().out.splitlines() if "no optimizer.step()" in line
-    ]
+    # the hint follows the summary's "no steps" (rich may wrap it: joined into one line)
+    out = " ".join(capsys.readouterr().out.split())
+    note = out[out.index("no steps on ") :]
     # a second asynctrace.trace() under run fails (sessions do not nest): not what to suggest
     assert "use asynctrace.trace() in the script" not in note
     assert "asynctrace.current_session().step()" in note
@@ -226,3 +226,213 @@ def test_a_run_without_optimizer_steps_says_what_works(
     assert main(["run", "--json", "--dir", str(tmp_path), "--device", "cpu", str(stepped)]) == 0
     assert SessionReport.from_json(capsys.readouterr().out).steps == 3
     subprocess.run([sys.executable, str(stepped)], check=True, timeout=120)
+
+
+# ------------------------------------------------------- as `python script.py args` would run it
+def _run(tmp_path: Path, script: str | Path, *args: str, opts: tuple[str, ...] = ()) -> int:
+    return main(["run", "--dir", str(tmp_path / "t"), "--device", "cpu", *opts, str(script), *args])
+
+
+def test_the_script_sees_what_python_gives_its_main(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = tmp_path / "src"
+    real.mkdir()
+    (real / "sibling.py").write_text("WHERE = 'src'\n")
+    (real / "main.py").write_text(
+        textwrap.dedent(
+            """\
+            import json, sys
+            import sibling
+            print(json.dumps({
+                "argv": sys.argv, "file": __file__, "path0": sys.path[0], "pkg": __package__,
+                "builtins_is_module": type(__builtins__).__name__ == "module",
+                "loader": type(__loader__).__name__, "sibling": sibling.WHERE,
+                "main_file": sys.modules["__main__"].__file__,
+            }))
+            """
+        )
+    )
+    linked = tmp_path / "bin"
+    linked.mkdir()
+    (linked / "entry.py").symlink_to(real / "main.py")
+    monkeypatch.chdir(tmp_path)
+    python = subprocess.run(
+        [sys.executable, "bin/entry.py", "x"], capture_output=True, text=True, check=True
+    )
+    expected = json.loads(python.stdout)
+    assert _run(tmp_path, "bin/entry.py", "x") == 0
+    seen = json.loads(capsys.readouterr().out.splitlines()[0])
+    # argv[0] as typed, __file__ through the link, sys.path[0] where the link leads
+    assert seen == expected
+    assert seen["argv"] == ["bin/entry.py", "x"]
+    assert seen["file"] == str(tmp_path / "bin" / "entry.py")
+    assert seen["path0"] == str(real)
+
+
+def test_an_uncaught_exception_shows_the_scripts_frames_through_its_excepthook(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "fail.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import sys, traceback
+            def hook(kind, value, tb):
+                print("HOOK", kind.__name__, file=sys.stderr)
+                traceback.print_exception(kind, value, tb)
+            sys.excepthook = hook  # as rich.traceback.install() or a logger does
+            def fail():
+                raise ValueError("boom")
+            fail()
+            """
+        )
+    )
+    assert _run(tmp_path, script) == 1
+    err = capsys.readouterr().err
+    assert "HOOK ValueError" in err
+    assert "ValueError: boom" in err
+    frames = [line for line in err.splitlines() if line.lstrip().startswith("File ")]
+    # only the script's frames, as python shows them: not the runner's, not runpy's
+    assert [f.split(",")[0].strip() for f in frames] == [f'File "{script}"'] * 2
+
+
+def test_a_syntax_error_is_pythons_own_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "bad.py"
+    script.write_text("print('hi'\n")
+    assert _run(tmp_path, script) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.startswith(f'  File "{script}", line 1\n')
+    assert "SyntaxError: '(' was never closed" in err
+
+
+def test_ctrl_c_shows_where_and_still_prints_the_summary(
+    tmp_path: Path, script: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    interrupted = tmp_path / "interrupted.py"
+    interrupted.write_text(
+        script.read_text().replace(
+            'if end == "raise":',
+            'if end == "ctrl-c":\n    raise KeyboardInterrupt\nif end == "raise":',
+        )
+    )
+    assert _run(tmp_path, interrupted, str(tmp_path / "o"), "3", "ctrl-c") == 130
+    captured = capsys.readouterr()
+    assert "KeyboardInterrupt" in captured.err
+    assert f'File "{interrupted}"' in captured.err
+    assert "asynctrace interrupted: 3 steps" in captured.out
+    rec = read_records(_records(tmp_path / "t"))
+    assert rec.complete
+    assert rec.summary is not None
+    assert rec.summary.error == "KeyboardInterrupt"
+
+
+@pytest.mark.parametrize(("code", "status"), [("256 + 7", 7), ("-1", 255), ("True", 1)])
+def test_the_exit_status_is_the_one_the_process_gets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], code: str, status: int
+) -> None:
+    script = tmp_path / "exits.py"
+    script.write_text(f"import sys\nsys.exit({code})\n")
+    assert _run(tmp_path, script) == status
+    assert f"the script exited with status {status}\n" in capsys.readouterr().err
+
+
+def test_records_are_written_when_the_script_changes_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "hydra.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import os, torch
+            os.makedirs("outputs/run1")
+            os.chdir("outputs/run1")  # as Hydra does
+            model = torch.nn.Linear(4, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(3):
+                model(torch.randn(8, 4)).sum().backward()
+                opt.step()
+            """
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--dir", "traces", "--device", "cpu", str(script)]) == 0
+    out = capsys.readouterr().out
+    path = _records(tmp_path / "traces")
+    assert f"records: traces/{path.name}\n" in out
+    rec = read_records(path)
+    assert rec.complete
+    assert len(rec.steps) == 3
+
+
+def test_json_stdout_is_only_the_summary_whatever_writes_to_descriptor_1(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "noisy.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import os, subprocess, sys
+            print("print")
+            print("dunder", file=sys.__stdout__, flush=True)
+            os.write(1, b"fd 1\\n")
+            subprocess.run([sys.executable, "-c", "print('child')"], check=True)
+            """
+        )
+    )
+    assert _run(tmp_path, script, opts=("--json",)) == 0
+    captured = capfd.readouterr()
+    assert SessionReport.from_json(captured.out).name == "noisy"
+    for line in ("print", "dunder", "fd 1", "child"):
+        assert f"{line}\n" in captured.err
+
+
+def test_a_folder_with_a_main_runs_as_python_runs_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "__main__.py").write_text("import sys\nprint('app', __name__, sys.argv[1:])\n")
+    assert _run(tmp_path, app, "a") == 0
+    assert "app __main__ ['a']" in capsys.readouterr().out
+    (tmp_path / "empty").mkdir()
+    assert _run(tmp_path, tmp_path / "empty") == 2
+    assert "without a __main__.py" in capsys.readouterr().err
+
+
+LATE = """
+import atexit, pickle, sys, threading, time
+
+class Checkpoint:
+    pass
+
+def save(when):
+    print(when, type(pickle.loads(pickle.dumps(Checkpoint()))).__name__, sys.argv[1:], flush=True)
+
+def background():
+    time.sleep(0.5)  # still running when the script's last line is done
+    save("thread")
+
+threading.Thread(target=background).start()
+atexit.register(save, "atexit")
+"""
+
+
+def test_what_runs_after_the_last_line_still_finds_the_scripts_main(tmp_path: Path) -> None:
+    script = tmp_path / "late.py"
+    script.write_text(LATE)
+    args = ["run", "--dir", str(tmp_path), "--device", "cpu", str(script), "a"]
+    python = subprocess.run(
+        [sys.executable, str(script), "a"], capture_output=True, text=True, timeout=120
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "asynctrace", *args], capture_output=True, text=True, timeout=120
+    )
+    assert python.returncode == proc.returncode == 0, proc.stderr
+    for line in python.stdout.splitlines():
+        assert line in proc.stdout.splitlines()
+    assert "thread Checkpoint ['a']" in proc.stdout
+    assert "atexit Checkpoint ['a']" in proc.stdout
