@@ -11,6 +11,7 @@ from pathlib import Path
 
 from asynctrace._output import output_file, write_failed
 from asynctrace.errors import TraceFormatError
+from asynctrace.records import is_records_name
 
 __all__ = ["add_arguments", "run"]
 
@@ -48,6 +49,13 @@ def run(args: argparse.Namespace) -> int:
             "an SQLite file, the format of Nsight Systems exports: annotate takes Kineto/Chrome "
             "traces (.json or .json.gz), not Nsight Systems exports (`asynctrace report` reads "
             "those)",
+        )
+    if is_records_name(src.name):
+        raise TraceFormatError(
+            str(src),
+            "session records, not a trace: annotate takes Kineto/Chrome traces (.json or "
+            ".json.gz, as torch.profiler writes them: asynctrace.trace(profile=True) does); "
+            "`asynctrace report` and `asynctrace plot` read records",
         )
     output_file(out, what="the annotated trace", inputs=[src])
     trace = load(src)

@@ -87,3 +87,16 @@ def test_an_sqlite_file_is_refused_as_no_chrome_trace_whatever_its_name(
         "exports (`asynctrace report` reads those)\n"
     )
     assert not out.exists()
+
+
+def test_session_records_are_refused_as_no_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # they are JSON lines: read as one JSON document they were "malformed JSON"
+    records = tmp_path / "train.vm.1.2.records.jsonl"
+    records.write_text('{"type": "header"}\n{"type": "step"}\n')
+    assert main(["annotate", str(records), "-o", str(tmp_path / "a.json")]) == 2
+    err = capsys.readouterr().err
+    assert "session records, not a trace: annotate takes Kineto/Chrome traces" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "a.json").exists()

@@ -82,6 +82,9 @@ def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_empty_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _bad([str(tmp_path)], capsys)
+    # report reads session records from a folder too: the message names them with the traces
+    assert main(["report", str(tmp_path)]) == 2
+    assert "no trace files or session records (*.records.jsonl, *.json," in capsys.readouterr().err
 
 
 def test_bad_records_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
