@@ -66,6 +66,9 @@ class SessionHeader(msgspec.Struct, frozen=True, kw_only=True, tag="header", tag
     clock_method: str = "none"
     clock_offset_ns: int = 0
     clock_uncertainty_ns: int = 0
+    #: the sync detector that ran: "cuda", "lint" or "off" (None: written before it was kept);
+    #: sync figures of runs with different detectors do not compare
+    sync_detection: str | None = None
 
 
 class StepRecord(msgspec.Struct, frozen=True, kw_only=True, tag="step", tag_field="type"):

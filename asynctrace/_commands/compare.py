@@ -164,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
     for x in comparison.findings_removed:
         console.print(f"  - {x}", markup=False)
     console.print(_outcome_line(comparison), markup=False)
+    for note in comparison.notes:
+        console.print(f"note: {note}", markup=False)
     console.print(f"noise: {comparison.noise}", markup=False)
     return 0
 

@@ -57,7 +57,8 @@ class FigureDelta(msgspec.Struct, frozen=True, kw_only=True):
     #: two-sided Mann–Whitney U p-value; None when not tested
     p_value: float | None
     #: "improvement", "regression", "changed" (no better direction), "same",
-    #: "too few steps", "n/a" (missing on a side), "single value"
+    #: "too few steps", "n/a" (missing on a side), "single value", "not comparable"
+    #: (measured differently on the two sides: sync figures of different detectors)
     change: str
     #: "lower", or None where neither direction is better
     better: str | None
@@ -83,6 +84,8 @@ class Comparison(msgspec.Struct, frozen=True, kw_only=True):
     alpha: float
     min_effect: float
     min_steps: int
+    #: what limits the comparison (sessions whose sync detectors differ)
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
@@ -214,6 +217,7 @@ def _build(
     alpha: float,
     min_effect: float,
     min_steps: int,
+    notes: Sequence[str] = (),
 ) -> Comparison:
     fa, fb = set(va.findings), set(vb.findings)
     return Comparison(
@@ -231,6 +235,7 @@ def _build(
         alpha=alpha,
         min_effect=min_effect,
         min_steps=min_steps,
+        notes=list(notes),
     )
 
 
@@ -279,6 +284,19 @@ def compare_records(
         for name, unit, f, s, better in _RECORD_FIGURES
     ]
     figures.append(_single("queue delay p50", "ms", None, None))
+    notes: list[str] = []
+    da, db = a.header.sync_detection, b.header.sync_detection
+    if da is not None and db is not None and da != db:
+        # `asynctrace check` (lint) against `asynctrace run` (auto: nothing on CPU) would read
+        # as every sync removed
+        notes.append(
+            f"sync detection differs (A: {da}, B: {db}): their sync counts and waits are not "
+            "comparable, nor a verdict that rests on them"
+        )
+        figures = [
+            msgspec.structs.replace(f, change="not comparable") if f.figure in _SYNC_FIGURES else f
+            for f in figures
+        ]
     return _build(
         a.path,
         b.path,
@@ -289,7 +307,11 @@ def compare_records(
         alpha=alpha,
         min_effect=min_effect,
         min_steps=min_steps,
+        notes=notes,
     )
+
+
+_SYNC_FIGURES = ("syncs per step", "sync wait")
 
 
 _REPORT_FIGURES: tuple[tuple[str, str, str, float, str | None], ...] = (

@@ -1098,7 +1098,16 @@ class Session:
             # device times are mapped onto the host clock by the device layer (see devices.py)
             clock_offset_ns=0,
             clock_uncertainty_ns=align.uncertainty_ns if align is not None else 0,
+            sync_detection=self._sync_detection(),
         )
+
+    def _sync_detection(self) -> str:
+        """The detector this session runs ("auto" resolved), said before it starts."""
+        if self.detect_syncs == "off":
+            return "off"
+        from asynctrace.capture.syncs import _resolve
+
+        return _resolve(self.detect_syncs)
 
     def _writer_failed(self, error: OSError, *, raising: bool) -> None:
         where = self._writer.tmp_path if self._writer is not None else self.dir

@@ -726,6 +726,8 @@ def test_records_round_trip(tmp_path: Path) -> None:
     assert h.clock_method == "fake"
     assert h.rank is None
     assert h.torch_version == torch.__version__
+    # "auto" as resolved: no CUDA here, so nothing ran
+    assert h.sync_detection == ("cuda" if torch.cuda.is_available() else "off")
     assert all(isinstance(r, StepRecord) for r in rec.steps)
     assert rec.summary is not None
     assert rec.summary.steps == 6
@@ -1008,3 +1010,13 @@ def test_the_cpu_note_is_not_said_twice(tmp_path: Path) -> None:
     with trace("none", dir=tmp_path, device="cpu", print_summary=False) as s:
         pass
     assert any("executes synchronously" in n for n in s.summary().notes)
+
+
+def test_the_header_says_which_sync_detector_ran(tmp_path: Path) -> None:
+    from asynctrace.records import read_records
+
+    for mode in ("lint", "off"):
+        with trace(mode, dir=tmp_path, device="cpu", detect_syncs=mode, print_summary=False) as s:
+            s.step()
+        assert s.records_path is not None
+        assert read_records(s.records_path).header.sync_detection == mode

@@ -133,3 +133,30 @@ def test_too_few_steps_is_not_judged_same(
     text = " ".join(capsys.readouterr().out.split())
     assert "B is: not judged: too few steps (3 and 3; the noise test needs 5 on each side)" in text
     assert "B is: same" not in text
+
+
+def test_sync_figures_of_different_detectors_are_not_compared(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `check` (lint: 1 sync per step found) against `run` (auto: nothing detected on CPU) is not
+    # "every sync removed"
+    a = write_records_file(
+        tmp_path / "a.records.jsonl", make_steps(30, sync_count=1), sync_detection="lint"
+    )
+    b = write_records_file(tmp_path / "b.records.jsonl", make_steps(30), sync_detection="off")
+    assert main(["compare", str(a), str(b), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    fig = {f["figure"]: f for f in out["figures"]}
+    assert fig["syncs per step"]["change"] == "not comparable"
+    assert fig["sync wait"]["change"] == "not comparable"
+    assert fig["step time"]["change"] != "not comparable"
+    (note,) = out["notes"]
+    assert note.startswith("sync detection differs (A: lint, B: off)")
+    assert main(["compare", str(a), str(b)]) == 0
+    assert "note: sync detection differs (A: lint, B: off)" in capsys.readouterr().out
+    # the same detector (or a file that does not say) compares as before
+    c = write_records_file(tmp_path / "c.records.jsonl", make_steps(30), sync_detection="lint")
+    assert main(["compare", str(a), str(c), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["notes"] == []
+    assert {f["figure"]: f for f in out["figures"]}["syncs per step"]["change"] == "improvement"

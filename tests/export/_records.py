@@ -57,8 +57,10 @@ def write_records_file(
     asynchronous: bool = True,
     syncs: Sequence[SyncSite] = (),
     verdict: str | None = None,
+    sync_detection: str | None = None,
 ) -> Path:
     header = SessionHeader(
+        sync_detection=sync_detection,
         name=name,
         host="testhost",
         pid=4242,
