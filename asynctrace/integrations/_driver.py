@@ -19,6 +19,8 @@ failing trainer left open, so the NVTX stack stays balanced.
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +34,9 @@ __all__ = ["SessionDriver"]
 
 #: trace() options a callback accepts and passes through
 _TRACE_OPTIONS = frozenset({"device", "nvtx", "detect_syncs", "print_summary", "write", "strict"})
+
+#: drivers whose session is entered, with the thread it was entered on
+_entered: weakref.WeakKeyDictionary[SessionDriver, int] = weakref.WeakKeyDictionary()
 
 
 class SessionDriver:
@@ -73,10 +78,15 @@ class SessionDriver:
 
     def begin(self) -> None:
         """Training is set up: make the session (entered at the first batch)."""
-        if self._entered:
-            # the previous run never reached its end hook (e.g. a trainer without an exception
-            # hook raised): close it now rather than refuse to trace this run
-            self.close(RuntimeError("training ended without its end hook"))
+        # A run that never reached its end hook (a trainer without an exception hook raised)
+        # leaves its session active, and sessions do not nest: close it now rather than refuse
+        # to trace this run, also when it belongs to another callback (a notebook cell re-run
+        # with a new one). No live run can be caught here: every callback's setup hook runs
+        # before any of them enters its session at the first batch.
+        tid = threading.get_ident()
+        for driver, thread in list(_entered.items()):
+            if thread == tid:
+                driver.close(RuntimeError("training ended without its end hook"))
         from asynctrace.capture.session import trace
 
         self.session = trace(self.name, dir=self.dir, **self.trace_options)
@@ -89,6 +99,7 @@ class SessionDriver:
             assert self.session is not None
             self.session.__enter__()
             self._entered = True
+            _entered[self] = threading.get_ident()
 
     def batch_end(self) -> None:
         """A training batch ended: a step boundary."""
@@ -132,6 +143,7 @@ class SessionDriver:
         finally:
             if self._entered:
                 self._entered = False
+                _entered.pop(self, None)
                 assert self.session is not None
                 tb: TracebackType | None = None if exc is None else exc.__traceback__
                 self.session.__exit__(None if exc is None else type(exc), exc, tb)

@@ -75,13 +75,17 @@ class AsyncTraceCallback(Callback):  # type: ignore[misc]
         self._driver.push("train_batch")
 
     def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+        # with several optimizers (manual optimization), the previous optimizer's step is over
+        self._driver.pop("optimizer_step")
         self._driver.push("backward")
 
     def on_after_backward(self, trainer: Any, pl_module: Any) -> None:
         self._driver.pop("backward")
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
-        # Lightning has no "after optimizer step" hook: the range runs to the batch's end
+        # Lightning has no "after optimizer step" hook: the range runs to the next backward,
+        # the next optimizer's step or the batch's end, whichever comes first
+        self._driver.pop("optimizer_step")
         self._driver.push("optimizer_step")
 
     def on_train_batch_end(

@@ -11,7 +11,8 @@ until the callback is told. Use the callback as a context manager to close it in
     with AsyncTraceCallback() as cb:
         Trainer(model, args, train_dataset=ds, callbacks=[cb]).train()
 
-(a later ``train()`` also closes a session left open by a failed one first).
+(a later ``train()``, with this callback or a new one, also closes a session left open by a
+failed one first).
 
 Needs ``transformers`` and ``accelerate`` (``pip install 'asynctrace[transformers]'``).
 """

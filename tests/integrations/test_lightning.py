@@ -220,3 +220,48 @@ def test_optimizer_steps_option_is_refused() -> None:
         AsyncTraceCallback(optimizer_steps=True)
     with pytest.raises(TypeError, match=r"unknown asynctrace\.trace option"):
         AsyncTraceCallback(colour="red")
+
+
+class TwoOptimizers(pl.LightningModule):
+    """Manual optimization with two optimizers, as a GAN steps its generator and critic."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.a = torch.nn.Linear(8, 1)
+        self.b = torch.nn.Linear(8, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        for layer, opt in zip((self.a, self.b), self.optimizers(), strict=True):
+            opt.zero_grad()
+            self.manual_backward(torch.nn.functional.mse_loss(layer(x), y))
+            opt.step()
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        pass
+
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        return [
+            torch.optim.SGD(self.a.parameters(), lr=0.01),
+            torch.optim.SGD(self.b.parameters(), lr=0.01),
+        ]
+
+
+def test_hook_ranges_do_not_nest_across_optimizers(tmp_path: Path, nvtx_log: list[str]) -> None:
+    cb = AsyncTraceCallback("two", dir=tmp_path, device="cpu", print_summary=False)
+    _fit(tmp_path, TwoOptimizers(), cb)  # type: ignore[arg-type]
+    assert ranges.open_ranges() == 0
+    # the first optimizer's step is over when the second backward starts: siblings, not nested
+    assert nvtx_log[:10] == [
+        "step",
+        "train_batch",
+        "backward",
+        "/",
+        "optimizer_step",
+        "/",
+        "backward",
+        "/",
+        "optimizer_step",
+        "/",
+    ]

@@ -161,3 +161,22 @@ def test_a_later_train_closes_a_session_left_open(tmp_path: Path) -> None:
     assert len(files) == 2
     steps = sorted(len(read_records(f).steps) for f in files)
     assert steps == [2, STEPS]
+
+
+def test_a_new_callback_closes_a_session_a_failed_train_left_open(tmp_path: Path) -> None:
+    # a notebook re-runs its cell after an interrupted train(): a fresh callback, same thread
+    stale = AsyncTraceCallback("stale", dir=tmp_path, device="cpu", print_summary=False)
+    with pytest.raises(RuntimeError, match="boom"):
+        _train(tmp_path, stale, _Probe(fail_at=2))
+    assert current_session() is stale.session
+    fresh = AsyncTraceCallback("fresh", dir=tmp_path, device="cpu", print_summary=False)
+    _train(tmp_path, fresh, _Probe())
+    assert current_session() is None
+    assert ranges.open_ranges() == 0
+    [stale_file] = tmp_path.glob("stale.*.records.jsonl")
+    stale_rec = read_records(stale_file)
+    assert [s.step for s in stale_rec.steps] == [0, 1]
+    assert stale_rec.summary is not None
+    assert stale_rec.summary.error is not None
+    [fresh_file] = tmp_path.glob("fresh.*.records.jsonl")
+    assert len(read_records(fresh_file).steps) == STEPS
