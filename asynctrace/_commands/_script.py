@@ -9,6 +9,10 @@ the process would see it, 1 for an uncaught exception and 130 for ``KeyboardInte
 reported through ``sys.excepthook`` (the script's own, where it set one) with the script's frames
 only. A folder or zip with a ``__main__.py`` runs too.
 
+:func:`resolve_module` and :class:`Module` do the same for ``-m module``, as ``python -m module
+args…`` would: ``sys.argv[0]`` the module's file, ``sys.path[0]`` the current folder,
+``__spec__`` set, a package run through its ``__main__`` submodule.
+
 :func:`stdout_to_stderr` sends everything written to stdout during the script, subprocesses and
 C code included, to stderr (``--json``).
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import builtins
 import contextlib
+import importlib.util
 import io
 import os
 import pkgutil
@@ -32,7 +37,7 @@ import types
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from importlib.machinery import SourceFileLoader
+from importlib.machinery import ModuleSpec, SourceFileLoader
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -40,11 +45,14 @@ from typing import Any
 from asynctrace.errors import AsyncTraceError
 
 __all__ = [
+    "Module",
     "Script",
     "add_script_argument",
     "as_main",
     "exit_code",
+    "resolve_module",
     "resolve_script",
+    "resolve_target",
     "run_script",
     "script_arguments",
     "stdout_to_stderr",
@@ -71,13 +79,37 @@ class _ScriptAndWords(argparse.Action):
         words = [values] if isinstance(values, str) else list(values or ())
         if words[:1] == ["--"]:
             words = words[1:]
-        namespace.script = words[0]
+        if self.dest == "script" and getattr(namespace, "module", None) is not None:
+            # argparse ends an option's words at a ``--``, so ``-m pkg -- --json`` reaches here
+            # with ``--json``: the module's still, after the ``--`` it typed
+            namespace.args = [*namespace.args, "--", *words]
+            return
+        setattr(namespace, self.dest, words[0])
         namespace.args = words[1:]
 
 
 def add_script_argument(parser: argparse.ArgumentParser, *, help: str) -> None:
-    """``script [args…]``: ``args.script``, and ``args.args`` the words after it as typed."""
-    parser.add_argument("script", nargs=argparse.PARSER, action=_ScriptAndWords, help=help)
+    """``script [args…]`` or ``-m module [args…]``: ``args.script`` or ``args.module``, and
+    ``args.args`` the words after it as typed.
+
+    Exclusive by construction: whichever comes first takes every word after it, so a ``-m``
+    after the script is the script's, and a path after ``-m NAME`` the module's (as with
+    ``python``). Neither given is said by :func:`resolve_target`."""
+    parser.add_argument(
+        "-m",
+        dest="module",
+        metavar="MODULE",
+        nargs=argparse.PARSER,
+        action=_ScriptAndWords,
+        default=None,
+        help="run a module as python -m does, then its arguments (instead of a script)",
+    )
+    script = parser.add_argument(
+        "script", nargs=argparse.PARSER, action=_ScriptAndWords, default=None, help=help
+    )
+    # argparse cannot make a positional optional otherwise; -m stands in for it
+    script.required = False
+    parser.set_defaults(args=[])
 
 
 def script_arguments(words: Sequence[str]) -> list[str]:
@@ -108,6 +140,91 @@ class Script:
         """``sys.path[0]``: for a file, the folder of the file its links lead to (Python reads
         links); a folder or zip is put there by runpy itself."""
         return os.path.dirname(os.path.realpath(self.file))
+
+
+@dataclass(frozen=True)
+class Module(Script):
+    """A module to run as ``python -m`` runs it; ``typed`` and ``file`` are its file (what
+    Python makes ``sys.argv[0]``), ``source`` None."""
+
+    #: the module's name as typed
+    name: str
+    #: ``sys.path[0]``: the current folder when the command started, as Python puts it there
+    path0: str
+
+    @property
+    def stem(self) -> str:
+        """``train`` for ``pkg.train``; for a package, its own name (``pkg`` runs
+        ``pkg.__main__``)."""
+        return self.name.rpartition(".")[2]
+
+    @property
+    def folder(self) -> str:
+        return self.path0
+
+
+def _find_without_running(name: str) -> ModuleSpec | None:
+    """``name``'s spec, found as the import system finds it but without running any package's
+    ``__init__``: those run once, inside the session, as under ``python -m``."""
+    spec: ModuleSpec | None = None
+    search: Sequence[str] | None = None
+    parts = name.split(".")
+    for i in range(len(parts)):
+        full = ".".join(parts[: i + 1])
+        loaded = sys.modules.get(full)
+        if loaded is not None:
+            spec = getattr(loaded, "__spec__", None)
+            found_path = getattr(loaded, "__path__", None)
+        else:
+            spec = None
+            for finder in sys.meta_path:
+                find = getattr(finder, "find_spec", None)
+                if find is not None and (spec := find(full, search)) is not None:
+                    break
+            found_path = None if spec is None else spec.submodule_search_locations
+        if spec is None or (found_path is None and i < len(parts) - 1):
+            return None
+        search = found_path
+    return spec
+
+
+def resolve_module(name: str) -> Module:
+    """The module ``name``, found from the current folder and ``sys.path`` as ``python -m``
+    finds it: :class:`AsyncTraceError` if there is none (before any session starts)."""
+    if not name or name.startswith(".") or "" in name.split("."):
+        raise AsyncTraceError(f"-m {name!r}: give a module's full name (no relative names)")
+    path0 = os.getcwd()
+    saved_path = list(sys.path)
+    sys.path.insert(0, path0)
+    try:
+        spec = _find_without_running(name)
+        if spec is not None and spec.submodule_search_locations is not None:
+            main_spec = _find_without_running(f"{name}.__main__")
+            if main_spec is None:
+                raise AsyncTraceError(
+                    f"-m {name}: a package without a __main__ module (give a module to run)"
+                )
+            spec = main_spec
+    finally:
+        sys.path[:] = saved_path
+    if spec is None:
+        raise AsyncTraceError(
+            f"-m {name}: no such module (none importable from {path0} or sys.path)"
+        )
+    file = spec.origin if spec.origin is not None else name
+    return Module(typed=file, file=file, source=None, name=name, path0=path0)
+
+
+def resolve_target(args: argparse.Namespace) -> Script:
+    """What :func:`add_script_argument` was given: ``-m`` module or script, resolved."""
+    if args.module is not None:
+        return resolve_module(args.module)
+    if args.script is not None:
+        return resolve_script(args.script)
+    parser = getattr(args, "_parser", None)
+    if isinstance(parser, argparse.ArgumentParser):
+        parser.error("give a script to run, or -m MODULE")
+    raise AsyncTraceError("give a script to run, or -m MODULE")
 
 
 def resolve_script(path: str | os.PathLike[str]) -> Script:
@@ -142,10 +259,11 @@ def as_main(script: Script, argv: Sequence[str], *, keep_main: bool = False) -> 
     saved_argv = sys.argv
     saved_path = list(sys.path)
     saved_main = sys.modules.get("__main__")
+    saved_modules = set(sys.modules)
     saved_streams = (sys.stdout, sys.stderr)
     saved_hook = sys.excepthook
     sys.argv = [script.typed, *argv]
-    if script.source is not None:
+    if script.source is not None or isinstance(script, Module):
         sys.path.insert(0, script.folder)
     try:
         yield
@@ -158,6 +276,13 @@ def as_main(script: Script, argv: Sequence[str], *, keep_main: bool = False) -> 
             sys.argv = saved_argv
             if saved_main is not None:
                 sys.modules["__main__"] = saved_main
+            if isinstance(script, Module):
+                # the package was imported from the current folder: the caller's own imports,
+                # and a later run of edited code, must not find this one
+                top = script.name.partition(".")[0]
+                for name in set(sys.modules) - saved_modules:
+                    if name == top or name.startswith(f"{top}."):
+                        del sys.modules[name]
         # what is printed after the script (the summary) goes where it would have gone; where
         # the script closed that stream, nowhere, as Python prints nothing more to it either
         sys.stdout, sys.stderr = (
@@ -237,7 +362,37 @@ def report_uncaught(e: BaseException) -> int:
     return 130 if isinstance(e, KeyboardInterrupt) else 1
 
 
+def _execute_module(module: Module) -> None:
+    # found again, now importing the parent packages, as python -m imports them before the
+    # module runs
+    spec = importlib.util.find_spec(module.name)
+    if spec is not None and spec.submodule_search_locations is not None:
+        spec = importlib.util.find_spec(f"{module.name}.__main__")
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError(f"No module named {module.name}", name=module.name)
+    get_code = getattr(spec.loader, "get_code", None)
+    code = get_code(spec.name) if get_code is not None else None
+    if code is None:
+        raise ImportError(f"No code object available for {spec.name}")
+    # what runpy's _run_module_as_main gives __main__; runpy.run_module would swap its own
+    # __main__ back when the module ends, and keep_main needs it to stay
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=spec.origin if spec.has_location else None,
+        __cached__=spec.cached,
+        __builtins__=builtins,
+        __loader__=spec.loader,
+        __package__=spec.parent,
+        __spec__=spec,
+    )
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
+
+
 def _execute(script: Script) -> None:
+    if isinstance(script, Module):
+        _execute_module(script)
+        return
     if script.source is None:
         runpy.run_path(script.file, run_name="__main__")
         return

@@ -1,5 +1,7 @@
 """``asynctrace check script.py [args…]``: run a script unchanged and report its hidden syncs.
 
+``asynctrace check -m pkg.train [args…]`` runs a module instead, as ``python -m`` would.
+
 The script runs as ``__main__`` (``sys.argv`` = the script and its arguments, its folder first on
 ``sys.path``) inside ``asynctrace.trace(optimizer_steps=True, detect_syncs="lint")``: each
 ``optimizer.step()`` ends a step, and every host-device synchronization — or, on CPU, every op
@@ -27,7 +29,7 @@ import msgspec
 
 from asynctrace._commands._script import (
     add_script_argument,
-    resolve_script,
+    resolve_target,
     run_script,
     stdout_to_stderr,
 )
@@ -149,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     as_json = as_json or args.json
     if budget is not None and budget < 0:
         raise AsyncTraceError(f"--max-syncs-per-step must be >= 0, got {budget}")
-    script = resolve_script(args.script)
+    script = resolve_target(args)
     # absolute, like the sites' display base: the script may change its working folder
     folder = output_folder(args.dir, option="--dir").absolute()
     cwd = os.getcwd()
@@ -199,7 +201,8 @@ def run(args: argparse.Namespace) -> int:
     exit_code = status if status != 0 else (1 if over else 0)
 
     result = CheckResult(
-        script=str(args.script),
+        # as typed: "-m pkg.train" for a module
+        script=str(args.script) if args.module is None else f"-m {args.module}",
         exit_code=exit_code,
         script_exit_code=status,
         device=report.device_name,

@@ -1,5 +1,7 @@
 """``asynctrace run script.py [args…]``: run any training script unchanged inside a session.
 
+``asynctrace run -m pkg.train [args…]`` runs a module instead, as ``python -m`` would.
+
 The script runs as ``__main__`` (``sys.argv`` = the script and its arguments, its folder first
 on ``sys.path``) inside ``asynctrace.trace(optimizer_steps=True)``: each ``optimizer.step()`` of
 any optimizer ends a step. When the script ends the session's summary is printed (also when the
@@ -29,7 +31,7 @@ import msgspec
 
 from asynctrace._commands._script import (
     add_script_argument,
-    resolve_script,
+    resolve_target,
     run_script,
     script_arguments,
     stdout_to_stderr,
@@ -156,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     from asynctrace.capture.devices import get_device
     from asynctrace.capture.session import print_report, trace
 
-    script = resolve_script(args.script)
+    script = resolve_target(args)
     # resolved here so that a wrong one is said as the option typed, not as trace(device=...)
     device = get_device(args.device, option="--device")
     # absolute: a script that changes its working folder (Hydra does) must not move the records

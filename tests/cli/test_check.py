@@ -267,3 +267,40 @@ def test_json_stdout_is_only_the_result_whatever_writes_to_descriptor_1(
     assert json.loads(captured.out)["script_exit_code"] == 0
     assert "fd 1\n" in captured.err
     assert "child\n" in captured.err
+
+
+def test_dash_m_checks_a_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "steps.py").write_text("STEPS = 4\n")
+    train = TRAIN.replace("import sys\n", "import sys\nfrom .steps import STEPS\n").format(
+        steps="STEPS", extra="print(sys.argv[1:]) if step == 0 else None"
+    )
+    (pkg / "train.py").write_text(train)
+    monkeypatch.chdir(tmp_path)
+    path_before = list(sys.path)
+    # --json after the module is check's, as after a script; after a -- it is the module's
+    status = check(tmp_path, "-m", "pkg.train", "--json", "--max-syncs-per-step", "0", "--", "a")
+    assert status == 1
+    captured = capsys.readouterr()
+    assert "['a']" in captured.err  # the module's prints go to stderr under --json
+    result = json.loads(captured.out)
+    assert result["script"] == "-m pkg.train"
+    assert result["steps"] == 4
+    assert result["over_budget_steps"] > 0
+    assert result["sync_sites"][0]["site"] == f"pkg/train.py:{line_of(pkg / 'train.py', 'item()')}"
+    assert sys.path == path_before
+    assert "pkg" not in sys.modules
+
+
+def test_dash_m_missing_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert check(tmp_path, "-m", "no_such_module_here") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("asynctrace check: error: -m no_such_module_here: no such module")
+    assert err.count("\n") == 1

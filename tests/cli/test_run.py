@@ -436,3 +436,105 @@ def test_what_runs_after_the_last_line_still_finds_the_scripts_main(tmp_path: Pa
         assert line in proc.stdout.splitlines()
     assert "thread Checkpoint ['a']" in proc.stdout
     assert "atexit Checkpoint ['a']" in proc.stdout
+
+
+def _package(tmp_path: Path) -> Path:
+    """``pkg`` in ``tmp_path``: ``pkg.train`` (a relative import, optimizer steps, its view of
+    ``__main__``) and ``pkg/__main__.py`` running it."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "settings.py").write_text("STEPS = 3\n")
+    (pkg / "train.py").write_text(
+        textwrap.dedent(
+            """\
+            import json, sys
+            import torch
+            from .settings import STEPS
+
+            model = torch.nn.Linear(4, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(STEPS):
+                model(torch.randn(8, 4)).sum().backward()
+                opt.step()
+            main = sys.modules["__main__"]
+            print(json.dumps({
+                "argv": sys.argv, "name": main.__name__, "spec": main.__spec__.name,
+                "path0": sys.path[0], "pkg": main.__package__,
+            }))
+            if "--fail" in sys.argv:
+                sys.exit(4)
+            """
+        )
+    )
+    (pkg / "__main__.py").write_text("from . import train\n")
+    return pkg
+
+
+def test_dash_m_runs_a_module_as_python_dash_m_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pkg = _package(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    python = subprocess.run(
+        [sys.executable, "-m", "pkg.train", "--lr", "0.1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    expected = json.loads(python.stdout)
+    path_before = list(sys.path)
+
+    status = main(["run", "--dir", "traces", "-m", "pkg.train", "--lr", "0.1"])
+    assert status == 0
+    out = capsys.readouterr().out
+    seen = json.loads(out.splitlines()[0])
+    assert seen == expected
+    assert seen["argv"] == [str(pkg / "train.py"), "--lr", "0.1"]
+    assert seen["path0"] == str(tmp_path)
+    assert "asynctrace train: 3 steps" in out
+    rec = read_records(_records(tmp_path / "traces"))
+    assert rec.header.name == "train"
+    assert len(rec.steps) == 3
+    assert sys.path == path_before
+    assert not {"pkg", "pkg.train", "pkg.settings"} & set(sys.modules)
+    assert current_session() is None
+
+
+def test_dash_m_runs_a_packages_main_named_after_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pkg = _package(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    # everything after -m NAME is the module's, --json and a -- included
+    status = main(["run", "--dir", "traces", "-m", "pkg", "--json", "--", "--fail"])
+    assert status == 4
+    captured = capsys.readouterr()
+    seen = json.loads(captured.out.splitlines()[0])
+    assert seen["argv"] == [str(pkg / "__main__.py"), "--json", "--", "--fail"]
+    assert seen["spec"] == "pkg.__main__"
+    assert "asynctrace pkg: 3 steps" in captured.out
+    assert "the script exited with status 4" in captured.err
+    assert read_records(_records(tmp_path / "traces")).header.name == "pkg"
+
+
+def test_a_missing_module_is_a_one_line_error_before_any_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _package(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--dir", "traces", "-m", "pkg.nope", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"asynctrace run: error: -m pkg.nope: no such module (none importable from {tmp_path} "
+        "or sys.path)\n"
+    )
+    assert not (tmp_path / "traces").exists()
+    assert "pkg" not in sys.modules
+
+
+def test_neither_script_nor_module_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--json"])
+    assert e.value.code == 2
+    assert "give a script to run, or -m MODULE" in capsys.readouterr().err
