@@ -515,34 +515,11 @@ class Session:
         """
         if self.name is None:
             self.name = getattr(fn, "__name__", None)
-        if inspect.isasyncgenfunction(fn):
-            raise CaptureError(
-                f"@asynctrace.trace cannot wrap the async generator {self.name!r}: use "
-                "`with asynctrace.trace() as session:` inside it"
-            )
-        if inspect.iscoroutinefunction(fn):
+        from asynctrace.capture._decorate import around_each_call
 
-            @functools.wraps(fn)
-            async def run_awaited(*args: Any, **kwargs: Any) -> Any:
-                with self:
-                    return await fn(*args, **kwargs)
-
-            return cast(Callable[_P, _R], run_awaited)
-        if inspect.isgeneratorfunction(fn):
-
-            @functools.wraps(fn)
-            def run_iterated(*args: Any, **kwargs: Any) -> Any:
-                with self:
-                    return (yield from fn(*args, **kwargs))
-
-            return cast(Callable[_P, _R], run_iterated)
-
-        @functools.wraps(fn)
-        def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-            with self:
-                return fn(*args, **kwargs)
-
-        return wrapper
+        return around_each_call(
+            fn, self, what="@asynctrace.trace", instead="with asynctrace.trace() as session:"
+        )
 
     def __repr__(self) -> str:
         state = "active" if self._active else "inactive"

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import os
 import sys
 import threading
@@ -738,34 +737,9 @@ class ExpectSyncs:
     def __call__(self, fn: Callable[_P, _R]) -> Callable[_P, _R]:
         """Each call of ``fn`` is one guarded block; for an ``async def`` the awaited body, for
         a generator function its iteration (calling either returns before the body runs)."""
-        if inspect.isasyncgenfunction(fn):
-            raise CaptureError(
-                f"expect_syncs cannot wrap the async generator {getattr(fn, '__name__', fn)!r}: "
-                "use `with expect_syncs(...):` inside it"
-            )
-        if inspect.iscoroutinefunction(fn):
+        from asynctrace.capture._decorate import around_each_call
 
-            @functools.wraps(fn)
-            async def guarded_awaited(*args: Any, **kwargs: Any) -> Any:
-                with self:
-                    return await fn(*args, **kwargs)
-
-            return cast(Callable[_P, _R], guarded_awaited)
-        if inspect.isgeneratorfunction(fn):
-
-            @functools.wraps(fn)
-            def guarded_iterated(*args: Any, **kwargs: Any) -> Any:
-                with self:
-                    return (yield from fn(*args, **kwargs))
-
-            return cast(Callable[_P, _R], guarded_iterated)
-
-        @functools.wraps(fn)
-        def guarded(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-            with self:
-                return fn(*args, **kwargs)
-
-        return guarded
+        return around_each_call(fn, self, what="expect_syncs", instead="with expect_syncs(...):")
 
     def _excess_message(self, guard: _Guard) -> str | None:
         excess: dict[tuple[str, str], int] = {}
