@@ -13,6 +13,7 @@ from asynctrace.errors import (
     AsyncTraceError,
     AsyncTraceWarning,
     CaptureError,
+    OptionError,
     TraceFormatError,
     UnexpectedSyncError,
 )
@@ -22,21 +23,28 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from asynctrace.analysis.report import Report, analyze
     from asynctrace.capture.benchmark import Benchmark
+    from asynctrace.capture.options import TraceOptions
     from asynctrace.capture.profiler import Profile
     from asynctrace.capture.ranges import range
-    from asynctrace.capture.session import Session, current_session, trace
+    from asynctrace.capture.sinks import BaseSink, SessionEnd, Sink
     from asynctrace.capture.syncs import expect_syncs
+    from asynctrace.session import Session, current_session, trace
     from asynctrace.traces.load import load
 
 __all__ = [
     "AsyncTraceError",
     "AsyncTraceWarning",
+    "BaseSink",
     "Benchmark",
     "CaptureError",
+    "OptionError",
     "Profile",
     "Report",
     "Session",
+    "SessionEnd",
+    "Sink",
     "TraceFormatError",
+    "TraceOptions",
     "UnexpectedSyncError",
     "__version__",
     "analyze",
@@ -51,10 +59,14 @@ __all__ = [
 _LAZY: dict[str, str] = {
     "Benchmark": "asynctrace.capture.benchmark",
     "Profile": "asynctrace.capture.profiler",
-    "current_session": "asynctrace.capture.session",
+    "current_session": "asynctrace.session",
     "range": "asynctrace.capture.ranges",
-    "Session": "asynctrace.capture.session",
-    "trace": "asynctrace.capture.session",
+    "Session": "asynctrace.session",
+    "trace": "asynctrace.session",
+    "TraceOptions": "asynctrace.capture.options",
+    "BaseSink": "asynctrace.capture.sinks",
+    "SessionEnd": "asynctrace.capture.sinks",
+    "Sink": "asynctrace.capture.sinks",
     "expect_syncs": "asynctrace.capture.syncs",
     "load": "asynctrace.traces.load",
     "Report": "asynctrace.analysis.report",

@@ -47,8 +47,8 @@ from rich.table import Table
 from asynctrace.capture.benchmark import Benchmark, BenchmarkResult
 from asynctrace.capture.devices import Device, get_device
 from asynctrace.capture.profiler import Profile
-from asynctrace.capture.session import trace
 from asynctrace.records import Records, StepRecord, read_records
+from asynctrace.session import trace
 from asynctrace.traces.load import ANNOTATED_SUFFIX
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class LoopResult:
     median_device_ns: float | None
     max_run_ahead_ns: int | None
     max_in_flight: int
-    #: the session's TensorBoard run folder (``<out>/<name>/``), when it wrote one
+    #: the session's TensorBoard run folder (``<out>/<name>/<time>-<pid>/``), when it wrote one
     tensorboard_dir: str | None = None
     #: deep mode: the profiler traces this session wrote, and their annotated copies
     profiler_traces: list[str] = field(default_factory=list)
@@ -315,8 +315,8 @@ def run_loop(
 ) -> LoopResult:
     """(c) one training loop under ``asynctrace.trace``; figures read back from its records.
 
-    ``tensorboard``: the session also writes its scalars to ``<out>/<name>/``; ``profile``:
-    deep mode, the profiler traces land in the same folder.
+    ``tensorboard``: the session also writes its scalars to ``<out>/<name>/<time>-<pid>/``;
+    ``profile``: deep mode, the profiler traces land in ``<out>/<name>/``.
     """
     gen = torch.Generator().manual_seed(1)
     data = [
@@ -377,7 +377,11 @@ def run_loop(
         median_device_ns=_median(dv) if dv else None,
         max_run_ahead_ns=max(ra) if ra else None,
         max_in_flight=max((r.in_flight for r in recs), default=0),
-        tensorboard_dir=str(run_dir) if tensorboard and run_dir.is_dir() else None,
+        tensorboard_dir=(
+            str(session.tensorboard_dir)
+            if session.tensorboard_dir is not None and session.tensorboard_dir.is_dir()
+            else None
+        ),
         profiler_traces=_new_files(run_dir, "*.pt.trace.json.gz", before),
         annotated_traces=_new_files(run_dir, f"*{ANNOTATED_SUFFIX}", before),
     )
@@ -536,6 +540,7 @@ def clear_previous(out: Path) -> list[Path]:
     for name in _LOOP_NAMES:
         patterns += [
             f"{name}/events.out.tfevents.*",
+            f"{name}/*/events.out.tfevents.*",
             f"{name}/*.pt.trace.json.gz",
             f"{name}/*{ANNOTATED_SUFFIX}",
         ]

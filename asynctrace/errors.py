@@ -10,6 +10,7 @@ __all__ = [
     "AsyncTraceError",
     "AsyncTraceWarning",
     "CaptureError",
+    "OptionError",
     "TraceFormatError",
     "UnexpectedSyncError",
 ]
@@ -33,6 +34,15 @@ class TraceFormatError(AsyncTraceError):
 
 class CaptureError(AsyncTraceError):
     """A capture session was used wrongly (for example ``step()`` outside a session)."""
+
+
+class OptionError(CaptureError, ValueError, TypeError):
+    """An option or argument has a wrong value or an unknown name (``trace(detect_syncs="x")``,
+    ``expect_syncs(max=-1)``, a callback given an option it cannot use).
+
+    Also a :class:`ValueError` and a :class:`TypeError`, which is what such a mistake raised
+    before it had its own class, so existing ``except`` clauses keep working.
+    """
 
 
 class UnexpectedSyncError(AsyncTraceError):

@@ -27,8 +27,8 @@ import msgspec
 import torch  # noqa: F401 - imported before tracing starts: the session needs it, the curve does not
 
 from asynctrace.capture.devices import FakeClock, FakeDevice
-from asynctrace.capture.session import Session
 from asynctrace.records import SessionSummary
+from asynctrace.session import Session
 
 __all__ = ["main", "run"]
 

@@ -283,10 +283,12 @@ def test_tensorboard_runs_hold_the_loops_scalars(
     from tensorboard.util import tensor_util
 
     out, summary, _ = quick_demo
-    runs = sorted(p.name for p in _artifacts(summary, "tensorboard"))
+    # one run per session: <out>/<loop>/<time>-<pid>
+    runs = sorted(p.parent.name for p in _artifacts(summary, "tensorboard"))
     assert runs == ["demo-profiled", "demo-synced", "demo-unsynced"]
     for loop in summary["loops"]:
-        acc = ea.EventAccumulator(str(out / loop["name"]), size_guidance={ea.TENSORS: 0})
+        assert Path(loop["tensorboard_dir"]).parent == out / loop["name"]
+        acc = ea.EventAccumulator(loop["tensorboard_dir"], size_guidance={ea.TENSORS: 0})
         acc.Reload()
         tags = set(acc.Tags()["tensors"])
         assert {

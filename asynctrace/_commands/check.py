@@ -143,8 +143,8 @@ def _display(site: str, cwd: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from asynctrace.analysis.verdict import judge_steps
-    from asynctrace.capture.session import trace
     from asynctrace.records import read_records
+    from asynctrace.session import trace
 
     script_args, budget, as_json = split_trailing_options(args.args)
     budget = budget if budget is not None else args.max_syncs_per_step

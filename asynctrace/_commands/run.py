@@ -24,8 +24,7 @@ import argparse
 import contextlib
 import sys
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -40,8 +39,7 @@ from asynctrace._output import json_text, output_folder, utf8
 from asynctrace.errors import AsyncTraceError
 
 if TYPE_CHECKING:
-    from asynctrace.capture._nsys import NsysCapture
-    from asynctrace.capture.session import Session
+    from asynctrace.session import Session
 
 __all__ = ["add_arguments", "parse_step_range", "run"]
 
@@ -105,58 +103,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class _NsysSteps:
-    """Drives :class:`NsysCapture` from optimizer steps, alongside the session's own hook.
-
-    Registered after the session's hook, so it runs right after each step boundary: after the
-    n-th ``optimizer.step()``, step n starts.
-    """
-
-    def __init__(self, session: Session, steps: range) -> None:
-        self._session = session
-        self._steps = steps
-        self._capture: NsysCapture | None = None
-        self._hook: Any = None
-        self._count = 0
-
-    def __enter__(self) -> _NsysSteps:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
-
-        from asynctrace.capture._nsys import NsysCapture
-
-        self._session.__enter__()
-        try:
-            self._capture = NsysCapture(self._steps, device_kind=self._session.device.kind)
-            self._hook = register_optimizer_step_post_hook(self._on_step)
-            self._capture.on_step_start(0)
-        except BaseException:
-            self._session.__exit__(*sys.exc_info())
-            raise
-        return self
-
-    def _on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._count += 1
-        if self._capture is not None:
-            self._capture.on_step_start(self._count)
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            if self._hook is not None:
-                self._hook.remove()
-            if self._capture is not None:
-                self._capture.close()
-        finally:
-            self._session.__exit__(exc_type, exc, tb)
-
-
 def run(args: argparse.Namespace) -> int:
     from asynctrace.capture.devices import get_device
-    from asynctrace.capture.session import print_report, trace
+    from asynctrace.render.session import print_report
+    from asynctrace.session import trace
 
     script = resolve_target(args)
     # resolved here so that a wrong one is said as the option typed, not as trace(device=...)
@@ -171,15 +121,16 @@ def run(args: argparse.Namespace) -> int:
         nvtx=not args.no_nvtx,
         detect_syncs=args.detect,
         optimizer_steps=True,
+        nsys_capture=args.nsys_capture,
+        gather_ranks=args.gather_ranks,
         # printed below, also when the script fails (the session prints only on success)
         print_summary=False,
     )
-    around: Any = session if args.nsys_capture is None else _NsysSteps(session, args.nsys_capture)
     # with --json, stdout carries only the result
     out = stdout_to_stderr() if args.json else contextlib.nullcontext()
     with out:
         status = run_script(
-            script, script_args, around=around, keep_main=getattr(args, "owns_process", False)
+            script, script_args, around=session, keep_main=getattr(args, "owns_process", False)
         )
 
     report = session.summary()
@@ -203,22 +154,21 @@ def run(args: argparse.Namespace) -> int:
             ),
         )
     if args.gather_ranks:
-        _gather(session)
+        _print_rank_table(session)
     if status and not args.json:
         print(f"the script exited with status {status}", file=sys.stderr)
     return status
 
 
-def _gather(session: Session) -> None:
+def _print_rank_table(session: Session) -> None:
     from asynctrace.capture import _distributed
 
-    if not _distributed.is_distributed():
+    table = session.rank_table
+    if table is not None:
+        print(_distributed.format_rank_table(table))
+    elif not _distributed.is_distributed():
         print(
             "note: --gather-ranks: no initialized torch.distributed process group of more than "
             "one rank at the end of the script (did it call destroy_process_group()?)",
             file=sys.stderr,
         )
-        return
-    table = _distributed.gather_records(session.records_path)
-    if table is not None:
-        print(_distributed.format_rank_table(table))

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from asynctrace.errors import AsyncTraceError, TraceFormatError
+from asynctrace.errors import AsyncTraceError, OptionError, TraceFormatError
 from asynctrace.records import SessionHeader, SessionSummary, StepRecord, SyncSite
 
 __all__ = [
@@ -164,7 +164,7 @@ def _choose_metric(per_rank: Mapping[int, Sequence[StepRecord]], metric: Metric)
     if metric == "device":
         return "device_ns"
     if metric != "auto":
-        raise ValueError(f"metric must be 'auto', 'frontend' or 'device', got {metric!r}")
+        raise OptionError(f"metric must be 'auto', 'frontend' or 'device', got {metric!r}")
     has_device = any(s.device_ns is not None for steps in per_rank.values() for s in steps)
     all_device = all(s.device_ns is not None for steps in per_rank.values() for s in steps)
     # device time is what the ranks wait on each other for in collectives, but only if every
@@ -242,7 +242,7 @@ def tail_steps(
 ) -> list[StepRecord]:
     """The last ``last_steps`` step records of a records file, read line by line (bounded)."""
     if last_steps < 1:
-        raise ValueError(f"last_steps must be >= 1, got {last_steps}")
+        raise OptionError(f"last_steps must be >= 1, got {last_steps}")
     p = Path(path)
     kept: deque[StepRecord] = deque(maxlen=last_steps)
     try:
@@ -303,7 +303,7 @@ def gather_steps(
             "call torch.distributed.init_process_group() first (torchrun sets the environment)"
         )
     if last_steps < 1:
-        raise ValueError(f"last_steps must be >= 1, got {last_steps}")
+        raise OptionError(f"last_steps must be >= 1, got {last_steps}")
     payload = _to_payload(
         list(steps)[-last_steps:], None if records_path is None else str(records_path)
     )

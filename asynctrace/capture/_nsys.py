@@ -18,7 +18,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Collection, Iterable
 
-from asynctrace.errors import AsyncTraceWarning
+from asynctrace.errors import AsyncTraceWarning, OptionError
 
 __all__ = ["NsysCapture", "profiler_api_available"]
 
@@ -64,12 +64,12 @@ class NsysCapture:
         stop: Callable[[], None] | None = None,
     ) -> None:
         if isinstance(steps, (str, bytes)) or not isinstance(steps, Iterable):
-            raise TypeError(f"nsys_capture needs step numbers, e.g. range(10, 20); got {steps!r}")
+            raise OptionError(f"nsys_capture needs step numbers, e.g. range(10, 20); got {steps!r}")
         if isinstance(steps, range) and steps.step > 0:
             # kept as it is: `in` costs nothing however far it reaches (a set of
             # range(10, 10**12) would never be built)
             if steps and steps.start < 0:
-                raise ValueError(
+                raise OptionError(
                     "nsys_capture step numbers must be ints >= 0 (steps count from 0); "
                     f"got {steps!r}"
                 )
@@ -79,7 +79,7 @@ class NsysCapture:
             chosen: set[int] = set()
             for s in steps:
                 if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-                    raise ValueError(
+                    raise OptionError(
                         "nsys_capture step numbers must be ints >= 0 (steps count from 0); "
                         f"got {s!r}"
                     )

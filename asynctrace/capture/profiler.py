@@ -19,7 +19,8 @@ a records file name (no path separators, no ``..``). A window that cannot be wri
 read-only, disk full) is a warning, never an error in the training loop. The step ranges are
 ``ProfilerStep#N`` with N the session's step number.
 
-An ``on_trace`` callback (the session passes the annotator) is called with each written path.
+An ``on_trace`` callback (the session's, which hands the path to its sinks: the annotator writes
+the annotated copy) is called with each written path.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from asynctrace.traces.load import ANNOTATED_SUFFIX
 __all__ = [
     "DeepProfiler",
     "Profile",
-    "annotate_written_trace",
     "annotated_path",
     "make_profiler",
     "worker_name",
@@ -114,7 +114,6 @@ class DeepProfiler:
         self.worker = worker or worker_name(rank=rank_and_world()[0])
         self.on_trace = on_trace
         self.traces: list[Path] = []
-        self.annotated: list[Path] = []
         self._torch_profiler = torch.profiler
         self._none = torch.profiler.ProfilerAction.NONE
         self._schedule: Callable[[int], Any] = torch.profiler.schedule(
@@ -234,11 +233,8 @@ class DeepProfiler:
             )
             return
         self.traces.append(path)
-        if self.options.annotate:
-            out = annotate_written_trace(path)
-            if out is not None:
-                self.annotated.append(out)
         if self.on_trace is not None:
+            # the session's sinks (the annotator among them); they never raise into the step
             self.on_trace(path)
 
 
@@ -255,26 +251,6 @@ def annotated_path(trace: Path) -> Path:
         if name.endswith(suffix):
             return trace.with_name(name[: -len(suffix)] + ANNOTATED_SUFFIX)
     return trace.with_name(name + ANNOTATED_SUFFIX)
-
-
-def annotate_written_trace(trace: Path) -> Path | None:
-    """Write the annotated copy of a trace deep mode just wrote; warn (never raise) on failure.
-
-    A failure here must not stop the user's training run: the plain trace is already on disk.
-    """
-    from asynctrace.errors import AsyncTraceError
-
-    try:
-        from asynctrace.export.chrome import annotate_file
-
-        return annotate_file(trace, annotated_path(trace))
-    except (AsyncTraceError, ImportError, OSError) as e:
-        warnings.warn(
-            f"asynctrace: could not annotate {trace} ({e}); the trace itself is written",
-            AsyncTraceWarning,
-            stacklevel=2,
-        )
-        return None
 
 
 def make_profiler(

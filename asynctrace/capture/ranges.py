@@ -30,7 +30,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import torch
 
-from asynctrace.errors import CaptureError
+from asynctrace.errors import CaptureError, OptionError
 
 __all__ = ["DOMAIN", "PALETTE", "Range", "color_of", "nvtx_attached", "open_ranges", "range"]
 
@@ -187,7 +187,7 @@ class Range:
 
     def __init__(self, name: str, *, color: int | None = None) -> None:
         if not name:
-            raise ValueError("asynctrace.range needs a non-empty name")
+            raise OptionError("asynctrace.range needs a non-empty name")
         self.name = name
         self.color = color
         s = _state

@@ -48,7 +48,7 @@ from types import FrameType, TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar, cast
 
 from asynctrace._frames import is_user_file
-from asynctrace.errors import AsyncTraceWarning, CaptureError, UnexpectedSyncError
+from asynctrace.errors import AsyncTraceWarning, CaptureError, OptionError, UnexpectedSyncError
 
 __all__ = [
     "DETECT_MODES",
@@ -564,7 +564,7 @@ _hub = _Hub()
 
 def _resolve(mode: str) -> str:
     if mode not in DETECT_MODES:
-        raise ValueError(f"sync detection mode must be one of {DETECT_MODES}, got {mode!r}")
+        raise OptionError(f"sync detection mode must be one of {DETECT_MODES}, got {mode!r}")
     if mode != "auto":
         return mode
     import torch
@@ -592,7 +592,7 @@ class SyncDetector:
         cpu_is_device: bool = True,
     ) -> None:
         if mode not in DETECT_MODES:
-            raise ValueError(f"sync detection mode must be one of {DETECT_MODES}, got {mode!r}")
+            raise OptionError(f"sync detection mode must be one of {DETECT_MODES}, got {mode!r}")
         self.on_sync = on_sync
         self.mode = mode
         self.cpu_is_device = cpu_is_device
@@ -680,13 +680,13 @@ class ExpectSyncs:
 
     def __init__(self, max: int, per: str, action: str, mode: str, cpu_is_device: bool) -> None:
         if not isinstance(max, int) or max < 0:
-            raise ValueError(f"expect_syncs(max=...) must be an int >= 0, got {max!r}")
+            raise OptionError(f"expect_syncs(max=...) must be an int >= 0, got {max!r}")
         if per not in _PER:
-            raise ValueError(f"expect_syncs(per=...) must be one of {_PER}, got {per!r}")
+            raise OptionError(f"expect_syncs(per=...) must be one of {_PER}, got {per!r}")
         if action not in _ACTIONS:
-            raise ValueError(f"expect_syncs(action=...) must be one of {_ACTIONS}, got {action!r}")
+            raise OptionError(f"expect_syncs(action=...) must be one of {_ACTIONS}, got {action!r}")
         if mode not in ("lint", "auto", "cuda"):
-            raise ValueError(f"expect_syncs(mode=...) must be 'lint' or 'auto', got {mode!r}")
+            raise OptionError(f"expect_syncs(mode=...) must be 'lint' or 'auto', got {mode!r}")
         self.max = max
         self.per = per
         self.action = action

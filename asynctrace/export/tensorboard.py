@@ -30,6 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from asynctrace.analysis.accumulate import SessionReport
 from asynctrace.records import Records, SessionHeader, SessionSummary, StepRecord, SyncSite
 
 __all__ = [
@@ -43,6 +44,8 @@ __all__ = [
 ]
 
 _NS_PER_MS = 1e6
+#: sync sites the text summary lists (the records file has all of them)
+_TOP_SITES = 10
 _BYTES_PER_MB = float(1 << 20)
 
 #: every scalar tag this module writes, in display order
@@ -95,33 +98,56 @@ def summary_markdown(records: Records) -> str:
 def session_markdown(
     header: SessionHeader,
     *,
-    steps: int,
-    complete: bool,
-    summary: SessionSummary | None,
-    syncs: Sequence[SyncSite],
+    steps: int | None = None,
+    complete: bool = True,
+    summary: SessionSummary | None = None,
+    syncs: Sequence[SyncSite] = (),
+    report: SessionReport | None = None,
 ) -> str:
-    """:func:`summary_markdown` from a session's parts: what a running session writes at its
-    end, before its records file is read back."""
+    """:func:`summary_markdown` from a session's parts. A running session passes its
+    ``report`` at its end: then the text carries the verdict with its message and findings,
+    the per-step figures and the top sync sites, as the exit summary prints them."""
     h = header
+    if report is not None:
+        steps = report.steps
+        syncs = report.sync_sites
     lines = [
         f"**{_md(h.name)}** on {_md(h.device_name)} ({_md(h.device_kind)}, "
         f"{'asynchronous' if h.asynchronous else 'synchronous'}), host {_md(h.host)}, "
         f"pid {h.pid}" + (f", rank {h.rank}" if h.rank is not None else ""),
         "",
-        f"steps recorded: {steps}" + ("" if complete else " (incomplete file)"),
+        f"steps recorded: {steps or 0}" + ("" if complete else " (incomplete file)"),
     ]
-    s = summary
-    if s is not None:
-        if s.verdict:
-            lines += ["", f"verdict: {_md(s.verdict)}"]
-        lines += [f"- {_md(n)}" for n in s.notes]
+    if report is not None:
+        lines += _report_lines(report)
+    elif summary is not None:
+        if summary.verdict:
+            lines += ["", f"verdict: {_md(summary.verdict)}"]
+        lines += [f"- {_md(n)}" for n in summary.notes]
     if syncs:
         lines += ["", "| site | op | count | wait ms |", "|---|---|---|---|"]
         lines += [
             f"| {_md(x.site)} | {_md(x.op)} | {x.count} | {x.wait_ns / _NS_PER_MS:.3f} |"
-            for x in syncs
+            for x in list(syncs)[:_TOP_SITES]
         ]
+        if len(syncs) > _TOP_SITES:
+            lines.append(f"\n… and {len(syncs) - _TOP_SITES} more site(s) in the records file")
     return "\n".join(lines)
+
+
+def _report_lines(report: SessionReport) -> list[str]:
+    from asynctrace.render.session import report_rows
+
+    lines = ["", f"verdict: **{_md(report.verdict)}**: {_md(report.verdict_message)}"]
+    lines += [f"- {_md(f)}" for f in report.findings]
+    rows = report_rows(report)
+    if rows:
+        lines += ["", "| per step | mean | median | p90 |", "|---|---|---|---|"]
+        lines += [f"| {' | '.join(_md(c) for c in row)} |" for row in rows]
+    if report.notes:
+        lines.append("")
+        lines += [f"- {_md(n)}" for n in report.notes]
+    return lines
 
 
 @functools.cache

@@ -24,23 +24,32 @@ import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from asynctrace.errors import CaptureError
+from asynctrace.errors import OptionError
 
 if TYPE_CHECKING:
     from asynctrace.capture.ranges import Range
-    from asynctrace.capture.session import Session
+    from asynctrace.session import Session
 
 __all__ = ["SessionDriver"]
 
-#: trace() options a callback accepts and passes through
-_TRACE_OPTIONS = frozenset({"device", "nvtx", "detect_syncs", "print_summary", "write", "strict"})
+#: trace() options a callback cannot take: the callback makes each training batch a step, and
+#: names the records folder itself
+_NOT_FOR_CALLBACKS = frozenset({"optimizer_steps", "dir"})
+
+
+def callback_options() -> tuple[str, ...]:
+    """The :class:`~asynctrace.TraceOptions` a trainer callback passes through."""
+    from asynctrace.capture.options import TraceOptions
+
+    return tuple(n for n in TraceOptions.names() if n not in _NOT_FOR_CALLBACKS)
+
 
 #: drivers whose session is entered, with the thread it was entered on
 _entered: weakref.WeakKeyDictionary[SessionDriver, int] = weakref.WeakKeyDictionary()
 
 
 class SessionDriver:
-    """Drives one :class:`~asynctrace.capture.session.Session` per training run from hooks."""
+    """Drives one :class:`~asynctrace.Session` per training run from hooks."""
 
     def __init__(
         self,
@@ -50,17 +59,19 @@ class SessionDriver:
         ranges: bool,
         trace_options: dict[str, Any],
     ) -> None:
-        unknown = set(trace_options) - _TRACE_OPTIONS
-        if "optimizer_steps" in unknown:
-            raise CaptureError(
+        if "optimizer_steps" in trace_options:
+            raise OptionError(
                 "optimizer_steps cannot be used with a trainer callback: the callback already "
                 "makes each training batch a step, so steps would be counted twice"
             )
-        if unknown:
-            raise TypeError(
-                f"unknown asynctrace.trace option(s): {', '.join(sorted(unknown))}; "
-                f"a callback accepts {', '.join(sorted(_TRACE_OPTIONS))}"
-            )
+        from asynctrace.capture.options import TraceOptions
+
+        # checked now, so a wrong option fails when the trainer is built, not at its first batch
+        TraceOptions.from_mapping(
+            {**trace_options, "dir": dir},
+            accepted=(*callback_options(), "dir"),
+            what="AsyncTraceCallback",
+        )
         self.name = name
         self.dir = dir
         self.ranges = ranges
@@ -87,7 +98,7 @@ class SessionDriver:
         for driver, thread in list(_entered.items()):
             if thread == tid:
                 driver.close(RuntimeError("training ended without its end hook"))
-        from asynctrace.capture.session import trace
+        from asynctrace.session import trace
 
         self.session = trace(self.name, dir=self.dir, **self.trace_options)
 

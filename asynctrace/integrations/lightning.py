@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from asynctrace.integrations._driver import SessionDriver
 
 if TYPE_CHECKING:
-    from asynctrace.capture.session import Session
+    from asynctrace.session import Session
 
 try:
     from lightning.pytorch.callbacks import Callback
@@ -38,9 +38,11 @@ class AsyncTraceCallback(Callback):  # type: ignore[misc]
     """A Lightning callback that runs each ``fit`` in an asynctrace session.
 
     ``name`` and ``dir`` name the records file (``<dir>/<name>.<host>.<pid>[.rank<N>]...``);
-    ``ranges=False`` turns off the per-hook NVTX ranges; other keyword options
-    (``device``, ``nvtx``, ``detect_syncs``, ``print_summary``, ``write``, ``strict``) go to
-    :func:`asynctrace.trace`. After ``fit`` returns, :attr:`session` holds the session:
+    ``ranges=False`` turns off the per-hook NVTX ranges; every other option of
+    :func:`asynctrace.trace` (:class:`~asynctrace.TraceOptions`: ``device``, ``detect_syncs``,
+    ``profile``, ``tensorboard``, ``live``, ``nsys_capture``, ...) goes to the session, with
+    steps counted in training batches, except ``optimizer_steps`` (each batch already is a
+    step). After ``fit`` returns, :attr:`session` holds the session:
     ``callback.session.summary()`` and ``callback.session.records_path``.
     """
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from asynctrace.integrations._driver import SessionDriver
 
 if TYPE_CHECKING:
-    from asynctrace.capture.session import Session
+    from asynctrace.session import Session
 
 try:
     from transformers import TrainerCallback
@@ -43,8 +43,10 @@ class AsyncTraceCallback(TrainerCallback):  # type: ignore[misc]
     """A ``transformers.TrainerCallback`` that runs each ``train()`` in an asynctrace session.
 
     ``name`` and ``dir`` name the records file; ``ranges=False`` turns off the NVTX hook
-    ranges; other keyword options (``device``, ``nvtx``, ``detect_syncs``, ``print_summary``,
-    ``write``, ``strict``) go to :func:`asynctrace.trace`. After ``train()``,
+    ranges; every other option of :func:`asynctrace.trace` (:class:`~asynctrace.TraceOptions`:
+    ``device``, ``detect_syncs``, ``profile``, ``tensorboard``, ``live``, ``nsys_capture``, ...)
+    goes to the session, with steps counted in the Trainer's optimizer steps, except
+    ``optimizer_steps`` (each step already is one). After ``train()``,
     :attr:`session` holds the session (``.summary()``, ``.records_path``).
     """
 

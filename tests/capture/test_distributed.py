@@ -191,7 +191,7 @@ def test_a_session_on_cuda_n_gathers_on_cuda_n(
 
     from asynctrace.capture import _distributed
     from asynctrace.capture.devices import CudaDevice
-    from asynctrace.capture.session import trace
+    from asynctrace.session import trace
     from tests.capture._fake_cuda import install
 
     gpu = install(monkeypatch)
@@ -227,7 +227,7 @@ def test_a_session_on_cuda_n_gathers_on_cuda_n(
 
 
 def test_tail_steps_is_bounded(tmp_path: Path) -> None:
-    from asynctrace.capture.session import trace
+    from asynctrace.session import trace
 
     with trace("tail", dir=tmp_path, device="cpu", print_summary=False) as s:
         for _ in range(30):

@@ -17,8 +17,8 @@ import pytest
 import torch  # noqa: F401 - imported before tracing: the session imports it, the test must not count it
 
 from asynctrace.capture.devices import FakeClock, FakeDevice
-from asynctrace.capture.session import Session
 from asynctrace.records import SessionHeader, SessionSummary, StepRecord
+from asynctrace.session import Session
 
 N = 1_000_000
 #: steps traced by tracemalloc at the start and at the end (tracing costs ~3x per step)

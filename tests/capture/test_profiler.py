@@ -104,11 +104,17 @@ def test_written_traces_are_valid_and_readable_by_the_tb_plugin(tmp_path: Path) 
 
 def test_deep_mode_writes_the_annotated_trace(tmp_path: Path) -> None:
     pytest.importorskip("asynctrace.traces.load", reason="the trace loader is not in this tree yet")
-    p = DeepProfiler(Profile(wait=0, warmup=1, active=2), dir=tmp_path, run="r")
+    from asynctrace.sinks import AnnotateSink
+
+    # the annotator is the session's sink, handed each trace the profiler writes
+    annotator = AnnotateSink()
+    p = DeepProfiler(
+        Profile(wait=0, warmup=1, active=2), dir=tmp_path, run="r", on_trace=annotator.trace_written
+    )
     _run(p, 4)
     (path,) = p.traces
-    assert p.annotated == [annotated_path(path)]
-    events, doc = load_events(p.annotated[0])
+    assert annotator.annotated == [annotated_path(path)]
+    events, doc = load_events(annotator.annotated[0])
     assert validate(events, doc=doc, strict_ids=False) == []
     original, _ = load_events(path)
     assert events[: len(original)] == original

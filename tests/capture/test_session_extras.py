@@ -15,9 +15,9 @@ from rich.console import Console
 from asynctrace.capture._live import LiveStatus
 from asynctrace.capture.devices import FakeClock, FakeDevice
 from asynctrace.capture.profiler import Profile
-from asynctrace.capture.session import Session
 from asynctrace.errors import AsyncTraceWarning, CaptureError
 from asynctrace.records import StepRecord, read_records
+from asynctrace.session import Session
 
 _TRACE = re.compile(r"^(?P<worker>.+?)\.(?P<ns>\d+)\.pt\.trace\.json\.gz$")
 
@@ -74,7 +74,10 @@ def test_tensorboard_scalars_are_written_per_step(tmp_path: Path) -> None:
         for _ in range(4):
             clock.advance(2_000_000)  # 2 ms a step
             s.step()
-    acc = ea.EventAccumulator(str(tmp_path / "tb"), size_guidance={ea.TENSORS: 0})
+    # a run of its own per session: <dir>/<name>/<time>-<pid>
+    assert s.tensorboard_dir is not None
+    assert s.tensorboard_dir.parent == tmp_path / "tb"
+    acc = ea.EventAccumulator(str(s.tensorboard_dir), size_guidance={ea.TENSORS: 0})
     acc.Reload()
     assert "asynctrace/frontend_ms" in acc.Tags()["tensors"]
     events = acc.Tensors("asynctrace/frontend_ms")
@@ -90,7 +93,13 @@ def test_tensorboard_scalars_are_written_per_step(tmp_path: Path) -> None:
     assert markdown.startswith("**tb** on ")
     assert "steps recorded: 4" in markdown
     assert s.records_path is not None
-    assert markdown == summary_markdown(read_records(s.records_path))
+    # the verdict with its message, the figures and the sync sites, as the exit summary shows
+    report = s.summary()
+    assert f"verdict: **{report.verdict}**: {report.verdict_message}" in markdown
+    assert "| per step | mean | median | p90 |" in markdown
+    assert "| frontend | 2.000 ms | 2.000 ms | 2.000 ms |" in markdown
+    # a records file read back later gives the shorter summary it can (no figures)
+    assert summary_markdown(read_records(s.records_path)).startswith("**tb** on ")
 
 
 def test_live_status_is_silent_off_a_terminal_and_refreshes_at_most_once_a_second() -> None:

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from asynctrace._commands.run import parse_step_range
+from asynctrace.analysis.accumulate import SessionReport
 from asynctrace.capture import ranges
-from asynctrace.capture.session import SessionReport, current_session
 from asynctrace.cli import main
 from asynctrace.errors import AsyncTraceError, AsyncTraceWarning
 from asynctrace.records import read_records
+from asynctrace.session import current_session
 
 SCRIPT = """
 import json, sys, time

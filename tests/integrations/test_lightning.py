@@ -16,9 +16,9 @@ import torch
 from lightning.fabric.utilities.warnings import PossibleUserWarning
 
 from asynctrace.capture import ranges
-from asynctrace.capture.session import current_session
 from asynctrace.integrations.lightning import AsyncTraceCallback
 from asynctrace.records import read_records
+from asynctrace.session import current_session
 
 BATCHES = 6  # per epoch
 EPOCHS = 2
@@ -218,8 +218,40 @@ def test_optimizer_steps_option_is_refused() -> None:
 
     with pytest.raises(CaptureError, match="counted twice"):
         AsyncTraceCallback(optimizer_steps=True)
-    with pytest.raises(TypeError, match=r"unknown asynctrace\.trace option"):
+    with pytest.raises(TypeError, match=r"AsyncTraceCallback: unknown option\(s\) colour"):
         AsyncTraceCallback(colour="red")
+
+
+def test_every_trace_option_works_in_the_callback(tmp_path: Path) -> None:
+    # tensorboard=, live= and profile= were refused ("unknown asynctrace.trace option(s)")
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    from asynctrace import Profile
+
+    cb = AsyncTraceCallback(
+        "opts",
+        dir=tmp_path,
+        device="cpu",
+        print_summary=False,
+        tensorboard=True,
+        live=True,
+        # deep mode's windows are counted in training batches: batches 1 and 2 are recorded
+        profile=Profile(wait=0, warmup=1, active=2, repeat=1),
+    )
+    _fit(tmp_path, Tiny(), cb)
+    s = cb.session
+    assert s is not None
+    assert s.tensorboard_dir is not None
+    acc = ea.EventAccumulator(str(s.tensorboard_dir), size_guidance={ea.TENSORS: 0})
+    acc.Reload()
+    tags = set(acc.Tags()["tensors"])
+    assert {"asynctrace/frontend_ms", "asynctrace/syncs", "asynctrace/summary"} <= tags
+    assert [e.step for e in acc.Tensors("asynctrace/frontend_ms")] == list(range(BATCHES * EPOCHS))
+    (trace,) = s.traces
+    from asynctrace.traces.load import load
+
+    steps = sorted(r for r in load(trace).strings if r.startswith("ProfilerStep#"))
+    assert steps == ["ProfilerStep#1", "ProfilerStep#2"]
 
 
 class TwoOptimizers(pl.LightningModule):

@@ -26,9 +26,9 @@ from transformers import (
 )
 
 from asynctrace.capture import ranges
-from asynctrace.capture.session import current_session
 from asynctrace.integrations.transformers import AsyncTraceCallback
 from asynctrace.records import read_records
+from asynctrace.session import current_session
 
 STEPS = 6
 SLEEP_MS = (2, 6, 4)
@@ -124,6 +124,25 @@ def test_train_is_one_session_with_a_step_per_optimizer_step(tmp_path: Path) -> 
         assert s.run_ahead_ns == 0
     # inside every step: the step range and the train_step hook range
     assert probe.depth_in_step == [2] * STEPS
+
+
+def test_every_trace_option_works_in_the_callback(tmp_path: Path) -> None:
+    # tensorboard= was refused ("unknown asynctrace.trace option(s): tensorboard")
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    cb = AsyncTraceCallback(
+        "opts", dir=tmp_path, device="cpu", print_summary=False, tensorboard=True, window=2
+    )
+    _train(tmp_path, cb)
+    s = cb.session
+    assert s is not None
+    assert s.tensorboard_dir is not None
+    assert s.options.window == 2
+    acc = ea.EventAccumulator(str(s.tensorboard_dir), size_guidance={ea.TENSORS: 0})
+    acc.Reload()
+    assert [e.step for e in acc.Tensors("asynctrace/frontend_ms")] == list(range(STEPS))
+    with pytest.raises(TypeError, match="optimizer_steps"):
+        AsyncTraceCallback(optimizer_steps=True)
 
 
 def test_ranges_off(tmp_path: Path) -> None:

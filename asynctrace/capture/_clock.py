@@ -1,0 +1,351 @@
+"""The step clock: step boundaries, device markers and the steps still waiting for them.
+
+One device marker per boundary serves as the end of one step and the start of the next. A
+closed step waits as a :class:`PendingStep` until its end marker is seen executed (a
+non-blocking ``query()`` at each later boundary); then its :class:`~asynctrace.records.
+StepRecord` goes to ``emit``, in step order. Only :meth:`StepClock.drain`, at the session's end,
+waits for markers. On a synchronous device (the CPU backend) a step's work is done when the
+host returns: the record is emitted at once, without markers.
+
+This is the hot path of a session: everything here runs once per step, so the code is plain
+attribute access and no allocation beyond the record itself.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from asynctrace.records import StepRecord
+
+if TYPE_CHECKING:
+    from asynctrace.capture._nsys import NsysCapture
+    from asynctrace.capture.devices import Device
+    from asynctrace.capture.profiler import DeepProfiler
+
+__all__ = ["PendingStep", "StepClock"]
+
+
+class PendingStep:
+    """A closed step whose device figures wait for its end marker."""
+
+    __slots__ = (
+        "data_wait_ns",
+        "end_ev",
+        "end_ns",
+        "frontend_ns",
+        "in_flight",
+        "index",
+        "mem",
+        "start_ev",
+        "start_ns",
+        "sync_count",
+        "sync_wait_ns",
+    )
+
+    def __init__(
+        self,
+        *,
+        index: int,
+        start_ns: int,
+        frontend_ns: int,
+        data_wait_ns: int,
+        in_flight: int,
+        sync_count: int,
+        sync_wait_ns: int,
+        mem: tuple[int, int] | None,
+        start_ev: Any,
+        end_ev: Any,
+        end_ns: int,
+    ) -> None:
+        self.index = index
+        self.start_ns = start_ns
+        self.frontend_ns = frontend_ns
+        self.data_wait_ns = data_wait_ns
+        self.in_flight = in_flight
+        self.sync_count = sync_count
+        self.sync_wait_ns = sync_wait_ns
+        self.mem = mem
+        self.start_ev = start_ev
+        self.end_ev = end_ev
+        self.end_ns = end_ns
+
+    def record(
+        self, *, t0: int, device_ns: int | None, run_ahead_ns: int | None, in_flight: int
+    ) -> StepRecord:
+        mem = self.mem
+        return StepRecord(
+            step=self.index,
+            start_ns=self.start_ns - t0,
+            frontend_ns=self.frontend_ns,
+            data_wait_ns=self.data_wait_ns,
+            device_ns=device_ns,
+            run_ahead_ns=run_ahead_ns,
+            in_flight=in_flight,
+            sync_count=self.sync_count,
+            sync_wait_ns=self.sync_wait_ns,
+            mem_allocated_bytes=None if mem is None else mem[0],
+            mem_reserved_bytes=None if mem is None else mem[1],
+        )
+
+
+class StepClock:
+    """Opens and closes steps on ``device`` and emits each step's record when it is known.
+
+    The parts a boundary drives (NVTX push/pop, the nsys capture window, the deep-mode
+    profiler) are attributes set by the session before :meth:`start`; each is optional.
+    """
+
+    def __init__(
+        self, device: Device, *, max_pending: int, emit: Callable[[StepRecord], None]
+    ) -> None:
+        self.device = device
+        self.max_pending = max_pending
+        self.emit = emit
+        self.now: Callable[[], int] = device.host_now_ns
+        self._record: Callable[[], Any] = device.record
+        self._query: Callable[[Any], bool] = device.query
+        self._memory: Callable[[], tuple[int, int] | None] = device.memory
+        self.asynchronous = bool(device.asynchronous)
+        self.t0 = 0
+        #: an empty marker needs this long to execute and be seen; a step whose end marker
+        #: executed within it of the next step's start was not really still running
+        self.latency_ns = 0
+        # the open step
+        self.open = False
+        self.index = 0
+        self.start_ns = 0
+        self._start_ev: Any = None
+        #: figures of the open step the session adds to (data wait from steps(), syncs)
+        self.data_wait_ns = 0
+        self.sync_count = 0
+        self.sync_wait_ns = 0
+        self._in_flight = 0
+        # closed steps whose markers have not been seen executed, oldest first
+        self.pending: deque[PendingStep] = deque()
+        # the end marker of the last step written and its device time: the next step's start
+        self._last_ev: Any = None
+        self._last_ev_ns = 0
+        # execution times of recent steps' end markers (increasing: one stream runs them in
+        # order), for the exact in-flight count; None once a dropped step broke the chain
+        self._ends: deque[int] | None = deque()
+        #: steps written without device figures because too many were pending
+        self.dropped = 0
+        self.collected_at_exit = 0
+        self.exit_wait_ns = 0
+        #: what :meth:`drain` found (steps whose figures could not be collected)
+        self.notes: list[str] = []
+        # the parts a boundary drives
+        self.nvtx_push: Callable[[Any], None] | None = None
+        self.nvtx_pop: Callable[[], None] | None = None
+        self.nvtx_handle: Any = None
+        self.nvtx_handle_for: Callable[[int], Any] | None = None
+        self.nsys: NsysCapture | None = None
+        self.profiler: DeepProfiler | None = None
+
+    # ------------------------------------------------------------------ boundaries
+    def start(self, latency_ns: int) -> None:
+        """The session starts: step 0 opens now."""
+        self.latency_ns = max(0, latency_ns)
+        self.t0 = self.now()
+        self.open_step(self.t0, self._record() if self.asynchronous else None)
+
+    def boundary(self) -> None:
+        """End the open step (if any) and start the next."""
+        now = self.now()
+        if self.asynchronous:
+            ev = self._record()
+            if self.open:
+                self.close_step(now, ev)
+            self.open_step(now, ev)
+        else:
+            if self.open:
+                self.close_step(now, None)
+            self.open_step(now, None)
+
+    def open_call(self) -> None:
+        """A step that is one call (``train_step``) starts; one left open is dropped."""
+        self.discard_open()
+        self.open_step(self.now(), self._record() if self.asynchronous else None)
+
+    def close_call(self) -> None:
+        if self.open:
+            self.close_step(self.now(), self._record() if self.asynchronous else None)
+
+    def open_step(self, now: int, ev: Any) -> None:
+        if self.asynchronous:
+            pending = self.pending
+            query = self._query
+            while pending and query(pending[0].end_ev):
+                self._write_async(pending.popleft())
+            # one stream runs markers in order: every step behind the oldest unexecuted one is
+            # still in flight
+            self._in_flight = len(pending)
+        self.start_ns = now
+        self._start_ev = ev
+        self.data_wait_ns = 0
+        self.sync_count = 0
+        self.sync_wait_ns = 0
+        nsys = self.nsys
+        if nsys is not None:
+            nsys.on_step_start(self.index)
+        push = self.nvtx_push
+        if push is not None:
+            h = self.nvtx_handle
+            push(h if h is not None else self.nvtx_handle_for(self.index))  # type: ignore[misc]
+        # open only once its range is pushed: whatever raised before leaves nothing to pop
+        self.open = True
+
+    def close_step(self, now: int, ev: Any) -> None:
+        # read before the step counts as closed: if the device raises here, the session's exit
+        # still finds the step open and pops its range
+        mem = self._memory()
+        prof = self.profiler
+        if prof is not None:
+            # from another thread it raises here, leaving the session as if step() had not
+            # been called (rather than in prof.step(), after the step was closed)
+            prof.check_thread()
+        self.open = False
+        pop = self.nvtx_pop
+        if pop is not None:
+            pop()
+        if prof is not None:
+            prof.step()
+        index = self.index
+        self.index = index + 1
+        frontend_ns = now - self.start_ns
+        if not self.asynchronous:
+            self.emit(
+                StepRecord(
+                    step=index,
+                    start_ns=self.start_ns - self.t0,
+                    frontend_ns=frontend_ns,
+                    data_wait_ns=self.data_wait_ns,
+                    device_ns=frontend_ns,
+                    run_ahead_ns=0,
+                    in_flight=0,
+                    sync_count=self.sync_count,
+                    sync_wait_ns=self.sync_wait_ns,
+                    mem_allocated_bytes=None if mem is None else mem[0],
+                    mem_reserved_bytes=None if mem is None else mem[1],
+                )
+            )
+            return
+        self.pending.append(
+            PendingStep(
+                index=index,
+                start_ns=self.start_ns,
+                frontend_ns=frontend_ns,
+                data_wait_ns=self.data_wait_ns,
+                in_flight=self._in_flight,
+                sync_count=self.sync_count,
+                sync_wait_ns=self.sync_wait_ns,
+                mem=mem,
+                start_ev=self._start_ev,
+                end_ev=ev,
+                end_ns=now,
+            )
+        )
+        if len(self.pending) > self.max_pending:
+            self._drop_oldest()
+
+    def discard_open(self) -> None:
+        """Drop the open step (incomplete: the loop broke, the call raised, the session ends)."""
+        if self.open:
+            self.open = False
+            pop = self.nvtx_pop
+            if pop is not None:
+                pop()
+
+    # ------------------------------------------------------------------ collecting
+    def _write_async(self, step: PendingStep) -> None:
+        executed_at = self.device.executed_at_ns
+        end_dev = executed_at(step.end_ev)
+        sev = step.start_ev
+        start_dev = self._last_ev_ns if sev is self._last_ev else executed_at(sev)
+        self._last_ev = step.end_ev
+        self._last_ev_ns = end_dev
+        in_flight = step.in_flight
+        ends = self._ends
+        if ends is not None:
+            # exact, now that the earlier markers' execution times are known: the earlier steps
+            # whose end marker executed after this step started (beyond the marker latency)
+            limit = step.start_ns + self.latency_ns
+            while ends and ends[0] <= limit:
+                ends.popleft()
+            in_flight = len(ends)
+            ends.append(end_dev)
+        self.emit(
+            step.record(
+                t0=self.t0,
+                device_ns=end_dev - start_dev,
+                run_ahead_ns=end_dev - step.end_ns,
+                in_flight=in_flight,
+            )
+        )
+
+    def _drop_oldest(self, *, overflow: bool = True) -> None:
+        """Write the oldest pending step without device figures."""
+        step = self.pending.popleft()
+        if overflow:
+            self.dropped += 1
+        self._last_ev = None
+        # an end time is unknown from here on: fall back to the count polled at step start
+        self._ends = None
+        self.emit(
+            step.record(t0=self.t0, device_ns=None, run_ahead_ns=None, in_flight=step.in_flight)
+        )
+
+    def drain(self) -> None:
+        """Collect every pending step, waiting for its marker if needed (only ever at exit)."""
+        pending = self.pending
+        self.collected_at_exit = len(pending)
+        if not pending:
+            return
+        t = self.now()
+        failed = 0
+        try:
+            while pending:
+                step = pending[0]
+                try:
+                    if not self._query(step.end_ev):
+                        self.device.wait(step.end_ev)
+                except Exception:
+                    # a device error (for example the one that ended the session): the figures
+                    # cannot be collected, but the host-side ones are still true
+                    failed += 1
+                    self._drop_oldest(overflow=False)
+                    continue
+                self._write_async(pending.popleft())
+        finally:
+            self.exit_wait_ns = self.now() - t
+            if failed:
+                self.notes.append(
+                    f"{failed} step(s) have no device figures: their markers failed at exit"
+                )
+            if pending:
+                # the wait was interrupted (Ctrl-C): the steps' host figures are still written
+                interrupted = len(pending)
+                while pending:
+                    self._drop_oldest(overflow=False)
+                self.notes.append(
+                    f"{interrupted} step(s) have no device figures: the wait for them at exit "
+                    "was interrupted"
+                )
+
+    def end_notes(self) -> list[str]:
+        """What the clock has to say at the end, beyond :attr:`notes`."""
+        notes = list(self.notes)
+        if self.dropped:
+            notes.append(
+                f"{self.dropped} step(s) have no device figures: more than {self.max_pending} "
+                "steps were waiting for the device at once, so the oldest were written without "
+                f"them (in_flight is capped at {self.max_pending})"
+            )
+        if self.collected_at_exit:
+            notes.append(
+                f"{self.collected_at_exit} step(s) were still pending at exit; waited "
+                f"{self.exit_wait_ns / 1e6:.3f} ms for them"
+            )
+        return notes

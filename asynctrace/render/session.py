@@ -1,0 +1,118 @@
+"""The session's exit summary as text: the table, the verdict and the notes."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any, Final
+
+from asynctrace.analysis.accumulate import STEP_FIGURES, FigureStats, SessionReport
+
+__all__ = ["NO_STEPS_HINT", "format_value", "print_report", "report_rows"]
+
+NO_STEPS_HINT: Final = (
+    "mark them with `for batch in session.steps(loader)`, `session.step()` at the end of "
+    "each iteration, `@session.train_step` or `optimizer_steps=True`"
+)
+#: sync sites the exit summary lists (the records file has all of them)
+_TOP_SITES: Final = 5
+
+
+def format_value(value: float, unit: str) -> str:
+    """A figure as the summary prints it: ns, bytes or a plain number, in a readable unit."""
+    if math.isnan(value):
+        return "-"
+    if unit == "ns":
+        return _scaled(value, ((1, "ns", 0), (1e3, "µs", 1), (1e6, "ms", 3), (1e9, "s", 3)), 1000)
+    if unit == "bytes":
+        units = ((1, "B", 0), (1 << 10, "KiB", 1), (1 << 20, "MiB", 1), (1 << 30, "GiB", 1))
+        return _scaled(value, units, 1024)
+    return f"{value:.2f}"
+
+
+def _scaled(value: float, units: Sequence[tuple[float, str, int]], step: int) -> str:
+    """``value`` in the largest unit it reaches *as printed*: the unit is chosen on the rounded
+    text, so 999.96 µs prints as ``1.000 ms``, not ``1000.0 µs``."""
+    scale, name, decimals = units[0]
+    text = f"{value / scale:.{decimals}f}"
+    for scale, bigger, decimals in units[1:]:
+        if not abs(float(text)) >= step:
+            break
+        text, name = f"{value / scale:.{decimals}f}", bigger
+    return f"{text} {name}"
+
+
+def report_rows(report: SessionReport) -> list[tuple[str, str, str, str]]:
+    """(figure, mean, median, p90) as printed, for every figure the session has values for."""
+    rows = []
+    for fig in STEP_FIGURES:
+        s: FigureStats | None = getattr(report, fig.field)
+        if s is None:
+            continue
+        if fig.field in ("data_wait_ns", "sync_count", "sync_wait_ns") and s.mean == 0:
+            # always zero here: a row of zeros is noise, the verdict says what matters
+            continue
+        rows.append(
+            (
+                fig.label,
+                format_value(s.mean, fig.unit),
+                format_value(s.median, fig.unit),
+                format_value(s.p90, fig.unit),
+            )
+        )
+    return rows
+
+
+def print_report(
+    report: SessionReport, *, file: Any = None, no_steps_hint: str = NO_STEPS_HINT
+) -> None:
+    """Print the summary table, the top sync sites, the verdict and notes of ``report``
+    (stdout by default); ``no_steps_hint`` follows "no steps" where the session recorded
+    none."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from asynctrace.analysis.verdict import verdict_line
+
+    console = Console(file=file if file is not None else sys.stdout, highlight=False)
+    table = Table(
+        title=(
+            f"asynctrace {report.name}: {report.steps} steps on {report.device_name}, "
+            f"{report.wall_ns / 1e9:.3f} s"
+        ),
+        title_justify="left",
+    )
+    table.add_column("per step")
+    for col in ("mean", "median", "p90"):
+        table.add_column(col, justify="right")
+    for row in report_rows(report):
+        table.add_row(*row)
+    if report.steps:
+        console.print(table)
+    else:
+        console.print(
+            f"asynctrace {report.name}: no steps on {report.device_name} in "
+            f"{report.wall_ns / 1e9:.3f} s" + (f": {no_steps_hint}" if no_steps_hint else ""),
+            markup=False,
+        )
+    if report.sync_sites:
+        sites = Table(title="sync sites", title_justify="left")
+        for col, justify in (
+            ("site", "left"),
+            ("op", "left"),
+            ("count", "right"),
+            ("wait", "right"),
+        ):
+            sites.add_column(col, justify=justify)  # type: ignore[arg-type]
+        for s in report.sync_sites[:_TOP_SITES]:
+            sites.add_row(s.site, s.op, str(s.count), format_value(s.wait_ns, "ns"))
+        console.print(sites)
+        more = len(report.sync_sites) - _TOP_SITES
+        if more > 0:
+            console.print(f"… and {more} more site(s) in the records file", markup=False)
+    console.print(f"verdict: {verdict_line(report.verdict, report.verdict_message)}", markup=False)
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False)
+    if report.records_path is not None:
+        console.print(f"records: {report.records_path}", markup=False)

@@ -1,0 +1,207 @@
+"""``asynctrace.trace()`` and :class:`Session`: a capture session with its outputs plugged in.
+
+The capture itself (:class:`~asynctrace.capture.session.CaptureSession`) only measures and
+emits; this layer turns the options of :class:`~asynctrace.capture.options.TraceOptions` into
+sinks, in this order: the summary (every step into the accumulator), TensorBoard, the records
+file, the live line, the deep-mode annotator, the rank gather, then the user's own ``sinks``.
+At the end it prints the summary table (``print_summary``) and the per-rank table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar, overload
+
+from asynctrace.analysis.accumulate import SessionReport, session_report
+from asynctrace.capture._distributed import RankTable
+from asynctrace.capture.options import TraceOptions
+from asynctrace.capture.session import CaptureSession, current_session
+from asynctrace.capture.sinks import Sink
+from asynctrace.errors import CaptureError
+from asynctrace.sinks import (
+    AnnotateSink,
+    LiveSink,
+    RankGatherSink,
+    RecordsSink,
+    SummarySink,
+    TensorBoardSink,
+)
+
+__all__ = ["Session", "current_session", "trace"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+class Session(CaptureSession):
+    """A capture session with the outputs its options ask for: context manager and decorator.
+
+    ``Session(name, sinks=[...], **options)`` takes every option of
+    :class:`~asynctrace.capture.options.TraceOptions`; prefer :func:`trace`, which is the same.
+    """
+
+    def __init__(
+        self, name: str | None = None, *, sinks: Iterable[Any] = (), **options: Any
+    ) -> None:
+        opts = TraceOptions.from_mapping(options, what="asynctrace.trace()")
+        self._summary = SummarySink(window=opts.window)
+        self._tensorboard = (
+            TensorBoardSink(opts.dir, report=self._report_now) if opts.tensorboard else None
+        )
+        self._records = (
+            RecordsSink(opts.dir, summary_line=self._summary_line, notes=self._sink_notes)
+            if opts.write
+            else None
+        )
+        self._annotate = AnnotateSink() if _annotates(opts) else None
+        self._ranks = (
+            RankGatherSink(device=lambda: self.device, records_path=lambda: self.records_path)
+            if opts.gather_ranks
+            else None
+        )
+        own: list[Sink | None] = [
+            self._summary,
+            self._tensorboard,
+            self._records,
+            LiveSink() if opts.live else None,
+            self._annotate,
+            self._ranks,
+        ]
+        super().__init__(name, options=opts, sinks=[*(s for s in own if s is not None), *sinks])
+        self._report: SessionReport | None = None
+
+    # ------------------------------------------------------------------ the outputs
+    @property
+    def records_path(self) -> Path | None:
+        """Where the last run's records were written (set at exit); None before or if not."""
+        return self._records.path if self._records is not None else None
+
+    @property
+    def rank_table(self) -> RankTable | None:
+        """The per-rank table gathered at exit (rank 0, ``gather_ranks=True``); else None."""
+        return self._ranks.table if self._ranks is not None else None
+
+    @property
+    def tensorboard_dir(self) -> Path | None:
+        """The TensorBoard run folder of the last run (``<dir>/<name>/<time>-<pid>``)."""
+        return self._tensorboard.path if self._tensorboard is not None else None
+
+    @property
+    def annotated(self) -> list[Path]:
+        """The annotated copies of the deep-mode traces written so far."""
+        return list(self._annotate.annotated) if self._annotate is not None else []
+
+    @property
+    def traces(self) -> list[Path]:
+        """The deep-mode traces written so far."""
+        return [Path(p) for p in self._traces]
+
+    def _sink_notes(self) -> list[str]:
+        notes = []
+        if self._tensorboard is not None:
+            notes.extend(self._tensorboard.notes)
+        return notes
+
+    def _summary_line(self, notes: Iterable[str]) -> Any:
+        return self._summary.summary_line(notes=list(notes))
+
+    def _report_now(self) -> SessionReport:
+        """The summary as it stands (TensorBoard's text at the end, ``summary()`` live)."""
+        if self._summary.end is not None:
+            return self._summary.final(notes=self._sink_notes())
+        assert self._header is not None
+        return session_report(
+            self._summary.acc,
+            header=self._header,
+            wall_ns=self.elapsed_ns(),
+            collected_at_exit=0,
+            sync_sites=self.sync_sites(),
+            notes=[*self._clock.end_notes(), *self._sites.notes(), *self._sink_failures],
+            error=None,
+        )
+
+    def _final_report(self) -> SessionReport:
+        end = self._summary.end
+        said = set(end.notes) if end is not None else set()
+        # what failed while the sinks finished came after the session's end was told
+        notes = [*self._sink_notes(), *(n for n in self._sink_failures if n not in said)]
+        rec = self._records
+        if rec is not None and rec.error is not None and rec.error not in notes + list(said):
+            notes.append(rec.error)
+        path = self.records_path
+        return self._summary.final(notes=notes, records_path=str(path) if path else None)
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> Session:
+        self._report = None
+        super().__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            super().__exit__(exc_type, exc, tb)
+        finally:
+            if self._summary.end is not None:
+                self._report = self._final_report()
+        report = self._report
+        if self.options.print_summary and report is not None and report.error is None:
+            from asynctrace.render.session import print_report
+
+            print_report(report)
+            table = self.rank_table
+            if table is not None:
+                from asynctrace.capture._distributed import format_rank_table
+
+                print(format_rank_table(table))
+
+    def summary(self) -> SessionReport:
+        """The figures of the session: live while it runs (steps collected so far), final after
+        it ends. The printed table shows exactly these."""
+        if self._active:
+            return self._report_now()
+        if self._report is not None:
+            return self._report
+        if self._summary.end is not None:
+            return self._final_report()
+        raise CaptureError("summary() before the session ran: enter it first")
+
+
+def _annotates(opts: TraceOptions) -> bool:
+    if not opts.profiling:
+        return False
+    profile = opts.profile
+    return bool(getattr(profile, "annotate", True))
+
+
+@overload
+def trace(name: Callable[_P, _R], /) -> Callable[_P, _R]: ...
+
+
+@overload
+def trace(name: str | None = None, *, sinks: Iterable[Any] = (), **options: Any) -> Session: ...
+
+
+def trace(
+    name: str | Callable[..., Any] | None = None, *, sinks: Iterable[Any] = (), **options: Any
+) -> Session | Callable[..., Any]:
+    """A capture session over a training loop: ``with asynctrace.trace() as session:``.
+
+    Also a decorator, with or without arguments: ``@asynctrace.trace`` /
+    ``@asynctrace.trace("train")`` runs each call of the function in a session named after it.
+
+    ``name`` is the records file's first field (default: the decorated function's name or
+    ``"session"``); ``sinks`` are your own outputs (:mod:`asynctrace.capture.sinks`: a callable
+    given each step record, or an object with ``start``/``step``/``trace_written``/``finish``);
+    ``options`` are those of :class:`~asynctrace.capture.options.TraceOptions` (``dir``,
+    ``device``, ``detect_syncs``, ``profile``, ``tensorboard``, ...).
+    """
+    if callable(name):
+        return Session(sinks=sinks, **options)(name)
+    return Session(name, sinks=sinks, **options)

@@ -1,0 +1,38 @@
+"""Deep mode's annotator: an annotated copy beside each profiler trace the session writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from asynctrace.capture.profiler import annotated_path
+from asynctrace.capture.sinks import BaseSink
+
+__all__ = ["AnnotateSink"]
+
+
+class AnnotateSink(BaseSink):
+    """Writes ``<trace>.annotated.json.gz`` for each trace; :attr:`annotated` lists them.
+
+    A trace that cannot be annotated (too large for this host's memory, say) is a warning from
+    the session, never an error in the training loop: the plain trace is already on disk.
+    """
+
+    def __init__(self) -> None:
+        self.annotated: list[Path] = []
+
+    def trace_written(self, path: Path) -> None:
+        from asynctrace.export.chrome import annotate_file
+
+        self.annotated.append(annotate_file(path, annotated_path(path)))
+
+    def describe_failure(self, error: BaseException) -> str:
+        return (
+            f"asynctrace: could not annotate a deep-mode trace ({type(error).__name__}: "
+            f"{error}); the trace itself is written, later ones are not annotated"
+        )
+
+    def failure_note(self, error: BaseException) -> str:
+        return f"deep-mode traces not annotated: {type(error).__name__}: {error}"
+
+    def __repr__(self) -> str:
+        return "AnnotateSink()"

@@ -1,0 +1,91 @@
+"""The TensorBoard sink: per-step scalars while the session runs, a text summary at its end.
+
+Each session is a run of its own, ``<dir>/<name>/<time>``, so two sessions of one name are two
+runs side by side in TensorBoard rather than one folder in which only the newer shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from asynctrace.analysis.accumulate import SessionReport
+from asynctrace.capture._writer import sanitize_name
+from asynctrace.capture.sinks import BaseSink, SessionEnd
+from asynctrace.export.tensorboard import TensorBoardWriter, session_markdown
+from asynctrace.records import SessionHeader, StepRecord
+
+__all__ = ["TensorBoardSink", "run_name"]
+
+
+def run_name(name: str, started_unix_ns: int) -> str:
+    """``<name>/<YYYYmmdd-HHMMSS>-<pid>``: one TensorBoard run per session, sorted by time."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started_unix_ns / 1e9))
+    return f"{sanitize_name(name)}/{stamp}-{os.getpid()}"
+
+
+class TensorBoardSink(BaseSink):
+    """Writes each step's scalars (in a background thread) and the summary text at the end."""
+
+    def __init__(self, dir: str | os.PathLike[str], *, report: Callable[[], SessionReport]) -> None:
+        self.dir = Path(dir)
+        self._report = report
+        self._writer: TensorBoardWriter | None = None
+        #: what the summary should say about the events (steps dropped, writer failed)
+        self.notes: list[str] = []
+        #: the run folder of the last session
+        self.path: Path | None = None
+
+    def start(self, header: SessionHeader) -> None:
+        self.notes = []
+        self._writer = TensorBoardWriter(
+            self.dir, run=run_name(header.name, header.started_unix_ns), background=True
+        )
+        self.path = self._writer.path
+
+    def step(self, record: StepRecord) -> None:
+        w = self._writer
+        if w is not None:
+            w.add_step(record)
+
+    def finish(self, end: SessionEnd) -> None:
+        w, self._writer = self._writer, None
+        if w is None:
+            return
+        try:
+            if end.started:
+                w.add_text(session_markdown(end.header, report=self._report()))
+        finally:
+            try:
+                w.close()
+            finally:
+                if w.dropped:
+                    self.notes.append(
+                        f"{w.dropped} step(s) not written to TensorBoard: its writer fell behind"
+                    )
+
+    def forget_in_child(self) -> None:
+        self._writer = None
+
+    def describe_failure(self, error: BaseException) -> str:
+        self._close_quietly()
+        where = self.path if self.path is not None else self.dir
+        return (
+            f"asynctrace could not write TensorBoard events under {where}: {error}; "
+            "training continues without them"
+        )
+
+    def failure_note(self, error: BaseException) -> str:
+        return f"TensorBoard events stopped: {error}"
+
+    def _close_quietly(self) -> None:
+        w, self._writer = self._writer, None
+        if w is not None:
+            with contextlib.suppress(Exception):
+                w.close()
+
+    def __repr__(self) -> str:
+        return f"TensorBoardSink({str(self.dir)!r})"
