@@ -47,7 +47,8 @@ from dataclasses import dataclass, field
 from types import FrameType, TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar, cast
 
-from asynctrace._frames import is_user_file
+from asynctrace._frames import is_user_file, short_path
+from asynctrace._known_syncs import is_host_only_file, match_frame, tag_of
 from asynctrace.errors import AsyncTraceWarning, CaptureError, UnexpectedSyncError
 
 __all__ = [
@@ -137,30 +138,64 @@ def _locate(
 ) -> tuple[str, tuple[str, ...]] | None:
     """(site, stack) of the sync whose innermost Python frame is ``frame``.
 
-    The stack is the site's frame and, outwards from it, the user's own frames (see
-    :attr:`SyncEvent.stack`): what reads as the user's call chain, without the frames of torch,
-    libraries or asynctrace between or around them.
+    The **site** is the innermost frame outside torch and asynctrace. For a sync made inside a
+    library (transformers, lightning, …) it is that library's line, shortened to
+    ``package/…/file.py:123``, and the stack starts there, tagged `` [id]`` when it is a known
+    library sync (:mod:`asynctrace._known_syncs`: what it is, the setting that removes it),
+    then goes on with the innermost user frame that led to it — where the user can act —
+    and the user's other frames outwards (see :attr:`SyncEvent.stack`).
 
     None when the sync is asynctrace's own (the device layer waiting for its events): the
-    innermost frame outside torch and this module then belongs to asynctrace. None too for a
-    read of a host tensor made by torch's optimizers (``host``): they keep step counters on the
-    host on purpose (Adam's ``step.item()``), so on a GPU those reads are not syncs.
+    innermost frame outside torch and libraries belongs to asynctrace. None too for a read of
+    a host tensor (``host``) inside host-side code (``HOST_ONLY_CODE``: the data pipeline,
+    optimizers): there the tensor is on the host on every machine, so the read is no sync.
     """
     f = frame
     while f is not None and (
         f.f_code.co_filename == _THIS_FILE or f.f_globals.get("__name__") in _WARNINGS_MODULES
     ):
         f = f.f_back
-    optim_dir = torch_dir + "optim" + os.sep
-    while f is not None and f.f_code.co_filename.startswith(torch_dir):
-        if host and f.f_code.co_filename.startswith(optim_dir):
+    via: FrameType | None = None
+    tag = ""
+    while f is not None:
+        name = f.f_code.co_filename
+        if host and is_host_only_file(name):
             return None
+        if name.startswith(torch_dir):
+            f = f.f_back
+            continue
+        if name.startswith(_OWN_DIR):
+            if via is None:
+                return None  # asynctrace's own sync (its device layer waiting for its events)
+            if name.startswith(_LAUNCHER):
+                # the launcher of ``run``/``check``: no frame of the user's led here
+                f = None
+                break
+            # a library's sync that asynctrace drove for the user (``session.steps(loader)``
+            # iterating their loader): the user's frame is further out
+            f = f.f_back
+            continue
+        if _user_file(name) and f.f_globals.get("__name__") != "runpy":
+            break
+        if not tag:
+            known = match_frame(f)
+            if known is not None:
+                via, tag = f, tag_of(*known)
+        if via is None:
+            via = f
         f = f.f_back
-    if f is None or f.f_code.co_filename.startswith(_OWN_DIR):
+    if via is None and f is None:
         return None
-    site = f"{f.f_code.co_filename}:{f.f_lineno}"
-    stack = [f"{site} in {f.f_code.co_name}"]
-    f = f.f_back
+    stack: list[str] = []
+    if via is not None:
+        lib_site = f"{short_path(via.f_code.co_filename)}:{via.f_lineno}"
+        stack.append(f"{lib_site} in {via.f_code.co_name}{tag or tag_of(None)}")
+    if via is not None:
+        # keyed apart from the user's line: under a Trainer every library sync has the same
+        # innermost user frame (``trainer.train()``), which cannot tell them apart
+        site = stack[0].partition(" in ")[0]
+    else:
+        site = f"{f.f_code.co_filename}:{f.f_lineno}"
     while f is not None and len(stack) < MAX_STACK_DEPTH:
         name = f.f_code.co_filename
         if name.startswith(_LAUNCHER):
@@ -345,7 +380,7 @@ class _Hub:
                     if not targets:
                         # nobody counts this read here: let the syncs inside it be seen
                         return original(self, *args, **kwargs)
-                    hub.emit(op, targets)
+                    hub.emit(op, targets, host=on_host)
                     with hub.suppressed():
                         return original(self, *args, **kwargs)
 
