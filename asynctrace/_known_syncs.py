@@ -16,8 +16,8 @@ from types import FrameType
 
 __all__ = [
     "HOST_ONLY_CODE",
-    "LIBRARY_TAG",
     "KNOWN_SYNCS",
+    "LIBRARY_TAG",
     "KnownSync",
     "is_host_only_file",
     "is_library_frame",
