@@ -184,18 +184,16 @@ def _locate(
         if via is None:
             via = f
         f = f.f_back
-    if via is None and f is None:
-        return None
     stack: list[str] = []
-    if via is not None:
-        lib_site = f"{short_path(via.f_code.co_filename)}:{via.f_lineno}"
-        stack.append(f"{lib_site} in {via.f_code.co_name}{tag or tag_of(None)}")
     if via is not None:
         # keyed apart from the user's line: under a Trainer every library sync has the same
         # innermost user frame (``trainer.train()``), which cannot tell them apart
-        site = stack[0].partition(" in ")[0]
-    else:
+        site = f"{short_path(via.f_code.co_filename)}:{via.f_lineno}"
+        stack.append(f"{site} in {via.f_code.co_name}{tag or tag_of(None)}")
+    elif f is not None:
         site = f"{f.f_code.co_filename}:{f.f_lineno}"
+    else:
+        return None  # torch's frames only: nothing of the user's to name
     while f is not None and len(stack) < MAX_STACK_DEPTH:
         name = f.f_code.co_filename
         if name.startswith(_LAUNCHER):
