@@ -138,6 +138,10 @@ class LoopResult:
     tensorboard_dir: str | None = None
     #: deep mode: the profiler traces this session wrote, and their annotated copies
     profiler_traces: list[str] = field(default_factory=list)
+    #: the sync detector the session ran ("cuda", "lint", "off"; "auto" resolved)
+    sync_detection: str | None = None
+    #: {site, op, count} of each synchronizing line the session saw, most frequent first
+    sync_sites: list[dict[str, Any]] = field(default_factory=list)
     annotated_traces: list[str] = field(default_factory=list)
 
 
@@ -312,11 +316,13 @@ def run_loop(
     name: str | None = None,
     tensorboard: bool = False,
     profile: Profile | None = None,
+    detect_syncs: str = "auto",
 ) -> LoopResult:
     """(c) one training loop under ``asynctrace.trace``; figures read back from its records.
 
     ``tensorboard``: the session also writes its scalars to ``<out>/<name>/``; ``profile``:
-    deep mode, the profiler traces land in the same folder.
+    deep mode, the profiler traces land in the same folder; ``detect_syncs``: the session's
+    sync detector.
     """
     gen = torch.Generator().manual_seed(1)
     data = [
@@ -352,6 +358,7 @@ def run_loop(
         print_summary=False,
         tensorboard=tensorboard,
         profile=profile,
+        detect_syncs=detect_syncs,
     )
     with session as s:
         for x, y in s.steps(data):
@@ -362,7 +369,8 @@ def run_loop(
                 total += loss
     total.item()
     path = session.records_path
-    recs: list[StepRecord] = read_records(path).steps if path is not None else []
+    records = read_records(path) if path is not None else None
+    recs: list[StepRecord] = records.steps if records is not None else []
     rows = [msgspec.structs.asdict(r) for r in recs]
     later = recs[1:] or recs
     fe = sorted(r.frontend_ns for r in later)
@@ -380,6 +388,11 @@ def run_loop(
         tensorboard_dir=str(run_dir) if tensorboard and run_dir.is_dir() else None,
         profiler_traces=_new_files(run_dir, "*.pt.trace.json.gz", before),
         annotated_traces=_new_files(run_dir, f"*{ANNOTATED_SUFFIX}", before),
+        sync_detection=records.header.sync_detection if records is not None else None,
+        sync_sites=[
+            {"site": site.site, "op": site.op, "count": site.count}
+            for site in (records.syncs if records is not None else [])
+        ],
     )
 
 
@@ -442,6 +455,14 @@ def _opt_us(ns: float | None) -> str:
     return "n/a" if ns is None else f"{ns / 1e3:,.1f}"
 
 
+def _synced_detector(dev: Device) -> str:
+    """The detector of the loop that syncs once per minibatch: on a synchronous backend the
+    default one sees nothing (there is no device to wait for), and that loop would record no
+    sync at all — the lint shows its ``loss.item()`` with its line, as it would block on a GPU.
+    The other loops keep the default, so the lint's cost is in none of their figures."""
+    return "auto" if dev.asynchronous else "lint"
+
+
 def run_demo(
     *,
     device: str | None = None,
@@ -476,7 +497,15 @@ def run_demo(
         for s in st:
             render_statements(s, console)
     loops = [
-        run_loop(dev, tdev, synchronized=True, steps=steps, out=out_dir, tensorboard=True),
+        run_loop(
+            dev,
+            tdev,
+            synchronized=True,
+            steps=steps,
+            out=out_dir,
+            tensorboard=True,
+            detect_syncs=_synced_detector(dev),
+        ),
         run_loop(dev, tdev, synchronized=False, steps=steps, out=out_dir, tensorboard=True),
     ]
     if console is not None:
@@ -853,6 +882,20 @@ def render_loop(lp: LoopResult, console: Console, *, max_rows: int = 12) -> None
         f"max in flight {lp.max_in_flight}; records: {lp.records_path}",
         markup=False,
     )
+    steps = max(len(lp.steps), 1)
+    for site in lp.sync_sites[:3]:
+        console.print(
+            f"sync at {site['site']}: {site['op']} ×{site['count']} "
+            f"({site['count'] / steps:.2f} per step)",
+            markup=False,
+        )
+    if lp.sync_detection == "lint":
+        console.print(
+            "(syncs found by the sync lint: on this synchronous backend nothing waits, so the "
+            "lint flags what would block on an accelerator; it costs ~20 µs per op, so this "
+            "loop's host times carry that cost)",
+            markup=False,
+        )
 
 
 def render_demo(result: DemoResult, console: Console) -> None:

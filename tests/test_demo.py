@@ -24,6 +24,7 @@ from asynctrace.demo import (  # noqa: E402
     clear_previous,
     render_demo,
     run_demo,
+    run_loop,
     run_statements,
 )
 from asynctrace.records import read_records  # noqa: E402
@@ -115,6 +116,28 @@ def test_run_demo_small_on_cpu(tmp_path: Path) -> None:
     assert summary["device_kind"] == "cpu"
     assert summary["answer"] == res.answer
     render_demo(res, Console(file=io.StringIO()))
+
+
+def test_the_cpu_demo_shows_the_synced_loops_sync_with_its_line(tmp_path: Path) -> None:
+    out = io.StringIO()
+    res = run_demo(
+        device="cpu", out=tmp_path, steps=3, size=64, views=False, console=Console(file=out)
+    )
+    synced, unsynced = res.loops
+    # before: the default detector sees nothing on CPU, so both loops recorded 0 syncs
+    assert [st["sync_count"] for st in synced.steps] == [1, 1, 1]
+    assert synced.sync_detection == "lint"
+    demo_py = Path(run_loop.__code__.co_filename)
+    line = next(
+        i for i, text in enumerate(demo_py.read_text().splitlines(), 1) if "loss.item())" in text
+    )
+    assert [(s["site"], s["op"]) for s in synced.sync_sites] == [
+        (f"{demo_py}:{line}", "aten::_local_scalar_dense")
+    ]
+    assert f"sync at {demo_py}:{line}: aten::_local_scalar_dense ×3" in out.getvalue()
+    # the loop that never syncs keeps the cheap default: its host times carry no lint
+    assert unsynced.sync_detection == "off"
+    assert all(st["sync_count"] == 0 for st in unsynced.steps)
 
 
 def test_demo_command_defaults() -> None:

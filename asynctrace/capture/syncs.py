@@ -125,6 +125,7 @@ _THIS_FILE = os.path.abspath(__file__)
 _WARNINGS_MODULES = frozenset({"warnings", "_py_warnings"})
 #: the command line that runs a user's script (``asynctrace run``/``check``): no frame outside
 #: it is the user's
+_DEMO = _OWN_DIR + "demo.py"
 _LAUNCHER = (_OWN_DIR + "_commands" + os.sep, _OWN_DIR + "cli.py", _OWN_DIR + "__main__.py")
 
 
@@ -164,6 +165,8 @@ def _locate(
         if name.startswith(torch_dir):
             f = f.f_back
             continue
+        if name == _DEMO:
+            break  # ``asynctrace demo``'s loops stand for the user's: their syncs are shown
         if name.startswith(_OWN_DIR):
             if via is None:
                 return None  # asynctrace's own sync (its device layer waiting for its events)
@@ -192,6 +195,8 @@ def _locate(
         stack.append(f"{site} in {via.f_code.co_name}{tag or tag_of(None)}")
     elif f is not None:
         site = f"{f.f_code.co_filename}:{f.f_lineno}"
+        stack.append(f"{site} in {f.f_code.co_name}")
+        f = f.f_back
     else:
         return None  # torch's frames only: nothing of the user's to name
     while f is not None and len(stack) < MAX_STACK_DEPTH:
