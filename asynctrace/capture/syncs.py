@@ -224,7 +224,7 @@ class _Hub:
         self._torch_dir = ""
         self._lint_mode: Any = None
         self._lint_thread = 0
-        self._patched: list[tuple[Any, str, bool, Any]] = []
+        self._patched: list[_Patch] = []
         self._cuda_restore: list[Callable[[], None]] = []
         # sessions run in several threads: one thread's last stop() must not undo what another
         # thread's first start() is installing (nor install it twice)
@@ -341,30 +341,27 @@ class _Hub:
                 self._lint_thread = 0
                 if self._lint_mode is not None:
                     mode, self._lint_mode = self._lint_mode, None
-                    mode.__exit__(None, None, None)
+                    _exit_mode(mode)
             if kind == "cuda" and not self.cuda:
                 _undo_all(self._cuda_restore)
         finally:
             # the Tensor wrappers go whatever failed above
             if not self.lint and not self.cuda:
                 while self._patched:
-                    owner, name, own, original = self._patched.pop()
-                    if own:
-                        setattr(owner, name, original)
-                    else:
-                        delattr(owner, name)
+                    _unpatch(self._patched.pop())
 
     def _patch(
         self,
         owner: Any,
         name: str,
         wrapper: Callable[..., Any],
-        into: list[tuple[Any, str, bool, Any]] | None = None,
+        into: list[_Patch] | None = None,
     ) -> None:
         own = name in owner.__dict__
         original = owner.__dict__[name] if own else getattr(owner, name)
-        setattr(owner, name, wrapper(getattr(owner, name)))
-        (self._patched if into is None else into).append((owner, name, own, original))
+        wrapped = wrapper(getattr(owner, name))
+        setattr(owner, name, wrapped)
+        (self._patched if into is None else into).append((owner, name, own, original, wrapped))
 
     def _patch_tensor(self, torch: Any) -> None:
         """Wrap the host reads that never reach the dispatcher (and dedupe ``print``)."""
@@ -468,14 +465,11 @@ class _Hub:
 
             return wrap
 
-        mine: list[tuple[Any, str, bool, Any]] = []
+        mine: list[_Patch] = []
 
         def unpatch() -> None:
-            for owner, name, own, original in reversed(mine):
-                if own:
-                    setattr(owner, name, original)
-                else:
-                    delattr(owner, name)
+            for patch in reversed(mine):
+                _unpatch(patch)
 
         # registered first, so that a wrapper already in place is undone if a later one fails
         self._cuda_restore.append(unpatch)
@@ -485,6 +479,56 @@ class _Hub:
         accelerator = getattr(torch, "accelerator", None)
         if accelerator is not None and hasattr(accelerator, "synchronize"):
             self._patch(accelerator, "synchronize", timed("torch.accelerator.synchronize"), mine)
+
+
+#: (owner, attribute, whether the owner had its own, what was there, our wrapper)
+_Patch = tuple[Any, str, bool, Any, Any]
+
+
+def _unpatch(patch: _Patch) -> None:
+    """Put back what was there before our wrapper — only while our wrapper is still in place:
+    a function the user set there while we ran (their own ``Tensor.tolist``) is theirs and
+    stays."""
+    owner, name, own, original, wrapped = patch
+    if owner.__dict__.get(name) is not wrapped:
+        return
+    if own:
+        setattr(owner, name, original)
+    else:
+        delattr(owner, name)
+
+
+def _exit_mode(mode: Any) -> None:
+    """Pop our dispatch mode, leaving every other mode on the stack where it is.
+
+    A mode the user entered after ours and has not exited sits above ours: ``mode.__exit__``
+    would pop *theirs* (torch pops the top) and leave ours on for good. Then the modes above
+    are lifted off, ours is taken out and they go back, in order, untouched; the flags ours
+    saved at its entry are dropped without being applied (the user's modes are still on)."""
+    from torch.utils import _python_dispatch as pd
+
+    stack: list[Any] = pd._get_current_dispatch_mode_stack()
+    if stack and stack[-1] is mode:
+        mode.__exit__(None, None, None)  # on top, the usual case: torch's exit restores flags
+        return
+    if not any(m is mode for m in stack):
+        return  # popped already (by whoever popped out of order): nothing of ours is left
+    above: list[Any] = []
+    try:
+        while pd._get_current_dispatch_mode_stack()[-1] is not mode:
+            above.append(pd._pop_mode())
+        pd._pop_mode()
+        for flags in (
+            "old_dispatch_mode_flags",
+            "old_non_infra_dispatch_mode_flags",
+            "old_without_ignore_compile_internals_dispatch_mode_flags",
+        ):
+            saved = getattr(mode, flags, None)
+            if saved:
+                saved.pop()
+    finally:
+        for m in reversed(above):
+            pd._push_mode(m)
 
 
 def _undo_all(undo: list[Callable[[], None]]) -> None:

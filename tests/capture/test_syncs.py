@@ -365,9 +365,57 @@ def test_a_lint_mode_popped_from_under_the_detector_still_unwraps_tensor() -> No
     det = SyncDetector(lambda e: None, mode="lint")
     det.start()
     _python_dispatch._pop_mode()  # someone else's cleanup popped our mode
-    with pytest.raises(RuntimeError, match="empty mode stack"):
-        det.stop()
+    det.stop()  # nothing of ours is left to pop: no error, and nothing else is popped
     assert _tensor_state() == before
+    assert torch._C._len_torch_dispatch_stack() == 0
+
+
+def test_a_users_mode_left_on_above_the_lint_stays_and_the_lint_goes() -> None:
+    from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
+
+    seen: list[str] = []
+
+    class Users(TorchDispatchMode):  # type: ignore[misc]
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+            seen.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    users = Users()
+    det = SyncDetector(lambda e: None, mode="lint")
+    det.start()
+    users.__enter__()  # entered inside the session, not exited before it ends
+    try:
+        det.stop()
+        # before: the user's mode was popped and the lint's stayed on the stack
+        assert _get_current_dispatch_mode_stack() == [users]
+        torch.ones(2).add(1)
+        assert "aten.add" in seen
+    finally:
+        users.__exit__(None, None, None)
+    assert torch._C._len_torch_dispatch_stack() == 0
+
+
+def test_a_tensor_method_the_user_patched_during_the_lint_is_theirs_after() -> None:
+    before = _tensor_state()
+    original = torch.Tensor.tolist
+
+    def users_tolist(self: torch.Tensor) -> Any:
+        return ["mine"]
+
+    det = SyncDetector(lambda e: None, mode="lint")
+    det.start()
+    torch.Tensor.tolist = users_tolist  # type: ignore[method-assign]
+    try:
+        det.stop()
+        # before: stop() deleted it (Tensor.tolist is inherited), the user's patch gone
+        assert torch.Tensor.__dict__["tolist"] is users_tolist
+        # the methods we wrapped and nobody touched are back as they were
+        assert {k: v for k, v in _tensor_state().items() if k != "tolist"} == {
+            k: v for k, v in before.items() if k != "tolist"
+        }
+    finally:
+        del torch.Tensor.tolist
+    assert torch.Tensor.tolist is original
 
 
 def test_auto_on_cpu_does_nothing() -> None:
