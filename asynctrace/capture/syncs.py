@@ -231,6 +231,9 @@ class _Hub:
         self._lock = threading.RLock()
         # registered at the first attach, not at import (no import-time side effects)
         self._fork_hook = False
+        #: lint detectors suspended now (``SyncDetector.suspend``): while any is, the lint's
+        #: mode is off the dispatch stack and nothing is counted by the lint
+        self.suspended: list[SyncDetector] = []
 
     # -- state -------------------------------------------------------------------------------
 
@@ -248,6 +251,8 @@ class _Hub:
     def emit(
         self, op: str, targets: list[SyncDetector], wait_ns: int = 0, *, host: bool = False
     ) -> None:
+        if targets is self.lint and self.suspended:
+            return
         if not targets:
             return
         located = _locate(sys._getframe(1), self._torch_dir, host=host)
@@ -315,6 +320,42 @@ class _Hub:
                 group.remove(det)
             self._release(kind)
 
+    def suspend(self, det: SyncDetector) -> None:
+        """Take the lint's mode off the dispatch stack until :meth:`resume` (see
+        :meth:`SyncDetector.suspend`)."""
+        with self._lock:
+            if det in self.suspended or det not in self.lint:
+                return
+            if threading.get_ident() != self._lint_thread:
+                raise CaptureError(
+                    "lint sync detection is suspended in the thread that started it (torch's "
+                    "dispatch-mode stack is per thread)"
+                )
+            self.suspended.append(det)
+            if len(self.suspended) == 1 and self._lint_mode is not None:
+                mode, self._lint_mode = self._lint_mode, None
+                _exit_mode(mode)
+
+    def resume(self, det: SyncDetector, *, leaving: bool = False) -> None:
+        with self._lock:
+            if det not in self.suspended:
+                return
+            if threading.get_ident() != self._lint_thread:
+                raise CaptureError(
+                    "lint sync detection is resumed in the thread that started it (torch's "
+                    "dispatch-mode stack is per thread)"
+                )
+            self.suspended.remove(det)
+            # a detector resumed on its way out (stop) needs no mode; the others still do
+            if (
+                not self.suspended
+                and self._lint_mode is None
+                and any(d is not det or not leaving for d in self.lint)
+            ):
+                mode = _make_lint_mode(self)
+                mode.__enter__()
+                self._lint_mode = mode
+
     def forget_in_child(self) -> None:
         """After ``fork``, in the child (a DataLoader worker): the detectors are the parent's,
         and their hooks would make every op of the child's pass through the lint's dispatch
@@ -326,6 +367,7 @@ class _Hub:
             self._lint_mode = None
         self.lint.clear()
         self.cuda.clear()
+        self.suspended.clear()
         with contextlib.suppress(Exception):
             self._release("lint")
         # torch refuses to touch CUDA in a forked child, so the sync debug mode stays as it
@@ -374,7 +416,11 @@ class _Hub:
                     if hub.depth():
                         return original(self, *args, **kwargs)
                     on_host = self.device.type in _HOST_DEVICE_TYPES
-                    targets = [d for d in hub.lint if not on_host or d.cpu_is_device]
+                    targets = [
+                        d
+                        for d in hub.lint
+                        if (not on_host or d.cpu_is_device) and not hub.suspended
+                    ]
                     if not lint_only and not on_host:
                         targets += hub.cuda
                     if not targets:
@@ -697,8 +743,51 @@ class SyncDetector:
             _hub.attach(self, active)
         self.active = active
 
+    @property
+    def suspended(self) -> bool:
+        """Whether :meth:`suspend` holds the lint off now."""
+        return self in _hub.suspended
+
+    def suspend(self) -> None:
+        """Hold the lint off — for deep mode's profiled window: the lint's dispatch mode would
+        put a ``PythonDispatchMode`` event around every op in the trace (and slow the steps
+        being profiled several times over), while the trace shows the syncs itself.
+
+        The mode leaves the dispatch stack and no sync is counted until :meth:`resume` (nor
+        by other lint detectors: the mode is shared); the Tensor wrappers stay, counting
+        nothing. Idempotent; a no-op unless this detector runs the lint. Call it, and
+        :meth:`resume`, in the thread that started the lint (:class:`CaptureError` elsewhere,
+        before anything changes). :meth:`stop` ends a suspension."""
+        if self.active == "lint":
+            _hub.suspend(self)
+
+    def resume(self) -> None:
+        """End :meth:`suspend`: the lint's mode goes back on the dispatch stack (on top of
+        any mode entered meanwhile) once no detector holds it off."""
+        _hub.resume(self)
+
+    def suspend_while(self, profiling: bool) -> None:
+        """:meth:`suspend` when ``profiling``, else :meth:`resume`: what a session calls after
+        each step of deep mode's profiler with ``profiler.active``."""
+        if profiling:
+            self.suspend()
+        else:
+            self.resume()
+
+    @contextlib.contextmanager
+    def suspending(self) -> Iterator[None]:
+        """:meth:`suspend` for a ``with`` block, then :meth:`resume`."""
+        self.suspend()
+        try:
+            yield
+        finally:
+            self.resume()
+
     def stop(self) -> None:
         active = self.active
+        if active == "lint" and self.suspended:
+            # dropped without pushing a mode back for a detector that is leaving
+            _hub.resume(self, leaving=True)
         if active in ("cuda", "lint"):
             # CaptureError from another thread than the lint's, before anything changed: still
             # running, so that thread can stop it

@@ -1015,3 +1015,117 @@ def test_expect_syncs_in_two_threads_ends_each_threads_own_entry(
         assert mine[1].active == "cuda"
         assert worker_entry[0][1].active is None  # the worker's own detector stopped
     assert mine[1].active is None
+
+
+def test_a_suspended_lint_is_off_the_dispatch_stack_and_counts_nothing() -> None:
+    before = _tensor_state()
+    seen: list[SyncEvent] = []
+    det = SyncDetector(seen.append, mode="lint")
+    det.start()
+    try:
+        x = torch.ones(3)
+        x.sum().item()
+        det.suspend()
+        det.suspend()  # idempotent
+        assert det.suspended
+        assert torch._C._len_torch_dispatch_stack() == 0
+        x.sum().item()
+        x.tolist()
+        det.resume()
+        assert torch._C._len_torch_dispatch_stack() == 1
+        x.sum().item()
+        with det.suspending():
+            x.sum().item()
+        det.suspend()
+    finally:
+        det.stop()  # ends the suspension; nothing pushed back for a detector that leaves
+    assert len(seen) == 2
+    assert not det.suspended
+    assert torch._C._len_torch_dispatch_stack() == 0
+    assert _tensor_state() == before
+    # a detector that runs no lint has nothing to suspend
+    off = SyncDetector(seen.append, mode="off")
+    off.start()
+    off.suspend()
+    assert not off.suspended
+    off.stop()
+
+
+def test_a_suspension_holds_every_lint_detector_off_until_the_last_resume() -> None:
+    a_seen: list[SyncEvent] = []
+    b_seen: list[SyncEvent] = []
+    a = SyncDetector(a_seen.append, mode="lint")
+    b = SyncDetector(b_seen.append, mode="lint")
+    a.start()
+    b.start()
+    try:
+        a.suspend()
+        b.suspend()
+        a.resume()
+        torch.ones(1).item()  # b still holds the lint off
+        assert torch._C._len_torch_dispatch_stack() == 0
+        b.stop()  # b leaves while suspended: a's lint comes back
+        assert torch._C._len_torch_dispatch_stack() == 1
+        torch.ones(1).item()
+    finally:
+        b.stop()
+        a.stop()
+    assert (len(a_seen), len(b_seen)) == (1, 0)
+    assert torch._C._len_torch_dispatch_stack() == 0
+
+
+def test_suspending_the_lint_keeps_dispatch_mode_events_out_of_a_profiled_window(
+    tmp_path: Any,
+) -> None:
+    import gzip
+    import json
+
+    from asynctrace.capture.profiler import DeepProfiler, Profile
+
+    model = nn.Linear(16, 16)
+    seen: list[SyncEvent] = []
+    det = SyncDetector(seen.append, mode="lint")
+    prof = DeepProfiler(Profile(wait=1, warmup=1, active=2, annotate=False), dir=tmp_path, run="r")
+    det.start()
+    try:
+        prof.start()
+        # what the session does after starting deep mode and after each of its steps
+        det.suspend_while(prof.active)
+        for _ in range(6):
+            model(torch.randn(8, 16)).sum().item()
+            prof.step()
+            det.suspend_while(prof.active)
+        prof.stop()
+    finally:
+        det.stop()
+    (trace,) = prof.traces
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    # before (the lint on throughout): one PythonDispatchMode event around every op
+    assert not [e for e in events if "PythonDispatchMode" in str(e.get("name"))]
+    # steps 0, 4, 5 were outside the window (1 warm-up, 2-3 recorded): the lint counted those
+    assert len(seen) == 3
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the session does not call SyncDetector.suspend_while(profiler.active) yet: the "
+    "session-side hunk is with the owner of capture/session.py (remove this mark with it)",
+)
+def test_a_lint_session_in_deep_mode_leaves_the_profiled_steps_undistorted(
+    tmp_path: Any,
+) -> None:
+    import gzip
+    import json
+
+    import asynctrace
+
+    model = nn.Linear(16, 16)
+    profile = asynctrace.Profile(wait=1, warmup=1, active=2, annotate=False)
+    with asynctrace.trace(
+        "p", dir=tmp_path, detect_syncs="lint", profile=profile, print_summary=False
+    ) as s:
+        for _ in s.steps(range(6)):
+            model(torch.randn(8, 16)).sum().item()
+    (trace,) = tmp_path.glob("**/*.pt.trace.json.gz")
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    assert not [e for e in events if "PythonDispatchMode" in str(e.get("name"))]
