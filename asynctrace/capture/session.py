@@ -688,6 +688,9 @@ class Session:
         nsys = self._nsys
         if nsys is not None:
             nsys.on_step_start(self._index)
+        detector, prof = self._detector, self._profiler
+        if detector is not None and prof is not None:
+            detector.suspend_while(prof.active)  # the lint would fill the profiled window
         push = self._nvtx_push
         if push is not None:
             h = self._nvtx_handle
