@@ -100,11 +100,14 @@ _R = TypeVar("_R")
 class SyncEvent:
     #: what synchronized: "aten::_local_scalar_dense", "torch.cuda.synchronize", ...
     op: str
-    #: innermost frame outside torch and asynctrace, "path/to/file.py:123"
+    #: innermost frame outside torch and asynctrace, "path/to/file.py:123"; inside an installed
+    #: library, that library's line shortened to "package/…/file.py:123"
     site: str
     #: the site, then the user's frames outwards, as "file.py:123 in func": frames of torch,
     #: site-packages, runpy and asynctrace are left out, and ``asynctrace run``/``check``'s own
-    #: frames that ran the script end it
+    #: frames that ran the script end it. A library's site is tagged " [library]", or
+    #: " [id]" / " [id: key 'k']" for a known library sync (``asynctrace._known_syncs``), and
+    #: the next entry is the innermost user frame that led to it
     stack: tuple[str, ...] = ()
     #: host time spent blocked, where known (0 where not measurable: lint, implicit CUDA syncs)
     wait_ns: int = 0
