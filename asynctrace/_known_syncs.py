@@ -97,6 +97,23 @@ KNOWN_SYNCS: tuple[KnownSync, ...] = (
         "logger (one sync per logged key, every log_every_n_steps steps)",
         fix="Trainer(log_every_n_steps=N) with a larger N, or self.log(..., logger=False)",
     ),
+    KnownSync(
+        id="lightning.teardown",
+        file="lightning/fabric/utilities/device_dtype_mixin.py",
+        functions=("cpu",),
+        called_from=("lightning/pytorch/strategies/strategy.py", "teardown"),
+        what="Lightning moves the model back to the CPU when fit ends (once per fit, after the "
+        "last step)",
+        fix="none needed: it runs once, at the end of fit",
+    ),
+    KnownSync(
+        id="lightning.loader_length",
+        file="lightning/pytorch/utilities/data.py",
+        functions=("has_len_all_ranks",),
+        what="Lightning sums the DataLoader's length over ranks with a tensor on the training "
+        "device (once per fit and loader, before the first step)",
+        fix="none needed: it runs once per loader, when fit starts",
+    ),
 )
 
 #: code that runs on the host by design: reads of host tensors made inside it never wait for a

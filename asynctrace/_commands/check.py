@@ -282,7 +282,7 @@ def _print_text(r: CheckResult) -> None:
             if known is not None:
                 key = f" ({known['detail']})" if known["detail"] else ""
                 print(f"      {known['what']}{key}")
-                print(f"      removed by: {known['fix']}")
+                print(f"      fix: {known['fix']}")
     else:
         print("sync sites: none")
     v = r.verdict

@@ -188,6 +188,13 @@ def test_lightning_prog_bar_log_is_named_with_its_key(
     assert site["site"].startswith("lightning/…/apply_func.py:")
     assert site["known"]["detail"] == "key 'train_loss'"
     assert "prog_bar=False" in site["known"]["fix"]
+    # every sync Lightning makes in this fit is a known one: the once-per-fit ones say so
+    assert set(_known(result)) == {
+        "lightning.log_prog_bar",
+        "lightning.teardown",
+        "lightning.loader_length",
+    }
+    assert all(s["known"] is not None for s in result["sync_sites"])
     # the shuffling loader's seed reads are not reported (combined_loader / torch.utils.data)
     assert not any("combined_loader" in s["site"] for s in result["sync_sites"])
     assert not any("loader" in (s["from"] or "") for s in result["sync_sites"])
@@ -203,4 +210,4 @@ def test_the_text_output_says_where_and_what_removes_it(
     out = capsys.readouterr().out
     where = f"      from {script}:{_line_of(script, 'trainer.fit')} in <module>\n"
     assert where + "      Lightning turns a value logged with self.log(..., prog_bar=True)" in out
-    assert "      removed by: self.log(..., prog_bar=False)" in out
+    assert "      fix: self.log(..., prog_bar=False)" in out
