@@ -675,7 +675,9 @@ def write_views(
             continue
         plots = out / _PLOTS
         plots.mkdir(exist_ok=True)
-        png = plot.save_figure(plot.plot_records_overview(rec), plots / f"{lp.name}.png")
+        fig = plot.plot_records_overview(rec)
+        _mark_syncs(fig, rec, lp, color=plot.COLORS["sync"])
+        png = plot.save_figure(fig, plots / f"{lp.name}.png")
         arts.append(
             Artifact(
                 kind="plot",
@@ -701,6 +703,38 @@ def write_views(
         )
     )
     return arts, notes
+
+
+def _mark_syncs(fig: Any, rec: Records, lp: LoopResult, *, color: str) -> None:
+    """Mark each counted sync on the overview's timeline (its first axis, the first 8 steps):
+    the plots draw sync *waits*, and the lint (a synchronous backend) measures none, so without
+    this the once-per-minibatch loop's picture would look like the loop that never syncs."""
+    if not lp.sync_sites or not rec.steps or not fig.axes:
+        return
+    top = lp.sync_sites[0]
+    where = (
+        Path(str(top["site"]).rpartition(":")[0]).name + ":" + str(top["site"]).rpartition(":")[2]
+    )
+    how = "sync lint: would block on an accelerator" if lp.sync_detection == "lint" else "sync"
+    ax = fig.axes[0]
+    t0 = rec.steps[0].start_ns
+    # where inside a step it happened is not recorded: drawn at the step's end, as the plots
+    # draw sync waits
+    xs = [(st.start_ns + st.frontend_ns - t0) / 1e6 for st in rec.steps[:8] if st.sync_count]
+    if not xs:
+        return
+    # a thick tick across the host lane (host bar: y 0.7-1.3) at each step's end
+    marker = ax.vlines(xs, 0.62, 1.38, colors=color, linewidths=3, zorder=5)
+    legend = ax.get_legend()
+    handles = list(legend.legend_handles) if legend is not None else []
+    labels = [t.get_text() for t in legend.get_texts()] if legend is not None else []
+    ax.legend(
+        handles=[*handles, marker],
+        labels=[*labels, f"sync at {where} ({top['op']}; {how})"],
+        loc="upper right",
+        fontsize=7,
+        ncols=3,
+    )
 
 
 def _trace_notes(report: Report, *, pictures: bool = True) -> list[str]:
