@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["is_user_file", "is_user_frame", "library_of", "short_path", "site_of"]
+__all__ = ["is_user_file", "is_user_frame", "short_path", "site_of"]
 
 _FRAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\)")
 #: folders whose files are never the user's own code
@@ -65,16 +65,6 @@ def site_of(frame_name: str) -> str:
 
 #: folders an installed package lives in; what follows is the package's own path
 _INSTALL_DIRS = ("site-packages", "dist-packages")
-
-
-def library_of(path: str) -> str | None:
-    """The installed package a file belongs to (``transformers``, ``lightning``, ``torch``), or
-    None for a file outside ``site-packages``/``dist-packages``."""
-    parts = path.replace("\\", "/").split("/")
-    for i in range(len(parts) - 2, -1, -1):
-        if parts[i] in _INSTALL_DIRS:
-            return parts[i + 1] if i + 1 < len(parts) - 1 else None
-    return None
 
 
 def short_path(path: str) -> str:
