@@ -66,6 +66,9 @@ class LiveStatus:
         self._stream: TextIO = (
             console.file if console is not None else stream if stream is not None else sys.stderr
         )
+        if isinstance(self._stream, _Redraw):
+            # another session's live line wraps stderr: draw on what it wraps
+            self._stream = self._stream._wrapped
         self._name = name
         self._next_ns = 0
         self.refreshes = 0
