@@ -729,6 +729,9 @@ class SyncDetector:
         self.cpu_is_device = cpu_is_device
         #: the mode actually running ("cuda", "lint" or "off"); None while stopped
         self.active: str | None = None
+        #: calls of :meth:`suspend_while` that held a running lint off: with a session, the
+        #: steps whose syncs the lint did not count (deep mode's profiled steps)
+        self.held_steps = 0
 
     def start(self) -> None:
         if self.active is not None:
@@ -774,6 +777,8 @@ class SyncDetector:
         each step of deep mode's profiler with ``profiler.active``."""
         if profiling:
             self.suspend()
+            if self.suspended:
+                self.held_steps += 1
         else:
             self.resume()
 

@@ -1104,6 +1104,7 @@ def test_suspending_the_lint_keeps_dispatch_mode_events_out_of_a_profiled_window
     assert not [e for e in events if "PythonDispatchMode" in str(e.get("name"))]
     # steps 0, 4, 5 were outside the window (1 warm-up, 2-3 recorded): the lint counted those
     assert len(seen) == 3
+    assert det.held_steps == 3
 
 
 def test_a_lint_session_in_deep_mode_leaves_the_profiled_steps_undistorted(
