@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["is_user_file", "is_user_frame", "site_of"]
+__all__ = ["is_user_file", "is_user_frame", "short_path", "site_of"]
 
 _FRAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\)")
 #: folders whose files are never the user's own code
@@ -19,6 +19,7 @@ _OWN_MODULES = frozenset(
         "__main__.py",
         "_commands",
         "_frames.py",
+        "_known_syncs.py",
         "_output.py",
         "analysis",
         "capture",
@@ -60,3 +61,19 @@ def site_of(frame_name: str) -> str:
     """``path/file.py(123): fn`` → ``path/file.py:123`` (the name itself if it has no line)."""
     m = _FRAME.match(frame_name)
     return f"{m.group('file')}:{m.group('line')}" if m else frame_name
+
+
+#: folders an installed package lives in; what follows is the package's own path
+_INSTALL_DIRS = ("site-packages", "dist-packages")
+
+
+def short_path(path: str) -> str:
+    """An installed package's file as ``package/…/file.py`` (``package/file.py`` when it sits in
+    the package's top folder); any other path as it is. A site-packages path is 60–100
+    characters of which only the package and the file name tell the reader anything."""
+    parts = path.replace("\\", "/").split("/")
+    for i in range(len(parts) - 2, -1, -1):
+        if parts[i] in _INSTALL_DIRS and i + 2 < len(parts):
+            rest = parts[i + 1 :]
+            return "/".join(rest) if len(rest) <= 2 else f"{rest[0]}/…/{rest[-1]}"
+    return path

@@ -138,6 +138,10 @@ class LoopResult:
     tensorboard_dir: str | None = None
     #: deep mode: the profiler traces this session wrote, and their annotated copies
     profiler_traces: list[str] = field(default_factory=list)
+    #: the sync detector the session ran ("cuda", "lint", "off"; "auto" resolved)
+    sync_detection: str | None = None
+    #: {site, op, count} of each synchronizing line the session saw, most frequent first
+    sync_sites: list[dict[str, Any]] = field(default_factory=list)
     annotated_traces: list[str] = field(default_factory=list)
 
 
@@ -312,11 +316,13 @@ def run_loop(
     name: str | None = None,
     tensorboard: bool = False,
     profile: Profile | None = None,
+    detect_syncs: str = "auto",
 ) -> LoopResult:
     """(c) one training loop under ``asynctrace.trace``; figures read back from its records.
 
     ``tensorboard``: the session also writes its scalars to ``<out>/<name>/<time>-<pid>/``;
-    ``profile``: deep mode, the profiler traces land in ``<out>/<name>/``.
+    ``profile``: deep mode, the profiler traces land in ``<out>/<name>/``; ``detect_syncs``:
+    the session's sync detector.
     """
     gen = torch.Generator().manual_seed(1)
     data = [
@@ -352,6 +358,7 @@ def run_loop(
         print_summary=False,
         tensorboard=tensorboard,
         profile=profile,
+        detect_syncs=detect_syncs,
     )
     with session as s:
         for x, y in s.steps(data):
@@ -362,7 +369,8 @@ def run_loop(
                 total += loss
     total.item()
     path = session.records_path
-    recs: list[StepRecord] = read_records(path).steps if path is not None else []
+    records = read_records(path) if path is not None else None
+    recs: list[StepRecord] = records.steps if records is not None else []
     rows = [msgspec.structs.asdict(r) for r in recs]
     later = recs[1:] or recs
     fe = sorted(r.frontend_ns for r in later)
@@ -384,6 +392,11 @@ def run_loop(
         ),
         profiler_traces=_new_files(run_dir, "*.pt.trace.json.gz", before),
         annotated_traces=_new_files(run_dir, f"*{ANNOTATED_SUFFIX}", before),
+        sync_detection=records.header.sync_detection if records is not None else None,
+        sync_sites=[
+            {"site": site.site, "op": site.op, "count": site.count}
+            for site in (records.syncs if records is not None else [])
+        ],
     )
 
 
@@ -446,6 +459,14 @@ def _opt_us(ns: float | None) -> str:
     return "n/a" if ns is None else f"{ns / 1e3:,.1f}"
 
 
+def _synced_detector(dev: Device) -> str:
+    """The detector of the loop that syncs once per minibatch: on a synchronous backend the
+    default one sees nothing (there is no device to wait for), and that loop would record no
+    sync at all — the lint shows its ``loss.item()`` with its line, as it would block on a GPU.
+    The other loops keep the default, so the lint's cost is in none of their figures."""
+    return "auto" if dev.asynchronous else "lint"
+
+
 def run_demo(
     *,
     device: str | None = None,
@@ -480,7 +501,15 @@ def run_demo(
         for s in st:
             render_statements(s, console)
     loops = [
-        run_loop(dev, tdev, synchronized=True, steps=steps, out=out_dir, tensorboard=True),
+        run_loop(
+            dev,
+            tdev,
+            synchronized=True,
+            steps=steps,
+            out=out_dir,
+            tensorboard=True,
+            detect_syncs=_synced_detector(dev),
+        ),
         run_loop(dev, tdev, synchronized=False, steps=steps, out=out_dir, tensorboard=True),
     ]
     if console is not None:
@@ -651,7 +680,9 @@ def write_views(
             continue
         plots = out / _PLOTS
         plots.mkdir(exist_ok=True)
-        png = plot.save_figure(plot.plot_records_overview(rec), plots / f"{lp.name}.png")
+        fig = plot.plot_records_overview(rec)
+        _mark_syncs(fig, rec, lp, color=plot.COLORS["sync"])
+        png = plot.save_figure(fig, plots / f"{lp.name}.png")
         arts.append(
             Artifact(
                 kind="plot",
@@ -677,6 +708,38 @@ def write_views(
         )
     )
     return arts, notes
+
+
+def _mark_syncs(fig: Any, rec: Records, lp: LoopResult, *, color: str) -> None:
+    """Mark each counted sync on the overview's timeline (its first axis, the first 8 steps):
+    the plots draw sync *waits*, and the lint (a synchronous backend) measures none, so without
+    this the once-per-minibatch loop's picture would look like the loop that never syncs."""
+    if not lp.sync_sites or not rec.steps or not fig.axes:
+        return
+    top = lp.sync_sites[0]
+    where = (
+        Path(str(top["site"]).rpartition(":")[0]).name + ":" + str(top["site"]).rpartition(":")[2]
+    )
+    how = "sync lint: would block on an accelerator" if lp.sync_detection == "lint" else "sync"
+    ax = fig.axes[0]
+    t0 = rec.steps[0].start_ns
+    # where inside a step it happened is not recorded: drawn at the step's end, as the plots
+    # draw sync waits
+    xs = [(st.start_ns + st.frontend_ns - t0) / 1e6 for st in rec.steps[:8] if st.sync_count]
+    if not xs:
+        return
+    # a thick tick across the host lane (host bar: y 0.7-1.3) at each step's end
+    marker = ax.vlines(xs, 0.62, 1.38, colors=color, linewidths=3, zorder=5)
+    legend = ax.get_legend()
+    handles = list(legend.legend_handles) if legend is not None else []
+    labels = [t.get_text() for t in legend.get_texts()] if legend is not None else []
+    ax.legend(
+        handles=[*handles, marker],
+        labels=[*labels, f"sync at {where} ({top['op']}; {how})"],
+        loc="upper right",
+        fontsize=7,
+        ncols=3,
+    )
 
 
 def _trace_notes(report: Report, *, pictures: bool = True) -> list[str]:
@@ -858,6 +921,20 @@ def render_loop(lp: LoopResult, console: Console, *, max_rows: int = 12) -> None
         f"max in flight {lp.max_in_flight}; records: {lp.records_path}",
         markup=False,
     )
+    steps = max(len(lp.steps), 1)
+    for site in lp.sync_sites[:3]:
+        console.print(
+            f"sync at {site['site']}: {site['op']} ×{site['count']} "
+            f"({site['count'] / steps:.2f} per step)",
+            markup=False,
+        )
+    if lp.sync_detection == "lint":
+        console.print(
+            "(syncs found by the sync lint: on this synchronous backend nothing waits, so the "
+            "lint flags what would block on an accelerator; it costs ~20 µs per op, so this "
+            "loop's host times carry that cost)",
+            markup=False,
+        )
 
 
 def render_demo(result: DemoResult, console: Console) -> None:

@@ -69,6 +69,13 @@ class SessionHeader(msgspec.Struct, frozen=True, kw_only=True, tag="header", tag
     #: the sync detector that ran: "cuda", "lint" or "off" (None: written before it was kept);
     #: sync figures of runs with different detectors do not compare
     sync_detection: str | None = None
+    #: the capture settings that cost host time, as the session ran them (None: written before
+    #: they were kept): deep mode (``profile=``: torch.profiler windows), TensorBoard scalars,
+    #: the live status line. Step times of runs whose settings (or detectors) differ do not
+    #: compare: ``asynctrace compare`` says so
+    profile: bool | None = None
+    tensorboard: bool | None = None
+    live: bool | None = None
 
 
 class StepRecord(msgspec.Struct, frozen=True, kw_only=True, tag="step", tag_field="type"):

@@ -24,6 +24,7 @@ from asynctrace.demo import (  # noqa: E402
     clear_previous,
     render_demo,
     run_demo,
+    run_loop,
     run_statements,
 )
 from asynctrace.records import read_records  # noqa: E402
@@ -115,6 +116,28 @@ def test_run_demo_small_on_cpu(tmp_path: Path) -> None:
     assert summary["device_kind"] == "cpu"
     assert summary["answer"] == res.answer
     render_demo(res, Console(file=io.StringIO()))
+
+
+def test_the_cpu_demo_shows_the_synced_loops_sync_with_its_line(tmp_path: Path) -> None:
+    out = io.StringIO()
+    res = run_demo(
+        device="cpu", out=tmp_path, steps=3, size=64, views=False, console=Console(file=out)
+    )
+    synced, unsynced = res.loops
+    # before: the default detector sees nothing on CPU, so both loops recorded 0 syncs
+    assert [st["sync_count"] for st in synced.steps] == [1, 1, 1]
+    assert synced.sync_detection == "lint"
+    demo_py = Path(run_loop.__code__.co_filename)
+    line = next(
+        i for i, text in enumerate(demo_py.read_text().splitlines(), 1) if "loss.item())" in text
+    )
+    assert [(s["site"], s["op"]) for s in synced.sync_sites] == [
+        (f"{demo_py}:{line}", "aten::_local_scalar_dense")
+    ]
+    assert f"sync at {demo_py}:{line}: aten::_local_scalar_dense ×3" in out.getvalue()
+    # the loop that never syncs keeps the cheap default: its host times carry no lint
+    assert unsynced.sync_detection == "off"
+    assert all(st["sync_count"] == 0 for st in unsynced.steps)
 
 
 def test_demo_command_defaults() -> None:
@@ -422,3 +445,37 @@ def test_profiler_overhead_sentence_follows_the_measurement() -> None:
     # the profiled steps measured faster this time: the sentence must not claim an overhead
     faster = _records_notes(records, loop("demo-profiled", 0, frontend_ns=500_000))
     assert "though this run's noise hid it" in faster[-1]
+
+
+def test_the_synced_loops_picture_marks_its_syncs(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="needs the plot extra")
+    from asynctrace.demo import LoopResult, _mark_syncs
+    from asynctrace.records import Records, SessionHeader, StepRecord
+    from asynctrace.render import plot
+
+    header = SessionHeader(
+        name="demo-synced", host="h", pid=1, device_kind="cpu", device_name="cpu",
+        asynchronous=False, started_unix_ns=0, sync_detection="lint",
+    )  # fmt: skip
+    steps = [
+        StepRecord(step=i, start_ns=i * 1_000_000, frontend_ns=1_000_000, sync_count=1)
+        for i in range(4)
+    ]
+    rec = Records(path="x", header=header, steps=steps, syncs=[], summary=None, complete=False)
+    loop = LoopResult(
+        name="demo-synced", synchronized=True, records_path="x", steps=[],
+        median_frontend_ns=1e6, median_device_ns=None, max_run_ahead_ns=None, max_in_flight=0,
+        sync_detection="lint",
+        sync_sites=[{"site": "/a/demo.py:367", "op": "aten::_local_scalar_dense", "count": 4}],
+    )  # fmt: skip
+    fig = plot.plot_records_overview(rec)
+    before = len(fig.axes[0].collections)
+    _mark_syncs(fig, rec, loop, color=plot.COLORS["sync"])
+    # before: nothing drawn for syncs whose wait is 0 (the lint measures none)
+    assert len(fig.axes[0].collections) == before + 1
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels[-1] == (
+        "sync at demo.py:367 (aten::_local_scalar_dense; sync lint: would block on an accelerator)"
+    )
+    assert "launch / issue (host)" in labels  # the plot's own legend is kept
+    plot.save_figure(fig, tmp_path / "x.png")

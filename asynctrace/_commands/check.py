@@ -218,6 +218,7 @@ def run(args: argparse.Namespace) -> int:
                 "per_step": s.count / per,
                 "wait_ns": s.wait_ns,
                 "stack": list(s.stack),
+                **_library_fields(s.stack),
             }
             for s in sorted(sites, key=lambda s: (-s.count, s.site))
         ],
@@ -240,6 +241,23 @@ def run(args: argparse.Namespace) -> int:
     return exit_code
 
 
+def _library_fields(stack: Sequence[str]) -> dict[str, Any]:
+    """For a sync made inside a library: ``from``, the innermost user frame that led to it
+    (None when only the library's own frames are there), and ``known``, what the known-sync
+    table (``asynctrace/_known_syncs.py``) says of it. Both None for a sync in user code."""
+    from asynctrace._known_syncs import is_library_frame, known_sync
+
+    if not stack or not is_library_frame(stack[0]):
+        return {"from": None, "known": None}
+    user = next((f for f in stack[1:] if not is_library_frame(f)), None)
+    found = known_sync(stack[0])
+    known = None
+    if found is not None:
+        entry, detail = found
+        known = {"id": entry.id, "what": entry.what, "fix": entry.fix, "detail": detail}
+    return {"from": user, "known": known}
+
+
 def _display_frame(frame: str, cwd: str) -> str:
     site, sep, func = frame.partition(" in ")
     return f"{_display(site, cwd)}{sep}{func}"
@@ -258,6 +276,13 @@ def _print_text(r: CheckResult) -> None:
         print(f"  {'site':<{width}}  {'count':>7}  {'per step':>8}  op")
         for s in r.sync_sites:
             print(f"  {s['site']:<{width}}  {s['count']:>7}  {s['per_step']:>8.2f}  {s['op']}")
+            if s.get("from") is not None:
+                print(f"      from {s['from']}")
+            known = s.get("known")
+            if known is not None:
+                key = f" ({known['detail']})" if known["detail"] else ""
+                print(f"      {known['what']}{key}")
+                print(f"      fix: {known['fix']}")
     else:
         print("sync sites: none")
     v = r.verdict

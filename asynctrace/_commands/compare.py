@@ -174,7 +174,9 @@ def _outcome_line(comparison: Comparison) -> str:
     if comparison.outcome in ("improvement", "regression", "same"):
         return f"B is: {comparison.outcome} (step time)"
     step = next(f for f in comparison.figures if f.figure == "step time")
-    if comparison.outcome == "too few steps":
+    if comparison.outcome == "not comparable":
+        why = "step times not comparable: the runs were captured with different settings (note)"
+    elif comparison.outcome == "too few steps":
         why = (
             f"too few steps ({step.a_n} and {step.b_n}; the noise test needs "
             f"{comparison.min_steps} on each side)"

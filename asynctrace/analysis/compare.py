@@ -36,6 +36,7 @@ __all__ = [
     "COMPARE_SCHEMA_VERSION",
     "Comparison",
     "FigureDelta",
+    "capture_differences",
     "compare_records",
     "compare_reports",
     "compare_values",
@@ -58,7 +59,8 @@ class FigureDelta(msgspec.Struct, frozen=True, kw_only=True):
     p_value: float | None
     #: "improvement", "regression", "changed" (no better direction), "same",
     #: "too few steps", "n/a" (missing on a side), "single value", "not comparable"
-    #: (measured differently on the two sides: sync figures of different detectors)
+    #: (measured differently on the two sides: sync figures of different detectors, time
+    #: figures of sessions whose costly capture settings differ)
     change: str
     #: "lower", or None where neither direction is better
     better: str | None
@@ -71,7 +73,8 @@ class Comparison(msgspec.Struct, frozen=True, kw_only=True):
     #: "records" or "report"
     kind: str
     #: judged on step time: "improvement", "regression" or "same" (within noise); or why it was
-    #: not judged: "too few steps" (fewer than ``min_steps`` on a side), "n/a" (no steps)
+    #: not judged: "too few steps" (fewer than ``min_steps`` on a side), "n/a" (no steps),
+    #: "not comparable" (the sessions were captured with settings that cost time differently)
     outcome: str
     figures: list[FigureDelta]
     verdict_a: VerdictInfo
@@ -84,7 +87,8 @@ class Comparison(msgspec.Struct, frozen=True, kw_only=True):
     alpha: float
     min_effect: float
     min_steps: int
-    #: what limits the comparison (sessions whose sync detectors differ)
+    #: what limits the comparison (sessions whose sync detectors or costly capture settings
+    #: differ)
     notes: list[str] = msgspec.field(default_factory=list)
 
 
@@ -297,6 +301,18 @@ def compare_records(
             msgspec.structs.replace(f, change="not comparable") if f.figure in _SYNC_FIGURES else f
             for f in figures
         ]
+    differ = capture_differences(a, b)
+    if differ:
+        # the lint alone makes a step 2–5× slower on CPU: "−59 %" between a linted, profiled
+        # run and a bare one is the capture's cost, not the user's change
+        notes.append(
+            f"capture settings that cost time differ ({'; '.join(differ)}): step times are "
+            "not comparable; compare runs captured the same way"
+        )
+        figures = [
+            msgspec.structs.replace(f, change="not comparable") if f.figure in _TIME_FIGURES else f
+            for f in figures
+        ]
     return _build(
         a.path,
         b.path,
@@ -312,6 +328,30 @@ def compare_records(
 
 
 _SYNC_FIGURES = ("syncs per step", "sync wait")
+#: the figures a capture setting's own cost lands in
+_TIME_FIGURES = ("step time", "frontend", "device", "data wait", "sync wait", "run-ahead")
+#: (header field, what it is): the capture settings that cost host time
+_COSTLY_SETTINGS = (
+    ("sync_detection", "sync detector"),
+    ("profile", "deep mode"),
+    ("tensorboard", "TensorBoard"),
+    ("live", "live line"),
+)
+
+
+def capture_differences(a: Records, b: Records) -> list[str]:
+    """The capture settings that cost time and differ between two sessions, as
+    ``"deep mode: A on, B off"``; a setting either file does not record is not judged."""
+    out = []
+    for attr, what in _COSTLY_SETTINGS:
+        va, vb = getattr(a.header, attr), getattr(b.header, attr)
+        if va is None or vb is None or va == vb:
+            continue
+        if isinstance(va, bool):
+            out.append(f"{what}: A {'on' if va else 'off'}, B {'on' if vb else 'off'}")
+        else:
+            out.append(f"{what}: A {va}, B {vb}")
+    return out
 
 
 _REPORT_FIGURES: tuple[tuple[str, str, str, float, str | None], ...] = (

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from asynctrace.capture._nsys import NsysCapture
     from asynctrace.capture.devices import Device
     from asynctrace.capture.profiler import DeepProfiler
+    from asynctrace.capture.syncs import SyncDetector
 
 __all__ = ["PendingStep", "StepClock"]
 
@@ -143,6 +144,8 @@ class StepClock:
         self.nvtx_handle_for: Callable[[int], Any] | None = None
         self.nsys: NsysCapture | None = None
         self.profiler: DeepProfiler | None = None
+        #: the sync detector, set only where deep mode runs beside it: held off in windows
+        self.held_detector: SyncDetector | None = None
 
     # ------------------------------------------------------------------ boundaries
     def start(self, latency_ns: int) -> None:
@@ -190,6 +193,10 @@ class StepClock:
         nsys = self.nsys
         if nsys is not None:
             nsys.on_step_start(self.index)
+        held = self.held_detector
+        if held is not None:
+            # the lint would fill deep mode's profiled window with its own dispatch events
+            held.suspend_while(self.profiler is not None and self.profiler.active)
         push = self.nvtx_push
         if push is not None:
             h = self.nvtx_handle

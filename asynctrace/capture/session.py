@@ -223,6 +223,7 @@ class CaptureSession:
         self._live_sinks: list[Sink] = []
         self._sink_failures: list[str] = []
         self._detector: SyncDetector | None = None
+        self._held_steps = 0
         self._hook: Any = None
         self._profiler: DeepProfiler | None = None
         self._nsys: NsysCapture | None = None
@@ -333,6 +334,12 @@ class CaptureSession:
     def _end(self, *, started: bool) -> SessionEnd:
         assert self._header is not None
         notes = [*self._clock.end_notes(), *self._sites.notes()]
+        held = self._held_steps
+        if held:
+            notes.append(
+                f"{held} step(s) in deep mode's profiled windows have no lint sync count: the "
+                "lint was held off there; their syncs are in the profiler trace"
+            )
         if self._foreign_steps:
             notes.append(
                 f"{self._foreign_steps} step boundaries came from other threads than the one "
@@ -639,6 +646,7 @@ class CaptureSession:
             )
             return
         self._profiler = self._clock.profiler = profiler
+        self._clock.held_detector = self._detector
 
     def _setup_nvtx(self) -> None:
         from asynctrace.capture import ranges
@@ -680,6 +688,7 @@ class CaptureSession:
     def _stop_profiler(self) -> None:
         prof, self._profiler = self._profiler, None
         self._clock.profiler = None
+        self._clock.held_detector = None
         if prof is not None:
             prof.stop()
 
@@ -697,6 +706,7 @@ class CaptureSession:
     def _stop_detector(self) -> None:
         detector, self._detector = self._detector, None
         if detector is not None:
+            self._held_steps = detector.held_steps
             detector.stop()
 
     def _leave_active(self) -> None:
@@ -725,6 +735,10 @@ class CaptureSession:
             clock_offset_ns=0,
             clock_uncertainty_ns=align.uncertainty_ns if align is not None else 0,
             sync_detection=self._sync_detection(),
+            profile=self.options.profiling,
+            tensorboard=self.options.tensorboard,
+            # the live line draws only on a terminal: off elsewhere, whatever was asked
+            live=self.options.live and sys.stderr.isatty(),
         )
 
     def _sync_detection(self) -> str:

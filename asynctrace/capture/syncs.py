@@ -47,7 +47,8 @@ from dataclasses import dataclass, field
 from types import FrameType, TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar, cast
 
-from asynctrace._frames import is_user_file
+from asynctrace._frames import is_user_file, short_path
+from asynctrace._known_syncs import is_host_only_file, match_frame, tag_of
 from asynctrace.errors import AsyncTraceWarning, CaptureError, OptionError, UnexpectedSyncError
 
 __all__ = [
@@ -99,11 +100,14 @@ _R = TypeVar("_R")
 class SyncEvent:
     #: what synchronized: "aten::_local_scalar_dense", "torch.cuda.synchronize", ...
     op: str
-    #: innermost frame outside torch and asynctrace, "path/to/file.py:123"
+    #: innermost frame outside torch and asynctrace, "path/to/file.py:123"; inside an installed
+    #: library, that library's line shortened to "package/…/file.py:123"
     site: str
     #: the site, then the user's frames outwards, as "file.py:123 in func": frames of torch,
     #: site-packages, runpy and asynctrace are left out, and ``asynctrace run``/``check``'s own
-    #: frames that ran the script end it
+    #: frames that ran the script end it. A library's site is tagged " [library]", or
+    #: " [id]" / " [id: key 'k']" for a known library sync (``asynctrace._known_syncs``), and
+    #: the next entry is the innermost user frame that led to it
     stack: tuple[str, ...] = ()
     #: host time spent blocked, where known (0 where not measurable: lint, implicit CUDA syncs)
     wait_ns: int = 0
@@ -124,6 +128,7 @@ _THIS_FILE = os.path.abspath(__file__)
 _WARNINGS_MODULES = frozenset({"warnings", "_py_warnings"})
 #: the command line that runs a user's script (``asynctrace run``/``check``): no frame outside
 #: it is the user's
+_DEMO = _OWN_DIR + "demo.py"
 _LAUNCHER = (_OWN_DIR + "_commands" + os.sep, _OWN_DIR + "cli.py", _OWN_DIR + "__main__.py")
 
 
@@ -137,30 +142,66 @@ def _locate(
 ) -> tuple[str, tuple[str, ...]] | None:
     """(site, stack) of the sync whose innermost Python frame is ``frame``.
 
-    The stack is the site's frame and, outwards from it, the user's own frames (see
-    :attr:`SyncEvent.stack`): what reads as the user's call chain, without the frames of torch,
-    libraries or asynctrace between or around them.
+    The **site** is the innermost frame outside torch and asynctrace. For a sync made inside a
+    library (transformers, lightning, …) it is that library's line, shortened to
+    ``package/…/file.py:123``, and the stack starts there, tagged `` [id]`` when it is a known
+    library sync (:mod:`asynctrace._known_syncs`: what it is, the setting that removes it),
+    then goes on with the innermost user frame that led to it — where the user can act —
+    and the user's other frames outwards (see :attr:`SyncEvent.stack`).
 
     None when the sync is asynctrace's own (the device layer waiting for its events): the
-    innermost frame outside torch and this module then belongs to asynctrace. None too for a
-    read of a host tensor made by torch's optimizers (``host``): they keep step counters on the
-    host on purpose (Adam's ``step.item()``), so on a GPU those reads are not syncs.
+    innermost frame outside torch and libraries belongs to asynctrace. None too for a read of
+    a host tensor (``host``) inside host-side code (``HOST_ONLY_CODE``: the data pipeline,
+    optimizers): there the tensor is on the host on every machine, so the read is no sync.
     """
     f = frame
     while f is not None and (
         f.f_code.co_filename == _THIS_FILE or f.f_globals.get("__name__") in _WARNINGS_MODULES
     ):
         f = f.f_back
-    optim_dir = torch_dir + "optim" + os.sep
-    while f is not None and f.f_code.co_filename.startswith(torch_dir):
-        if host and f.f_code.co_filename.startswith(optim_dir):
+    via: FrameType | None = None
+    tag = ""
+    while f is not None:
+        name = f.f_code.co_filename
+        if host and is_host_only_file(name):
             return None
+        if name.startswith(torch_dir):
+            f = f.f_back
+            continue
+        if name == _DEMO:
+            break  # ``asynctrace demo``'s loops stand for the user's: their syncs are shown
+        if name.startswith(_OWN_DIR):
+            if via is None:
+                return None  # asynctrace's own sync (its device layer waiting for its events)
+            if name.startswith(_LAUNCHER):
+                # the launcher of ``run``/``check``: no frame of the user's led here
+                f = None
+                break
+            # a library's sync that asynctrace drove for the user (``session.steps(loader)``
+            # iterating their loader): the user's frame is further out
+            f = f.f_back
+            continue
+        if _user_file(name) and f.f_globals.get("__name__") != "runpy":
+            break
+        if not tag:
+            known = match_frame(f)
+            if known is not None:
+                via, tag = f, tag_of(*known)
+        if via is None:
+            via = f
         f = f.f_back
-    if f is None or f.f_code.co_filename.startswith(_OWN_DIR):
-        return None
-    site = f"{f.f_code.co_filename}:{f.f_lineno}"
-    stack = [f"{site} in {f.f_code.co_name}"]
-    f = f.f_back
+    stack: list[str] = []
+    if via is not None:
+        # keyed apart from the user's line: under a Trainer every library sync has the same
+        # innermost user frame (``trainer.train()``), which cannot tell them apart
+        site = f"{short_path(via.f_code.co_filename)}:{via.f_lineno}"
+        stack.append(f"{site} in {via.f_code.co_name}{tag or tag_of(None)}")
+    elif f is not None:
+        site = f"{f.f_code.co_filename}:{f.f_lineno}"
+        stack.append(f"{site} in {f.f_code.co_name}")
+        f = f.f_back
+    else:
+        return None  # torch's frames only: nothing of the user's to name
     while f is not None and len(stack) < MAX_STACK_DEPTH:
         name = f.f_code.co_filename
         if name.startswith(_LAUNCHER):
@@ -186,13 +227,16 @@ class _Hub:
         self._torch_dir = ""
         self._lint_mode: Any = None
         self._lint_thread = 0
-        self._patched: list[tuple[Any, str, bool, Any]] = []
+        self._patched: list[_Patch] = []
         self._cuda_restore: list[Callable[[], None]] = []
         # sessions run in several threads: one thread's last stop() must not undo what another
         # thread's first start() is installing (nor install it twice)
         self._lock = threading.RLock()
         # registered at the first attach, not at import (no import-time side effects)
         self._fork_hook = False
+        #: lint detectors suspended now (``SyncDetector.suspend``): while any is, the lint's
+        #: mode is off the dispatch stack and nothing is counted by the lint
+        self.suspended: list[SyncDetector] = []
 
     # -- state -------------------------------------------------------------------------------
 
@@ -210,6 +254,8 @@ class _Hub:
     def emit(
         self, op: str, targets: list[SyncDetector], wait_ns: int = 0, *, host: bool = False
     ) -> None:
+        if targets is self.lint and self.suspended:
+            return
         if not targets:
             return
         located = _locate(sys._getframe(1), self._torch_dir, host=host)
@@ -277,6 +323,42 @@ class _Hub:
                 group.remove(det)
             self._release(kind)
 
+    def suspend(self, det: SyncDetector) -> None:
+        """Take the lint's mode off the dispatch stack until :meth:`resume` (see
+        :meth:`SyncDetector.suspend`)."""
+        with self._lock:
+            if det in self.suspended or det not in self.lint:
+                return
+            if threading.get_ident() != self._lint_thread:
+                raise CaptureError(
+                    "lint sync detection is suspended in the thread that started it (torch's "
+                    "dispatch-mode stack is per thread)"
+                )
+            self.suspended.append(det)
+            if len(self.suspended) == 1 and self._lint_mode is not None:
+                mode, self._lint_mode = self._lint_mode, None
+                _exit_mode(mode)
+
+    def resume(self, det: SyncDetector, *, leaving: bool = False) -> None:
+        with self._lock:
+            if det not in self.suspended:
+                return
+            if threading.get_ident() != self._lint_thread:
+                raise CaptureError(
+                    "lint sync detection is resumed in the thread that started it (torch's "
+                    "dispatch-mode stack is per thread)"
+                )
+            self.suspended.remove(det)
+            # a detector resumed on its way out (stop) needs no mode; the others still do
+            if (
+                not self.suspended
+                and self._lint_mode is None
+                and any(d is not det or not leaving for d in self.lint)
+            ):
+                mode = _make_lint_mode(self)
+                mode.__enter__()
+                self._lint_mode = mode
+
     def forget_in_child(self) -> None:
         """After ``fork``, in the child (a DataLoader worker): the detectors are the parent's,
         and their hooks would make every op of the child's pass through the lint's dispatch
@@ -288,6 +370,7 @@ class _Hub:
             self._lint_mode = None
         self.lint.clear()
         self.cuda.clear()
+        self.suspended.clear()
         with contextlib.suppress(Exception):
             self._release("lint")
         # torch refuses to touch CUDA in a forked child, so the sync debug mode stays as it
@@ -303,30 +386,27 @@ class _Hub:
                 self._lint_thread = 0
                 if self._lint_mode is not None:
                     mode, self._lint_mode = self._lint_mode, None
-                    mode.__exit__(None, None, None)
+                    _exit_mode(mode)
             if kind == "cuda" and not self.cuda:
                 _undo_all(self._cuda_restore)
         finally:
             # the Tensor wrappers go whatever failed above
             if not self.lint and not self.cuda:
                 while self._patched:
-                    owner, name, own, original = self._patched.pop()
-                    if own:
-                        setattr(owner, name, original)
-                    else:
-                        delattr(owner, name)
+                    _unpatch(self._patched.pop())
 
     def _patch(
         self,
         owner: Any,
         name: str,
         wrapper: Callable[..., Any],
-        into: list[tuple[Any, str, bool, Any]] | None = None,
+        into: list[_Patch] | None = None,
     ) -> None:
         own = name in owner.__dict__
         original = owner.__dict__[name] if own else getattr(owner, name)
-        setattr(owner, name, wrapper(getattr(owner, name)))
-        (self._patched if into is None else into).append((owner, name, own, original))
+        wrapped = wrapper(getattr(owner, name))
+        setattr(owner, name, wrapped)
+        (self._patched if into is None else into).append((owner, name, own, original, wrapped))
 
     def _patch_tensor(self, torch: Any) -> None:
         """Wrap the host reads that never reach the dispatcher (and dedupe ``print``)."""
@@ -339,13 +419,17 @@ class _Hub:
                     if hub.depth():
                         return original(self, *args, **kwargs)
                     on_host = self.device.type in _HOST_DEVICE_TYPES
-                    targets = [d for d in hub.lint if not on_host or d.cpu_is_device]
+                    targets = [
+                        d
+                        for d in hub.lint
+                        if (not on_host or d.cpu_is_device) and not hub.suspended
+                    ]
                     if not lint_only and not on_host:
                         targets += hub.cuda
                     if not targets:
                         # nobody counts this read here: let the syncs inside it be seen
                         return original(self, *args, **kwargs)
-                    hub.emit(op, targets)
+                    hub.emit(op, targets, host=on_host)
                     with hub.suppressed():
                         return original(self, *args, **kwargs)
 
@@ -430,14 +514,11 @@ class _Hub:
 
             return wrap
 
-        mine: list[tuple[Any, str, bool, Any]] = []
+        mine: list[_Patch] = []
 
         def unpatch() -> None:
-            for owner, name, own, original in reversed(mine):
-                if own:
-                    setattr(owner, name, original)
-                else:
-                    delattr(owner, name)
+            for patch in reversed(mine):
+                _unpatch(patch)
 
         # registered first, so that a wrapper already in place is undone if a later one fails
         self._cuda_restore.append(unpatch)
@@ -447,6 +528,56 @@ class _Hub:
         accelerator = getattr(torch, "accelerator", None)
         if accelerator is not None and hasattr(accelerator, "synchronize"):
             self._patch(accelerator, "synchronize", timed("torch.accelerator.synchronize"), mine)
+
+
+#: (owner, attribute, whether the owner had its own, what was there, our wrapper)
+_Patch = tuple[Any, str, bool, Any, Any]
+
+
+def _unpatch(patch: _Patch) -> None:
+    """Put back what was there before our wrapper — only while our wrapper is still in place:
+    a function the user set there while we ran (their own ``Tensor.tolist``) is theirs and
+    stays."""
+    owner, name, own, original, wrapped = patch
+    if owner.__dict__.get(name) is not wrapped:
+        return
+    if own:
+        setattr(owner, name, original)
+    else:
+        delattr(owner, name)
+
+
+def _exit_mode(mode: Any) -> None:
+    """Pop our dispatch mode, leaving every other mode on the stack where it is.
+
+    A mode the user entered after ours and has not exited sits above ours: ``mode.__exit__``
+    would pop *theirs* (torch pops the top) and leave ours on for good. Then the modes above
+    are lifted off, ours is taken out and they go back, in order, untouched; the flags ours
+    saved at its entry are dropped without being applied (the user's modes are still on)."""
+    from torch.utils import _python_dispatch as pd
+
+    stack: list[Any] = pd._get_current_dispatch_mode_stack()
+    if stack and stack[-1] is mode:
+        mode.__exit__(None, None, None)  # on top, the usual case: torch's exit restores flags
+        return
+    if not any(m is mode for m in stack):
+        return  # popped already (by whoever popped out of order): nothing of ours is left
+    above: list[Any] = []
+    try:
+        while pd._get_current_dispatch_mode_stack()[-1] is not mode:
+            above.append(pd._pop_mode())
+        pd._pop_mode()
+        for flags in (
+            "old_dispatch_mode_flags",
+            "old_non_infra_dispatch_mode_flags",
+            "old_without_ignore_compile_internals_dispatch_mode_flags",
+        ):
+            saved = getattr(mode, flags, None)
+            if saved:
+                saved.pop()
+    finally:
+        for m in reversed(above):
+            pd._push_mode(m)
 
 
 def _undo_all(undo: list[Callable[[], None]]) -> None:
@@ -598,6 +729,9 @@ class SyncDetector:
         self.cpu_is_device = cpu_is_device
         #: the mode actually running ("cuda", "lint" or "off"); None while stopped
         self.active: str | None = None
+        #: calls of :meth:`suspend_while` that held a running lint off: with a session, the
+        #: steps whose syncs the lint did not count (deep mode's profiled steps)
+        self.held_steps = 0
 
     def start(self) -> None:
         if self.active is not None:
@@ -615,8 +749,53 @@ class SyncDetector:
             _hub.attach(self, active)
         self.active = active
 
+    @property
+    def suspended(self) -> bool:
+        """Whether :meth:`suspend` holds the lint off now."""
+        return self in _hub.suspended
+
+    def suspend(self) -> None:
+        """Hold the lint off — for deep mode's profiled window: the lint's dispatch mode would
+        put a ``PythonDispatchMode`` event around every op in the trace (and slow the steps
+        being profiled several times over), while the trace shows the syncs itself.
+
+        The mode leaves the dispatch stack and no sync is counted until :meth:`resume` (nor
+        by other lint detectors: the mode is shared); the Tensor wrappers stay, counting
+        nothing. Idempotent; a no-op unless this detector runs the lint. Call it, and
+        :meth:`resume`, in the thread that started the lint (:class:`CaptureError` elsewhere,
+        before anything changes). :meth:`stop` ends a suspension."""
+        if self.active == "lint":
+            _hub.suspend(self)
+
+    def resume(self) -> None:
+        """End :meth:`suspend`: the lint's mode goes back on the dispatch stack (on top of
+        any mode entered meanwhile) once no detector holds it off."""
+        _hub.resume(self)
+
+    def suspend_while(self, profiling: bool) -> None:
+        """:meth:`suspend` when ``profiling``, else :meth:`resume`: what a session calls after
+        each step of deep mode's profiler with ``profiler.active``."""
+        if profiling:
+            self.suspend()
+            if self.suspended:
+                self.held_steps += 1
+        else:
+            self.resume()
+
+    @contextlib.contextmanager
+    def suspending(self) -> Iterator[None]:
+        """:meth:`suspend` for a ``with`` block, then :meth:`resume`."""
+        self.suspend()
+        try:
+            yield
+        finally:
+            self.resume()
+
     def stop(self) -> None:
         active = self.active
+        if active == "lint" and self.suspended:
+            # dropped without pushing a mode back for a detector that is leaving
+            _hub.resume(self, leaving=True)
         if active in ("cuda", "lint"):
             # CaptureError from another thread than the lint's, before anything changed: still
             # running, so that thread can stop it

@@ -365,9 +365,57 @@ def test_a_lint_mode_popped_from_under_the_detector_still_unwraps_tensor() -> No
     det = SyncDetector(lambda e: None, mode="lint")
     det.start()
     _python_dispatch._pop_mode()  # someone else's cleanup popped our mode
-    with pytest.raises(RuntimeError, match="empty mode stack"):
-        det.stop()
+    det.stop()  # nothing of ours is left to pop: no error, and nothing else is popped
     assert _tensor_state() == before
+    assert torch._C._len_torch_dispatch_stack() == 0
+
+
+def test_a_users_mode_left_on_above_the_lint_stays_and_the_lint_goes() -> None:
+    from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
+
+    seen: list[str] = []
+
+    class Users(TorchDispatchMode):  # type: ignore[misc]
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+            seen.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    users = Users()
+    det = SyncDetector(lambda e: None, mode="lint")
+    det.start()
+    users.__enter__()  # entered inside the session, not exited before it ends
+    try:
+        det.stop()
+        # before: the user's mode was popped and the lint's stayed on the stack
+        assert _get_current_dispatch_mode_stack() == [users]
+        torch.ones(2).add(1)
+        assert "aten.add" in seen
+    finally:
+        users.__exit__(None, None, None)
+    assert torch._C._len_torch_dispatch_stack() == 0
+
+
+def test_a_tensor_method_the_user_patched_during_the_lint_is_theirs_after() -> None:
+    before = _tensor_state()
+    original = torch.Tensor.tolist
+
+    def users_tolist(self: torch.Tensor) -> Any:
+        return ["mine"]
+
+    det = SyncDetector(lambda e: None, mode="lint")
+    det.start()
+    torch.Tensor.tolist = users_tolist  # type: ignore[method-assign]
+    try:
+        det.stop()
+        # before: stop() deleted it (Tensor.tolist is inherited), the user's patch gone
+        assert torch.Tensor.__dict__["tolist"] is users_tolist
+        # the methods we wrapped and nobody touched are back as they were
+        assert {k: v for k, v in _tensor_state().items() if k != "tolist"} == {
+            k: v for k, v in before.items() if k != "tolist"
+        }
+    finally:
+        del torch.Tensor.tolist
+    assert torch.Tensor.tolist is original
 
 
 def test_auto_on_cpu_does_nothing() -> None:
@@ -967,3 +1015,118 @@ def test_expect_syncs_in_two_threads_ends_each_threads_own_entry(
         assert mine[1].active == "cuda"
         assert worker_entry[0][1].active is None  # the worker's own detector stopped
     assert mine[1].active is None
+
+
+def test_a_suspended_lint_is_off_the_dispatch_stack_and_counts_nothing() -> None:
+    before = _tensor_state()
+    seen: list[SyncEvent] = []
+    det = SyncDetector(seen.append, mode="lint")
+    det.start()
+    try:
+        x = torch.ones(3)
+        x.sum().item()
+        det.suspend()
+        det.suspend()  # idempotent
+        assert det.suspended
+        assert torch._C._len_torch_dispatch_stack() == 0
+        x.sum().item()
+        x.tolist()
+        det.resume()
+        assert torch._C._len_torch_dispatch_stack() == 1
+        x.sum().item()
+        with det.suspending():
+            x.sum().item()
+        det.suspend()
+    finally:
+        det.stop()  # ends the suspension; nothing pushed back for a detector that leaves
+    assert len(seen) == 2
+    assert not det.suspended
+    assert torch._C._len_torch_dispatch_stack() == 0
+    assert _tensor_state() == before
+    # a detector that runs no lint has nothing to suspend
+    off = SyncDetector(seen.append, mode="off")
+    off.start()
+    off.suspend()
+    assert not off.suspended
+    off.stop()
+
+
+def test_a_suspension_holds_every_lint_detector_off_until_the_last_resume() -> None:
+    a_seen: list[SyncEvent] = []
+    b_seen: list[SyncEvent] = []
+    a = SyncDetector(a_seen.append, mode="lint")
+    b = SyncDetector(b_seen.append, mode="lint")
+    a.start()
+    b.start()
+    try:
+        a.suspend()
+        b.suspend()
+        a.resume()
+        torch.ones(1).item()  # b still holds the lint off
+        assert torch._C._len_torch_dispatch_stack() == 0
+        b.stop()  # b leaves while suspended: a's lint comes back
+        assert torch._C._len_torch_dispatch_stack() == 1
+        torch.ones(1).item()
+    finally:
+        b.stop()
+        a.stop()
+    assert (len(a_seen), len(b_seen)) == (1, 0)
+    assert torch._C._len_torch_dispatch_stack() == 0
+
+
+def test_suspending_the_lint_keeps_dispatch_mode_events_out_of_a_profiled_window(
+    tmp_path: Any,
+) -> None:
+    import gzip
+    import json
+
+    from asynctrace.capture.profiler import DeepProfiler, Profile
+
+    model = nn.Linear(16, 16)
+    seen: list[SyncEvent] = []
+    det = SyncDetector(seen.append, mode="lint")
+    prof = DeepProfiler(Profile(wait=1, warmup=1, active=2, annotate=False), dir=tmp_path, run="r")
+    det.start()
+    try:
+        prof.start()
+        # what the session does after starting deep mode and after each of its steps
+        det.suspend_while(prof.active)
+        for _ in range(6):
+            model(torch.randn(8, 16)).sum().item()
+            prof.step()
+            det.suspend_while(prof.active)
+        prof.stop()
+    finally:
+        det.stop()
+    (trace,) = prof.traces
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    # before (the lint on throughout): one PythonDispatchMode event around every op
+    assert not [e for e in events if "PythonDispatchMode" in str(e.get("name"))]
+    # steps 0, 4, 5 were outside the window (1 warm-up, 2-3 recorded): the lint counted those
+    assert len(seen) == 3
+    assert det.held_steps == 3
+
+
+def test_a_lint_session_in_deep_mode_leaves_the_profiled_steps_undistorted(
+    tmp_path: Any,
+) -> None:
+    import gzip
+    import json
+
+    import asynctrace
+
+    model = nn.Linear(16, 16)
+    profile = asynctrace.Profile(wait=1, warmup=1, active=2, annotate=False)
+    with asynctrace.trace(
+        "p", dir=tmp_path, detect_syncs="lint", profile=profile, print_summary=False
+    ) as s:
+        for _ in s.steps(range(6)):
+            model(torch.randn(8, 16)).sum().item()
+    (trace,) = tmp_path.glob("**/*.pt.trace.json.gz")
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    assert not [e for e in events if "PythonDispatchMode" in str(e.get("name"))]
+    (records,) = tmp_path.glob("*.records.jsonl")
+    from asynctrace.records import read_records
+
+    # the lint counted the steps outside the window (0, 4, 5); the trace holds the others'
+    assert [st.sync_count for st in read_records(records).steps] == [1, 0, 0, 0, 1, 1]

@@ -149,9 +149,8 @@ def test_sync_figures_of_different_detectors_are_not_compared(
     fig = {f["figure"]: f for f in out["figures"]}
     assert fig["syncs per step"]["change"] == "not comparable"
     assert fig["sync wait"]["change"] == "not comparable"
-    assert fig["step time"]["change"] != "not comparable"
-    (note,) = out["notes"]
-    assert note.startswith("sync detection differs (A: lint, B: off)")
+    # the lint costs time too: step times are not judged either (below)
+    assert out["notes"][0].startswith("sync detection differs (A: lint, B: off)")
     assert main(["compare", str(a), str(b)]) == 0
     assert "note: sync detection differs (A: lint, B: off)" in capsys.readouterr().out
     # the same detector (or a file that does not say) compares as before
@@ -160,3 +159,81 @@ def test_sync_figures_of_different_detectors_are_not_compared(
     out = json.loads(capsys.readouterr().out)
     assert out["notes"] == []
     assert {f["figure"]: f for f in out["figures"]}["syncs per step"]["change"] == "improvement"
+
+
+def _header(**settings: object) -> str:
+    """A records header as a session writes it, with the capture settings given."""
+    head = {
+        "type": "header", "schema": "asynctrace.records", "version": 1, "name": "train",
+        "host": "h", "pid": 1, "device_kind": "cpu", "device_name": "cpu", "asynchronous": False,
+        "started_unix_ns": 1_700_000_000_000_000_000, **settings,
+    }  # fmt: skip
+    return json.dumps(head)
+
+
+def _hand_made(path: Path, frontend_ms: float, **settings: object) -> Path:
+    lines = [_header(**settings)]
+    for i in range(30):
+        ns = int(frontend_ms * 1e6) + (i % 3) * 100_000
+        lines.append(json.dumps({"type": "step", "step": i, "start_ns": i * ns, "frontend_ns": ns}))
+    lines.append(json.dumps({"type": "summary", "steps": 30, "wall_ns": 1}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_step_times_of_runs_captured_differently_are_not_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A: the lint and deep mode on; B: bare. B's 59 % less step time is the capture's cost
+    a = _hand_made(
+        tmp_path / "a.records.jsonl", 22.6, sync_detection="lint", profile=True,
+        tensorboard=False, live=False,
+    )  # fmt: skip
+    b = _hand_made(
+        tmp_path / "b.records.jsonl", 9.3, sync_detection="off", profile=False,
+        tensorboard=False, live=False,
+    )  # fmt: skip
+    assert main(["compare", str(a), str(b), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # before: "improvement", with only the detector noted
+    assert out["outcome"] == "not comparable"
+    fig = {f["figure"]: f for f in out["figures"]}
+    for name in ("step time", "frontend", "device", "data wait", "sync wait", "run-ahead"):
+        assert fig[name]["change"] == "not comparable", name
+    assert fig["step time"]["delta_pct"] == pytest.approx(-58.6, abs=0.1)  # still shown
+    assert out["notes"][1] == (
+        "capture settings that cost time differ (sync detector: A lint, B off; deep mode: A on, "
+        "B off): step times are not comparable; compare runs captured the same way"
+    )
+    assert main(["compare", str(a), str(b)]) == 0
+    text = capsys.readouterr().out
+    assert "B is: not judged: step times not comparable" in text
+    assert "note: capture settings that cost time differ (sync detector: A lint" in text
+
+
+@pytest.mark.parametrize("setting", ["tensorboard", "live", "profile"])
+def test_each_costly_setting_alone_makes_step_times_not_comparable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], setting: str
+) -> None:
+    a = _hand_made(tmp_path / "a.records.jsonl", 10.0, **{setting: True})
+    b = _hand_made(tmp_path / "b.records.jsonl", 7.0, **{setting: False})
+    assert main(["compare", str(a), str(b), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["outcome"] == "not comparable"
+    (note,) = out["notes"]
+    assert "A on, B off" in note
+
+
+def test_the_same_settings_or_old_files_compare_as_before(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    same = {"sync_detection": "off", "profile": False, "tensorboard": True, "live": False}
+    a = _hand_made(tmp_path / "a.records.jsonl", 10.0, **same)
+    b = _hand_made(tmp_path / "b.records.jsonl", 7.0, **same)
+    assert main(["compare", str(a), str(b), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["outcome"], out["notes"]) == ("improvement", [])
+    # a file written before the settings were kept says nothing: not judged as different
+    old = _hand_made(tmp_path / "old.records.jsonl", 7.0)
+    assert main(["compare", str(a), str(old), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["outcome"] == "improvement"
