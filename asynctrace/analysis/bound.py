@@ -435,7 +435,9 @@ def bound_of_trace(
     cls[host & (length < LAUNCH_GAP_NS)] = _H_SHORT
     cls[host & (length >= LAUNCH_GAP_NS)] = _H_LONG
     if len(missing_cover):
-        cls[missing_cover.contains(g0)] = _UNATTR
+        # idle mostly inside a wait with no activity recorded: the device may well have been
+        # busy with work the trace lacks
+        cls[2 * missing_cover.between(g0, g1) > length] = _UNATTR
     if clocks_disagree:
         cls[:] = _UNATTR
     covers = [Cover._from_disjoint(g0[cls == c], g1[cls == c]) for c in range(6)]
@@ -490,8 +492,11 @@ def bound_of_trace(
     idle = _classes_to_cause(run_cls)
     idle_total = idle.total()
     # busy + idle = region exactly (gaps and busy partition [r0, r1))
-    sync_wait_total = sync_cover.between(r0, r1)
-    costs, sync_cost_total = _sync_costs(syncs, g0, g1, cls)
+    # sync wait inside the steps (each step's, clipped to it), else over the region
+    sync_wait_total = int(s_wait.sum()) if n_steps else int(sync_cover.between(r0, r1))
+    costs = _sync_costs(syncs, g0, g1, cls)
+    # what syncs cost the steps: their wait plus the sync idle they opened
+    sync_cost_total = sync_wait_total + int(run_cls[_SYNC])
     label, leading = label_of(region, busy_total, idle)
     evidence = BoundEvidence(
         busy_pct=_pct(busy_total, region),
@@ -548,6 +553,7 @@ def bound_of_trace(
                     blocked_at_cap_ns=int(s_blocked[k]),
                     sync_wait_ns=wait,
                     sync_wait_pct=_pct(wait, int(w_end[k] - w_start[k])),
+                    sync_cost_pct=_pct(wait + int(s_cls[_SYNC, k]), share),
                     data_wait_ns=int(s_data[k]),
                 ),
             )
@@ -561,9 +567,7 @@ def bound_of_trace(
     )
 
 
-def _sync_costs(
-    syncs: SyncSummary, g0: I64, g1: I64, cls: I64
-) -> tuple[list[SyncCost], int]:
+def _sync_costs(syncs: SyncSummary, g0: I64, g1: I64, cls: I64) -> list[SyncCost]:
     """Per (site, op): calls, wait, the sync idle opened while the host was in one of them."""
     calls = syncs.calls
     if not calls:
@@ -600,7 +604,7 @@ def _sync_costs(
         for (site, op), i in keys.items()
     ]
     out.sort(key=lambda c: (-c.cost_ns, -c.count, c.site, c.op))
-    return out[:10], int(wait.sum() + opened.sum())
+    return out[:10]
 
 
 def _main_thread(trace: Trace) -> tuple[int, int] | None:
