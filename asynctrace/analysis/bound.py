@@ -171,6 +171,12 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e3:.1f} µs"
 
 
+def _short(name: str, limit: int = 60) -> str:
+    """A kernel's name without its argument list and leading ``void``, cut to ``limit``."""
+    head = name.split("(", 1)[0].removeprefix("void ").strip() or name
+    return head if len(head) <= limit else head[: limit - 1] + "…"
+
+
 def advice_for(label: str, b: Bound | None = None, *, asynchronous: bool = True) -> list[str]:
     """One concrete next step for a label, naming what the evidence names."""
     if b is None:
@@ -178,7 +184,7 @@ def advice_for(label: str, b: Bound | None = None, *, asynchronous: bool = True)
     e = b.evidence
     out: list[str]
     if label == "device-bound":
-        kernels = ", ".join(f"{k.name} ({_ms(k.total_ns)}, ×{k.count})" for k in e.top_kernels[:3])
+        kernels = ", ".join(f"{_short(k.name)} ({_ms(k.total_ns)}, ×{k.count})" for k in e.top_kernels[:3])
         out = [
             f"the device is busy {e.busy_pct:.0f}% of the time: speed up its top kernels"
             + (f" — {kernels}" if kernels else "")
@@ -223,7 +229,7 @@ def advice_for(label: str, b: Bound | None = None, *, asynchronous: bool = True)
         ]
     elif label == "dependency-bound":
         waited = ", ".join(
-            f"stream {w.stream} ({w.name}, {_ms(w.idle_ns)})" for w in e.waited_on[:3]
+            f"stream {w.stream} ({_short(w.name)}, {_ms(w.idle_ns)})" for w in e.waited_on[:3]
         )
         out = [
             "queued work waited on other work"
@@ -271,13 +277,14 @@ def _region(
         r1 = max(h1, int(a_end[launched].max())) if launched.any() else h1
         return r0, r1
     span = host_span(trace)
-    starts = [s for s in (span[0] if span else None,) if s is not None]
-    ends = [trace.end_ns]
+    starts = [span[0]] if span else []
+    ends = [span[1]] if span else []
     if len(act):
         starts.append(int(act.start_ns.min()))
+        ends.append(int(a_end.max()))
     if not starts:
         return 0, 0
-    return min(starts), max(max(ends), min(starts))
+    return min(starts), max(ends)
 
 
 def bound_of_trace(
@@ -571,7 +578,7 @@ def _sync_costs(syncs: SyncSummary, g0: I64, g1: I64, cls: I64) -> list[SyncCost
     """Per (site, op): calls, wait, the sync idle opened while the host was in one of them."""
     calls = syncs.calls
     if not calls:
-        return [], 0
+        return []
     c_start = np.array([c.start_ns for c in calls], np.int64)
     c_end = c_start + np.array([c.dur_ns for c in calls], np.int64)
     keys: dict[tuple[str, str], int] = {}
