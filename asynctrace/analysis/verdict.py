@@ -349,8 +349,8 @@ def judge_steps(
         elif n < MIN_TREND_STEPS:
             codes.append("too-few-steps")
             findings.append(
-                f"too few steps for the trend findings (runaway queue, memory creep): {n}, "
-                f"fewer than the {MIN_TREND_STEPS} a trend needs; the bound label needs none"
+                f"too few steps: {n}, fewer than the {MIN_TREND_STEPS} a trend needs (runaway "
+                "queue, memory creep); the bound label needs none"
             )
         elif codes:
             pass  # cheap syncs: the queue is bounded by them, and the finding says so
