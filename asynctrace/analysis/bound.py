@@ -75,6 +75,7 @@ __all__ = [
     "MISSING_ACTIVITY_BUSY_FRACTION",
     "MISSING_ACTIVITY_MIN_NS",
     "RECORDS_BEHIND_FRACTION",
+    "RECORDS_FULL_IN_FLIGHT",
     "SYNC_COST_FRACTION",
     "Bound",
     "BoundEvidence",
@@ -109,6 +110,8 @@ MISSING_ACTIVITY_BUSY_FRACTION = 0.01
 FRAME_SAMPLE_GAPS = 512
 #: records: run-ahead at a step's end above this share of the step: the device is behind
 RECORDS_BEHIND_FRACTION = 0.05
+#: records: this many steps in flight: the queue holds whole steps, the device is behind
+RECORDS_FULL_IN_FLIGHT = 2
 
 LABELS = (
     "device-bound",
@@ -746,7 +749,7 @@ def _step_estimate(st: StepRecord, asynchronous: bool) -> tuple[int, int, IdleBy
     dev = st.device_ns
     ra = st.run_ahead_ns
     behind = ra is not None and ra > RECORDS_BEHIND_FRACTION * wall
-    if behind or st.in_flight >= 1:
+    if behind or st.in_flight >= RECORDS_FULL_IN_FLIGHT:
         # the device still had this step's work queued when the host moved on: it sets the pace
         gap = max(0, wall - dev) if dev is not None else 0
         return wall, wall - gap, IdleByCause(host=gap), True
@@ -769,8 +772,9 @@ def bound_of_records(steps: Sequence[StepRecord], *, asynchronous: bool) -> Reco
     (``evidence.estimated``):
 
     * the device is **behind** in a step when its run-ahead at the step's end exceeds
-      :data:`RECORDS_BEHIND_FRACTION` of the step, or earlier steps were still in flight: the
-      device had queued work across the step and sets the pace; idle is only the marker
+      :data:`RECORDS_BEHIND_FRACTION` of the step, or :data:`RECORDS_FULL_IN_FLIGHT` steps
+      were in flight at its start: the device had queued work across the step and sets the
+      pace; idle is only the marker
       window's shortfall (``frontend − device``, usually 0) → device-bound;
     * otherwise the device **kept pace**, so it waited for the host. How long it was idle is
       not measurable from markers (their window includes that idle); the estimate is the

@@ -1,0 +1,437 @@
+"""What bounds a run: idle gaps by cause, the label, per-step shares, evidence, warnings, and the
+same label from a live session's step records."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from asynctrace.analysis.bound import (
+    DEVICE_BOUND_IDLE_FRACTION,
+    IdleByCause,
+    bound_of_records,
+    label_of,
+)
+from asynctrace.analysis.report import analyze, summarize_records
+from asynctrace.records import Records, SessionHeader, StepRecord
+from asynctrace.traces.builder import TraceBuilder
+from asynctrace.traces.model import RangeKind, RuntimeKind, Trace
+
+US = 1_000
+MS = 1_000_000
+LAUNCH = RuntimeKind.LAUNCH
+
+
+def _every_cause() -> Trace:
+    """Two steps, [0, 1000) and [1000, 2000) µs, one gap of each cause (worked out below)."""
+    b = TraceBuilder("causes.json")
+    b.range("ProfilerStep#0", 0, 1000 * US, kind=RangeKind.STEP, step=0)
+    b.range("ProfilerStep#1", 1000 * US, 1000 * US, kind=RangeKind.STEP, step=1)
+    # a: launched at 0, runs [100, 300): the gap [0, 100) waited for the host (host work)
+    b.runtime("cudaLaunchKernel", 0, 10 * US, kind=LAUNCH, correlation=1)
+    b.activity("a", 100 * US, 200 * US, correlation=1)
+    # b: launched at 50 (its call ended at 60), runs [400, 500): [300, 400) is dependency
+    b.runtime("cudaLaunchKernel", 50 * US, 10 * US, kind=LAUNCH, correlation=2)
+    b.activity("b", 400 * US, 100 * US, correlation=2)
+    # the host is in a sync [450, 600) when the device drains at 500; c, launched at 620,
+    # runs [650, 700): [500, 650) is sync
+    b.runtime("cudaStreamSynchronize", 450 * US, 150 * US, kind=RuntimeKind.SYNC)
+    b.runtime("cudaLaunchKernel", 620 * US, 10 * US, kind=LAUNCH, correlation=3)
+    b.activity("c", 650 * US, 50 * US, correlation=3)
+    # the host waits for data [700, 900), launches d at 910: [700, 950) is input
+    b.range("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 700 * US, 200 * US)
+    b.runtime("cudaLaunchKernel", 910 * US, 10 * US, kind=LAUNCH, correlation=4)
+    b.activity("d", 950 * US, 50 * US, correlation=4)
+    # step 1: e launched at 1000, runs [1020, 1030): [1000, 1020) is a 20 µs launch gap
+    b.runtime("cudaLaunchKernel", 1000 * US, 10 * US, kind=LAUNCH, correlation=5)
+    b.activity("e", 1020 * US, 10 * US, correlation=5)
+    # f has no launch call: [1030, 1100) is unattributed
+    b.activity("f", 1100 * US, 100 * US, correlation=99)
+    # g launched at 1300: [1200, 1320) host work; then [1400, 2000) to the region's end, host
+    b.runtime("cudaLaunchKernel", 1300 * US, 10 * US, kind=LAUNCH, correlation=6)
+    b.activity("g", 1320 * US, 80 * US, correlation=6)
+    b.python_frame("train.py(12): log_metrics", 1350 * US, 650 * US)
+    return b.build(device_name="Fake GPU")
+
+
+def test_every_cause_by_hand() -> None:
+    r = analyze(_every_cause())
+    b = r.bound
+    assert b is not None
+    assert (b.region_ns, b.busy_ns, b.idle_ns) == (2000 * US, 590 * US, 1410 * US)
+    assert b.idle_ns_by_cause == IdleByCause(
+        host=(100 + 20 + 120 + 600) * US,
+        sync=150 * US,
+        input=250 * US,
+        dependency=100 * US,
+        unattributed=70 * US,
+    )
+    assert b.label == "host-bound"  # 70.5% idle, host the largest cause
+    e = b.evidence
+    assert (e.launch_gaps, e.launch_gaps_ns) == (1, 20 * US)
+    assert (e.host_work_gaps, e.host_work_ns) == (3, 820 * US)
+    assert e.leading_cause == "host"
+    # the host frame at the longest host gap, with its line
+    assert (e.host_frames[0].frame, e.host_frames[0].site) == ("log_metrics", "train.py:12")
+    assert e.host_frames[0].idle_ns == 600 * US
+    # the sync's cost: the 150 µs idle it opened plus its 150 µs wait
+    (site,) = e.sync_sites
+    assert (site.op, site.wait_ns, site.idle_ns, site.cost_ns) == (
+        "cudaStreamSynchronize",
+        150 * US,
+        150 * US,
+        300 * US,
+    )
+    assert "log_metrics (train.py:12)" in b.advice[0]
+    # per step: step 1's share starts at its first activity (e, 1020); step 0 owns the rest
+    s0, s1 = (s.bound for s in r.steps)
+    assert s0 is not None and s1 is not None
+    assert (s0.share_start_ns, s0.share_end_ns, s1.share_start_ns, s1.share_end_ns) == (
+        0,
+        1020 * US,
+        1020 * US,
+        2000 * US,
+    )
+    assert (s0.busy_ns, s0.idle_ns) == (400 * US, 620 * US)
+    assert s0.idle_ns_by_cause == IdleByCause(
+        host=120 * US, sync=150 * US, input=250 * US, dependency=100 * US
+    )
+    assert s0.label == "input-bound"
+    assert (s1.busy_ns, s1.idle_ns) == (190 * US, 790 * US)
+    assert s1.idle_ns_by_cause == IdleByCause(host=720 * US, unattributed=70 * US)
+    assert s1.label == "host-bound"
+    assert [(s.gpu_busy_ns, s.gpu_idle_ns) for s in r.steps] == [
+        (400 * US, 620 * US),
+        (190 * US, 790 * US),
+    ]
+    assert r.warnings == []
+
+
+def test_label_rule_and_threshold() -> None:
+    idle = IdleByCause(host=10, sync=4)
+    assert DEVICE_BOUND_IDLE_FRACTION == 0.15
+    assert label_of(100, 86, idle) == ("device-bound", "host")  # 14% idle
+    assert label_of(100, 85, idle) == ("host-bound", "host")  # 15% idle
+    assert label_of(100, 50, IdleByCause(sync=30, host=20))[0] == "sync-bound"
+    assert label_of(100, 50, IdleByCause(input=30, host=20))[0] == "input-bound"
+    assert label_of(100, 50, IdleByCause(dependency=30, host=20))[0] == "dependency-bound"
+    assert label_of(100, 50, IdleByCause(unattributed=30, host=20))[0] == "undetermined"
+
+
+def _back_to_back(steps: int, kernels: int, *, gap_ns: int = 0) -> Trace:
+    b = TraceBuilder("busy.json")
+    t = 0
+    corr = 0
+    for s in range(steps):
+        b.range(f"ProfilerStep#{s}", s * kernels * 10 * US, kernels * 10 * US, kind=RangeKind.STEP)
+        for _ in range(kernels):
+            corr += 1
+            b.runtime("cudaLaunchKernel", t // 4, 1 * US, kind=LAUNCH, correlation=corr)
+            b.activity("gemm" if corr % 2 else "relu", t, 10 * US - gap_ns, correlation=corr)
+            t += 10 * US
+    return b.build()
+
+
+def test_device_bound_names_the_top_kernels_and_a_single_step_is_labelled() -> None:
+    r = analyze(_back_to_back(1, 20))
+    assert r.bound is not None and r.bound.label == "device-bound"
+    assert r.bound.idle_ns == 0
+    assert {k.name for k in r.bound.evidence.top_kernels} == {"gemm", "relu"}
+    assert "gemm" in r.bound.advice[0]
+    # one step: the label needs no trend; only the trend findings are "too few steps"
+    assert r.verdict.code == "too-few-steps"
+    assert "the bound label needs none" in r.verdict.message
+
+
+def test_launch_gaps_advise_graphs() -> None:
+    # kernels of 6 µs every 10 µs, each launched as the previous one ends: 4 µs launch gaps
+    b = TraceBuilder("gaps.json")
+    b.range("ProfilerStep#0", 0, 1000 * US, kind=RangeKind.STEP)
+    for i in range(100):
+        b.runtime("cudaLaunchKernel", i * 10 * US, 4 * US, kind=LAUNCH, correlation=i + 1)
+        b.activity("k", i * 10 * US + 4 * US, 6 * US, correlation=i + 1)
+    r = analyze(b.build())
+    assert r.bound is not None and r.bound.label == "host-bound"
+    e = r.bound.evidence
+    assert (e.launch_gaps, e.launch_gaps_ns) == (100, 400 * US)
+    assert "CUDA graph" in r.bound.advice[0] and "reduce-overhead" in r.bound.advice[0]
+
+
+def test_sync_bound_names_the_site() -> None:
+    b = TraceBuilder("sync.json")
+    for s in range(3):
+        t0 = s * 1000 * US
+        b.range(f"ProfilerStep#{s}", t0, 1000 * US, kind=RangeKind.STEP, step=s)
+        b.runtime("cudaLaunchKernel", t0, 10 * US, kind=LAUNCH, correlation=s + 1)
+        b.activity("k", t0 + 20 * US, 200 * US, correlation=s + 1)
+        # loss.item(): the host waits for k, then computes on the CPU while the device idles
+        b.runtime("cudaStreamSynchronize", t0 + 30 * US, 200 * US, kind=RuntimeKind.SYNC)
+        b.python_frame("train.py(40): step", t0 + 25 * US, 210 * US)
+    r = analyze(b.build())
+    assert r.bound is not None and r.bound.label == "sync-bound"
+    (site,) = r.bound.evidence.sync_sites
+    assert site.site == "train.py:40"
+    assert "train.py:40" in r.bound.advice[0] and "non_blocking=True" in r.bound.advice[0]
+
+
+def test_dependency_bound_names_the_stream() -> None:
+    b = TraceBuilder("dep.json")
+    b.range("ProfilerStep#0", 0, 1000 * US, kind=RangeKind.STEP)
+    b.runtime("cudaLaunchKernel", 0, 5 * US, kind=LAUNCH, correlation=1)
+    b.runtime("cudaLaunchKernel", 10 * US, 5 * US, kind=LAUNCH, correlation=2)
+    b.activity("compute", 20 * US, 100 * US, correlation=1, stream=7)
+    b.activity("ncclKernel_AllReduce", 700 * US, 300 * US, correlation=2, stream=21)
+    r = analyze(b.build())
+    assert r.bound is not None and r.bound.label == "dependency-bound"
+    assert r.bound.idle_ns_by_cause.dependency == 580 * US
+    (w,) = r.bound.evidence.waited_on
+    assert (w.stream, w.name) == ("21", "ncclKernel_AllReduce")
+    assert "stream 21" in r.bound.advice[0]
+
+
+def test_missing_activity_warns_and_leaves_the_wait_unattributed() -> None:
+    b = TraceBuilder("missing.json")
+    b.range("decode", 0, 100 * MS, kind=RangeKind.ANNOTATION)
+    b.runtime("hipGraphLaunch", 0, 10 * US, kind=RuntimeKind.GRAPH_LAUNCH, correlation=1)
+    b.runtime("hipMemcpyWithStream", 1 * MS, 90 * MS, kind=RuntimeKind.BLOCKING_MEMCPY, correlation=2)
+    b.activity("graph kernel", 100 * US, 100 * US, correlation=1)
+    b.activity("copy", 91 * MS - 10 * US, 5 * US, correlation=2)
+    r = analyze(b.build())
+    codes = [w.code for w in r.warnings]
+    assert codes == ["missing-activity"]
+    assert "hipMemcpyWithStream waits 90.0 ms" in r.warnings[0].message
+    assert r.bound is not None and r.bound.label == "undetermined"
+    assert r.bound.idle_ns_by_cause.unattributed >= 89 * MS
+
+
+def test_clocks_that_disagree_warn_and_withhold_run_ahead() -> None:
+    # every host event within 26 ms; the device starts 125 ms after the last one
+    b = TraceBuilder("clock.json")
+    for s in range(10):
+        b.range(f"ProfilerStep#{s}", s * 2 * MS, 2 * MS, kind=RangeKind.STEP, step=s)
+        b.runtime("cudaLaunchKernel", s * 2 * MS, 10 * US, kind=LAUNCH, correlation=s + 1)
+        b.activity("k", 145 * MS + s * 3 * MS, 1 * MS, correlation=s + 1)
+    r = analyze(b.build())
+    assert [w.code for w in r.warnings] == ["clock-mismatch"]
+    assert "clock" in r.warnings[0].code
+    assert r.bound is not None and r.bound.label == "undetermined"
+    # run-ahead would read ~150 ms in flight: the verdict must not call it a runaway queue
+    assert "never-synchronized" not in r.verdict.message
+
+
+def test_activity_before_its_launch_warns() -> None:
+    b = TraceBuilder("skew.json")
+    b.range("ProfilerStep#0", 0, 100 * US, kind=RangeKind.STEP)
+    b.runtime("cudaLaunchKernel", 50 * US, 5 * US, kind=LAUNCH, correlation=1)
+    b.activity("k", 40 * US, 5 * US, correlation=1)
+    r = analyze(b.build())
+    assert [w.code for w in r.warnings] == ["activity-before-launch"]
+
+
+def test_no_steps_is_one_whole_trace_never_a_rate() -> None:
+    b = TraceBuilder("nosteps.json")
+    b.activity("k", 0, 10 * US, correlation=1)
+    b.runtime("cudaLaunchKernel", 0, 1 * US, kind=LAUNCH, correlation=1)
+    for i in range(5):
+        b.runtime("cudaStreamSynchronize", 20 * US + i * 100 * US, 50 * US, kind=RuntimeKind.SYNC)
+    r = analyze(b.build())
+    assert r.step_source == "trace"
+    assert r.steps[0].run_ahead_ns is None
+    assert "in the whole trace" in r.verdict.message and "per step" not in r.verdict.message
+
+
+# --- syncs by cost ------------------------------------------------------------------------------
+
+
+def _cheap_syncs(steps: int) -> Trace:
+    # 15 syncs per 10 ms step, each 1 µs: they cost 0.15% of the step
+    b = TraceBuilder("cheap.json")
+    corr = 0
+    for s in range(steps):
+        t0 = s * 10 * MS
+        b.range(f"ProfilerStep#{s}", t0, 10 * MS, kind=RangeKind.STEP, step=s)
+        for k in range(15):
+            corr += 1
+            t = t0 + k * 600 * US
+            b.runtime("cudaLaunchKernel", t, 5 * US, kind=LAUNCH, correlation=corr)
+            b.activity("k", t + 10 * US, 580 * US, correlation=corr)
+            b.runtime("cudaStreamSynchronize", t + 589 * US, 1 * US, kind=RuntimeKind.SYNC)
+    return b.build()
+
+
+def test_cheap_syncs_are_a_finding_not_the_headline() -> None:
+    r = analyze(_cheap_syncs(10))
+    assert r.verdict.code == "cheap-syncs"
+    assert "15 syncs per step" in r.verdict.message and "cost little" in r.verdict.message
+    assert r.bound is not None and r.bound.label == "device-bound"
+
+
+# --- properties ---------------------------------------------------------------------------------
+
+_act = st.tuples(
+    st.integers(0, 3_000),  # launch start
+    st.integers(0, 40),  # launch duration
+    st.integers(-10, 600),  # device start − launch start
+    st.integers(0, 300),  # duration
+    st.integers(1, 3),  # stream
+    st.booleans(),  # matched
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(_act, max_size=30),
+    st.lists(st.tuples(st.integers(0, 3_000), st.integers(0, 400)), max_size=5),
+    st.lists(st.integers(1, 900), min_size=0, max_size=5),
+)
+def test_shares_add_up_and_causes_sum_to_idle(acts, syncs, steps) -> None:  # type: ignore[no-untyped-def]
+    b = TraceBuilder("prop.json")
+    t = 0
+    for i, d in enumerate(steps):
+        b.range(f"ProfilerStep#{i}", t, d, kind=RangeKind.STEP, step=i)
+        t += d
+    for corr, (ls, ld, off, ad, stream, matched) in enumerate(acts, 1):
+        b.runtime("cudaLaunchKernel", ls, ld, kind=LAUNCH, correlation=corr if matched else -1)
+        b.activity("k", ls + off, ad, stream=stream, correlation=corr)
+    for ss, sd in syncs:
+        b.runtime("cudaStreamSynchronize", ss, sd, kind=RuntimeKind.SYNC)
+    r = analyze(b.build())
+    run = r.bound
+    assert run is not None
+    assert run.busy_ns + run.idle_ns == run.region_ns
+    assert run.idle_ns_by_cause.total() == run.idle_ns
+    assert sum(s.gpu_busy_ns for s in r.steps) == run.busy_ns
+    assert sum(s.gpu_idle_ns for s in r.steps) == run.idle_ns
+    for cause in ("host", "sync", "input", "dependency", "unattributed"):
+        got = sum(getattr(s.bound.idle_ns_by_cause, cause) for s in r.steps if s.bound)
+        assert got == getattr(run.idle_ns_by_cause, cause)
+    shares = [(s.bound.share_start_ns, s.bound.share_end_ns) for s in r.steps if s.bound]
+    for (_a0, a1), (b0, _b1) in zip(shares, shares[1:], strict=False):
+        assert a1 == b0  # contiguous, no overlap
+    if shares:
+        assert shares[0][0] <= shares[-1][1]
+    e = run.evidence
+    assert e.launch_gaps_ns + e.host_work_ns == run.idle_ns_by_cause.host
+
+
+# --- live session records ----------------------------------------------------------------------
+
+
+def _simulate(
+    n: int, *, host_ns: int, device_ns: int, data_ns: int = 0, kernels: int = 10, ahead: int = 3
+) -> list[StepRecord]:
+    """What a session records for a loop whose host issues ``kernels`` kernels per step over
+    ``host_ns`` (after ``data_ns`` in the loader), each taking device_ns / kernels on the device;
+    the host blocks once it is ``ahead`` steps of device work ahead (the launch queue's cap).
+    One marker per boundary, executed when the device reaches it."""
+    t = 0
+    dev = 0  # when the device is free
+    prev_marker = 0
+    ends: list[int] = []
+    out: list[StepRecord] = []
+    for i in range(n):
+        start = t
+        start_marker = prev_marker
+        t += data_ns
+        for _ in range(kernels):
+            t += host_ns // kernels
+            dev = max(dev, t) + device_ns // kernels
+            t = max(t, dev - ahead * device_ns)  # the queue is full: the launch blocks
+        marker = max(dev, t)
+        in_flight = sum(1 for e in ends if e > start)
+        out.append(
+            StepRecord(
+                step=i,
+                start_ns=start,
+                frontend_ns=t - start,
+                data_wait_ns=data_ns,
+                device_ns=marker - start_marker,
+                run_ahead_ns=marker - t,
+                in_flight=in_flight,
+            )
+        )
+        ends.append(marker)
+        prev_marker = marker
+    return out
+
+
+def test_records_device_twice_as_slow_is_device_bound() -> None:
+    rb = bound_of_records(_simulate(30, host_ns=10 * MS, device_ns=20 * MS), asynchronous=True)
+    assert rb.run.label == "device-bound"
+    assert all(s.label == "device-bound" for s in rb.steps[2:])
+    assert rb.run.evidence.estimated
+
+
+def test_records_device_five_times_faster_is_host_bound() -> None:
+    rb = bound_of_records(_simulate(30, host_ns=10 * MS, device_ns=2 * MS), asynchronous=True)
+    assert rb.run.label == "host-bound"
+    assert all(s.label == "host-bound" for s in rb.steps)
+
+
+def test_records_slow_loader_is_input_bound() -> None:
+    steps = _simulate(30, host_ns=2 * MS, device_ns=2 * MS, data_ns=8 * MS)
+    rb = bound_of_records(steps, asynchronous=True)
+    assert rb.run.label == "input-bound"
+    assert "num_workers" in rb.run.advice[0]
+
+
+def test_records_one_long_sync_per_step_is_sync_bound() -> None:
+    # the host issues for 3 ms, then waits 6 ms in loss.item(): nothing overlaps the wait
+    steps = [
+        StepRecord(
+            step=i,
+            start_ns=i * 10 * MS,
+            frontend_ns=10 * MS,
+            device_ns=10 * MS,
+            run_ahead_ns=5 * US,
+            in_flight=0,
+            sync_count=1,
+            sync_wait_ns=6 * MS,
+        )
+        for i in range(20)
+    ]
+    rb = bound_of_records(steps, asynchronous=True)
+    assert rb.run.label == "sync-bound"
+    assert rb.run.idle_ns_by_cause.sync == 20 * 6 * MS
+    assert ".item()" in rb.run.advice[0]
+
+
+def test_records_on_cpu_say_the_label_is_about_the_host() -> None:
+    steps = [
+        StepRecord(step=i, start_ns=i * MS, frontend_ns=MS, data_wait_ns=600 * US, device_ns=MS)
+        for i in range(10)
+    ]
+    rb = bound_of_records(steps, asynchronous=False)
+    assert rb.run.label == "input-bound"
+    assert any("CPU backend is synchronous" in a for a in rb.run.advice)
+    assert any("synchronous" in n for n in rb.run.evidence.notes)
+
+
+def test_summarize_records_includes_the_bound() -> None:
+    header = SessionHeader(
+        name="t",
+        host="h",
+        pid=1,
+        device_kind="cuda",
+        device_name="GPU",
+        asynchronous=True,
+        started_unix_ns=0,
+        sync_detection="cuda",
+    )
+    records = Records(
+        path="t.records.jsonl",
+        header=header,
+        steps=_simulate(20, host_ns=10 * MS, device_ns=2 * MS),
+        syncs=[],
+        summary=None,
+        complete=False,
+    )
+    s = summarize_records(records)
+    assert s.bound is not None and s.bound.label == "host-bound"
+
+
+@pytest.mark.parametrize("n", [0])
+def test_records_without_steps(n: int) -> None:
+    rb = bound_of_records([], asynchronous=True)
+    assert rb.run.label == "undetermined" and rb.steps == []
