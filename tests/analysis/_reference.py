@@ -314,6 +314,68 @@ def _shares(
     return out
 
 
+_DATA_WAIT = re.compile(r"enumerate\(DataLoader\).*__next__")
+
+
+def _causes(
+    region: tuple[int, int],
+    device_acts: list[tuple[int, int, tuple[int, int] | None]],
+    syncs: list[tuple[int, int]],
+    data: list[tuple[int, int]],
+    *,
+    clocks_bad: bool,
+) -> dict[str, int]:
+    """Busy time and idle by cause over the region, one gap at a time, as docs/analysis.md
+    defines them. ``device_acts``: (start, end, (launch start, launch end) or None) of every
+    activity of the device, in trace order."""
+    r0, r1 = region
+    clipped = sorted(
+        ((max(a, r0), min(b, r1), launch) for a, b, launch in device_acts if min(b, r1) > max(a, r0)),
+        key=lambda x: x[0],
+    )
+    groups: list[list[Any]] = []  # [start, end, the activity that starts it]
+    for a, b, launch in clipped:
+        if groups and a <= groups[-1][1]:
+            groups[-1][1] = max(groups[-1][1], b)
+        else:
+            groups.append([a, b, launch])
+    gaps: list[tuple[int, int, Any, bool]] = []  # (g0, g1, launch of the ender, final)
+    t = r0
+    for a, b, launch in groups:
+        if a > t:
+            gaps.append((t, a, launch, False))
+        t = b
+    if r1 > t:
+        gaps.append((t, r1, None, True))
+    missing = [
+        (a, b)
+        for a, b in syncs
+        if b - a >= 1_000_000
+        and _union([(max(x, a), min(y, b)) for x, y, _ in groups if x < b and y > a])
+        < 0.01 * (b - a)
+    ]
+    out = {"busy": sum(b - a for a, b, _ in groups), "host_short": 0, "host_long": 0}
+    for c in ("host", "sync", "input", "dependency", "unattributed"):
+        out[c] = 0
+    for g0, g1, launch, final in gaps:
+        n = g1 - g0
+        inside_missing = _union([(max(a, g0), min(b, g1)) for a, b in missing if a < g1 and b > g0])
+        if clocks_bad or 2 * inside_missing > n or (launch is None and not final):
+            cause = "unattributed"
+        elif launch is not None and launch[1] < g0:
+            cause = "dependency"
+        elif any(a <= g0 < b for a, b in syncs):
+            cause = "sync"
+        else:
+            upto = g1 if final else max(launch[0], g0)
+            waited = _union([(max(a, g0), min(b, upto)) for a, b in data if a < upto and b > g0])
+            cause = "input" if upto > g0 and 2 * waited > upto - g0 else "host"
+        out[cause] += n
+        if cause == "host":
+            out["host_short" if n < 50_000 else "host_long"] += n
+    return out
+
+
 def _sweep(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """[(t, open intervals once every change at t is applied)]; an end before a start at t."""
     changes = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
@@ -515,6 +577,33 @@ def reference_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
         r0, h1 = windows[0][1], max(w1 for _, _, w1 in windows)
         region = (r0, max([h1] + [b for ls, _, b in launched if r0 <= ls < h1]))
     shares = _shares([(w0, w1) for _, w0, w1 in windows], region, timeline, launched)
+    device_acts = [
+        (
+            start(e),
+            end(e),
+            launch[key(e)] if args(e).get("correlation") is not None and key(e) in launch else None,
+        )
+        for e in acts
+        if args(e).get("device") == device
+    ]
+    sync_iv = [(start(e), end(e)) for e in runtime if _is_sync(e["name"])]
+    data_iv = [
+        (start(e), end(e))
+        for e in events
+        if str(e.get("cat", "")).lower() in ("cpu_op", "operator", "user_annotation")
+        and _DATA_WAIT.search(str(e.get("name", "")))
+    ]
+    clocks_bad = False
+    if matched and host:
+        h0, h1 = min(map(start, host)), max(map(end, host))
+        l2s = sorted(a - ls for _, ls, _, a, _ in matched)
+        p50 = l2s[(len(l2s) - 1) // 2]
+        first = min(a for _, _, _, a, _ in matched)
+        last = max(b for _, _, _, _, b in matched)
+        clocks_bad = first > h1 or last < h0 or (h1 > h0 and p50 > h1 - h0)
+    bound = _causes(region, device_acts, sync_iv, data_iv, clocks_bad=clocks_bad)
+    bound["region"] = region[1] - region[0]
+    bound["clocks_bad"] = clocks_bad
 
     syncs = [e for e in runtime if _is_sync(e["name"])]
     steps: list[dict[str, Any]] = []
@@ -584,6 +673,7 @@ def reference_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
         "sync_calls": [(d, op, site, step) for _, d, op, site, step in calls],
         # device-side records of the same waits: listed apart, never added to the calls
         "device_sync_records": sum(1 for e in events if e.get("cat") == "cuda_sync"),
+        "bound": bound,
     }
 
 
@@ -676,6 +766,11 @@ def reference_nsys_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any
     timeline = [(a[0] - origin, a[1] - origin) for a in acts if a[5] == dev]
     region = (min([w0] + [a for a, _ in timeline]), max([w1] + [b for _, b in timeline]))
     ((_lo, _hi, busy, idle),) = _shares([(w0, w1)], region, timeline, [])
+    device_acts = [
+        (a[0] - origin, a[1] - origin, launch.get((a[3] >> 24, a[4]))) for a in acts if a[5] == dev
+    ]
+    bound = _causes(region, device_acts, syncs, [], clocks_bad=False)
+    bound["region"] = region[1] - region[0]
     step = {
         "step": 0,
         "start_ns": w0,
@@ -699,4 +794,5 @@ def reference_nsys_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any
         "queue": queue,
         "steps": [step],
         "sync_total_ns": sum(e - s for s, e in syncs),
+        "bound": bound,
     }
