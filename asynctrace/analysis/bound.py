@@ -187,7 +187,9 @@ def advice_for(label: str, b: Bound | None = None, *, asynchronous: bool = True)
     e = b.evidence
     out: list[str]
     if label == "device-bound":
-        kernels = ", ".join(f"{_short(k.name)} ({_ms(k.total_ns)}, ×{k.count})" for k in e.top_kernels[:3])
+        kernels = ", ".join(
+            f"{_short(k.name)} ({_ms(k.total_ns)}, ×{k.count})" for k in e.top_kernels[:3]
+        )
         out = [
             f"the device is busy {e.busy_pct:.0f}% of the time: speed up its top kernels"
             + (f" — {kernels}" if kernels else "")
@@ -215,7 +217,8 @@ def advice_for(label: str, b: Bound | None = None, *, asynchronous: bool = True)
             ]
     elif label == "sync-bound":
         sites = ", ".join(
-            f"{s.site or s.op} ({s.op} ×{s.count}, costs {_ms(s.cost_ns)})" for s in e.sync_sites[:3]
+            f"{s.site or s.op} ({s.op} ×{s.count}, costs {_ms(s.cost_ns)})"
+            for s in e.sync_sites[:3]
         )
         out = [
             "syncs stall the pipeline"
@@ -665,15 +668,19 @@ def _host_frames(trace: Trace, g0: I64, g1: I64, cls: I64, leading: str) -> list
             ops = r.kind == RangeKind.OP
         if ops.any():
             lookups.append(
-                (_ThreadFrames(r.start_ns[ops], r.start_ns[ops] + r.dur_ns[ops], r.name[ops]), False)
+                (
+                    _ThreadFrames(r.start_ns[ops], r.start_ns[ops] + r.dur_ns[ops], r.name[ops]),
+                    False,
+                )
             )
     agg: dict[tuple[str, str], list[int]] = {}
     for t, ln in zip(at.tolist(), (g1[top] - g0[top]).tolist(), strict=True):
         name = -1
         python = False
-        for frames, python in lookups:
+        for frames, is_python in lookups:
             name = frames.innermost(t, t + 1, strings)
             if name >= 0:
+                python = is_python
                 break
         if name < 0:
             key = ("(no host frame)", "")

@@ -108,9 +108,7 @@ def _step_function(on: I64, off: I64) -> QueueSeries:
     return QueueSeries(t[last], depth[last])
 
 
-def queue_entries(
-    trace: Trace, links: LaunchLinks
-) -> tuple[npt.NDArray[np.intp], I64, I64, I64]:
+def queue_entries(trace: Trace, links: LaunchLinks) -> tuple[npt.NDArray[np.intp], I64, I64, I64]:
     """The queue's entries: (activity row standing for the entry, launch start, device start,
     device end), skew-corrected. One per matched activity, except that all the kernels of one
     graph launch make one entry (first kernel's row and start, last kernel's end)."""

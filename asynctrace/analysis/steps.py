@@ -294,9 +294,7 @@ def split_steps(
                 sync_count=j1 - j0,
                 sync_wait_ns=wait,
                 # a whole trace has no step end the host moved on from: no run-ahead
-                run_ahead_ns=None
-                if dev_end is None or w.source == "trace"
-                else dev_end - w.end_ns,
+                run_ahead_ns=None if dev_end is None or w.source == "trace" else dev_end - w.end_ns,
                 queue_max=qmax,
                 in_flight_steps=0,
             )

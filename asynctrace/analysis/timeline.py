@@ -19,7 +19,7 @@ I64 = npt.NDArray[np.int64]
 
 
 class Cover(msgspec.Struct, frozen=True, eq=False):
-    """Disjoint intervals ``[start_ns[i], end_ns[i])`` sorted by start, none empty, none touching."""
+    """Disjoint intervals ``[start_ns[i], end_ns[i])``, sorted, none empty, none touching."""
 
     start_ns: I64
     end_ns: I64
@@ -65,9 +65,9 @@ class Cover(msgspec.Struct, frozen=True, eq=False):
         if len(self.start_ns) == 0:
             return np.zeros(np.shape(t), np.int64)
         last = np.maximum(k - 1, 0)
-        partial = np.where(
-            k > 0, np.minimum(t, self.end_ns[last]) - self.start_ns[last], 0
-        ).astype(np.int64)
+        partial = np.where(k > 0, np.minimum(t, self.end_ns[last]) - self.start_ns[last], 0).astype(
+            np.int64
+        )
         return self.cum_ns[last] * (k > 0) + partial
 
     def between(self, a: npt.ArrayLike, b: npt.ArrayLike) -> I64:

@@ -279,7 +279,9 @@ def _at_cap(depth: list[tuple[int, int]], cap: int, launch_calls: list[tuple[int
     total = 0
     for (t0, v), (t1, _) in pairwise(depth):
         if v >= cap:
-            total += _union([(max(a, t0), min(b, t1)) for a, b in launch_calls if a < t1 and b > t0])
+            total += _union(
+                [(max(a, t0), min(b, t1)) for a, b in launch_calls if a < t1 and b > t0]
+            )
     return total
 
 
@@ -330,7 +332,11 @@ def _causes(
     activity of the device, in trace order."""
     r0, r1 = region
     clipped = sorted(
-        ((max(a, r0), min(b, r1), launch) for a, b, launch in device_acts if min(b, r1) > max(a, r0)),
+        (
+            (max(a, r0), min(b, r1), launch)
+            for a, b, launch in device_acts
+            if min(b, r1) > max(a, r0)
+        ),
         key=lambda x: x[0],
     )
     groups: list[list[Any]] = []  # [start, end, the activity that starts it]

@@ -3,6 +3,7 @@ same label from a live session's step records."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -88,7 +89,8 @@ def test_every_cause_by_hand() -> None:
     assert "log_metrics (train.py:12)" in b.advice[0]
     # per step: step 1's share starts at its first activity (e, 1020); step 0 owns the rest
     s0, s1 = (s.bound for s in r.steps)
-    assert s0 is not None and s1 is not None
+    assert s0 is not None
+    assert s1 is not None
     assert (s0.share_start_ns, s0.share_end_ns, s1.share_start_ns, s1.share_end_ns) == (
         0,
         1020 * US,
@@ -137,7 +139,8 @@ def _back_to_back(steps: int, kernels: int, *, gap_ns: int = 0) -> Trace:
 
 def test_device_bound_names_the_top_kernels_and_a_single_step_is_labelled() -> None:
     r = analyze(_back_to_back(1, 20))
-    assert r.bound is not None and r.bound.label == "device-bound"
+    assert r.bound is not None
+    assert r.bound.label == "device-bound"
     assert r.bound.idle_ns == 0
     assert {k.name for k in r.bound.evidence.top_kernels} == {"gemm", "relu"}
     assert "gemm" in r.bound.advice[0]
@@ -154,10 +157,12 @@ def test_launch_gaps_advise_graphs() -> None:
         b.runtime("cudaLaunchKernel", i * 10 * US, 4 * US, kind=LAUNCH, correlation=i + 1)
         b.activity("k", i * 10 * US + 4 * US, 6 * US, correlation=i + 1)
     r = analyze(b.build())
-    assert r.bound is not None and r.bound.label == "host-bound"
+    assert r.bound is not None
+    assert r.bound.label == "host-bound"
     e = r.bound.evidence
     assert (e.launch_gaps, e.launch_gaps_ns) == (100, 400 * US)
-    assert "CUDA graph" in r.bound.advice[0] and "reduce-overhead" in r.bound.advice[0]
+    assert "CUDA graph" in r.bound.advice[0]
+    assert "reduce-overhead" in r.bound.advice[0]
 
 
 def test_sync_bound_names_the_site() -> None:
@@ -171,10 +176,12 @@ def test_sync_bound_names_the_site() -> None:
         b.runtime("cudaStreamSynchronize", t0 + 30 * US, 200 * US, kind=RuntimeKind.SYNC)
         b.python_frame("train.py(40): step", t0 + 25 * US, 210 * US)
     r = analyze(b.build())
-    assert r.bound is not None and r.bound.label == "sync-bound"
+    assert r.bound is not None
+    assert r.bound.label == "sync-bound"
     (site,) = r.bound.evidence.sync_sites
     assert site.site == "train.py:40"
-    assert "train.py:40" in r.bound.advice[0] and "non_blocking=True" in r.bound.advice[0]
+    assert "train.py:40" in r.bound.advice[0]
+    assert "non_blocking=True" in r.bound.advice[0]
 
 
 def test_dependency_bound_names_the_stream() -> None:
@@ -185,7 +192,8 @@ def test_dependency_bound_names_the_stream() -> None:
     b.activity("compute", 20 * US, 100 * US, correlation=1, stream=7)
     b.activity("ncclKernel_AllReduce", 700 * US, 300 * US, correlation=2, stream=21)
     r = analyze(b.build())
-    assert r.bound is not None and r.bound.label == "dependency-bound"
+    assert r.bound is not None
+    assert r.bound.label == "dependency-bound"
     assert r.bound.idle_ns_by_cause.dependency == 580 * US
     (w,) = r.bound.evidence.waited_on
     assert (w.stream, w.name) == ("21", "ncclKernel_AllReduce")
@@ -196,14 +204,17 @@ def test_missing_activity_warns_and_leaves_the_wait_unattributed() -> None:
     b = TraceBuilder("missing.json")
     b.range("decode", 0, 100 * MS, kind=RangeKind.ANNOTATION)
     b.runtime("hipGraphLaunch", 0, 10 * US, kind=RuntimeKind.GRAPH_LAUNCH, correlation=1)
-    b.runtime("hipMemcpyWithStream", 1 * MS, 90 * MS, kind=RuntimeKind.BLOCKING_MEMCPY, correlation=2)
+    b.runtime(
+        "hipMemcpyWithStream", 1 * MS, 90 * MS, kind=RuntimeKind.BLOCKING_MEMCPY, correlation=2
+    )
     b.activity("graph kernel", 100 * US, 100 * US, correlation=1)
     b.activity("copy", 91 * MS - 10 * US, 5 * US, correlation=2)
     r = analyze(b.build())
     codes = [w.code for w in r.warnings]
     assert codes == ["missing-activity"]
     assert "hipMemcpyWithStream waits 90.0 ms" in r.warnings[0].message
-    assert r.bound is not None and r.bound.label == "undetermined"
+    assert r.bound is not None
+    assert r.bound.label == "undetermined"
     assert r.bound.idle_ns_by_cause.unattributed >= 89 * MS
 
 
@@ -217,7 +228,8 @@ def test_clocks_that_disagree_warn_and_withhold_run_ahead() -> None:
     r = analyze(b.build())
     assert [w.code for w in r.warnings] == ["clock-mismatch"]
     assert "clock" in r.warnings[0].code
-    assert r.bound is not None and r.bound.label == "undetermined"
+    assert r.bound is not None
+    assert r.bound.label == "undetermined"
     # run-ahead would read ~150 ms in flight: the verdict must not call it a runaway queue
     assert "never-synchronized" not in r.verdict.message
 
@@ -240,7 +252,8 @@ def test_no_steps_is_one_whole_trace_never_a_rate() -> None:
     r = analyze(b.build())
     assert r.step_source == "trace"
     assert r.steps[0].run_ahead_ns is None
-    assert "in the whole trace" in r.verdict.message and "per step" not in r.verdict.message
+    assert "in the whole trace" in r.verdict.message
+    assert "per step" not in r.verdict.message
 
 
 # --- syncs by cost ------------------------------------------------------------------------------
@@ -265,8 +278,10 @@ def _cheap_syncs(steps: int) -> Trace:
 def test_cheap_syncs_are_a_finding_not_the_headline() -> None:
     r = analyze(_cheap_syncs(10))
     assert r.verdict.code == "cheap-syncs"
-    assert "15 syncs per step" in r.verdict.message and "cost little" in r.verdict.message
-    assert r.bound is not None and r.bound.label == "device-bound"
+    assert "15 syncs per step" in r.verdict.message
+    assert "cost little" in r.verdict.message
+    assert r.bound is not None
+    assert r.bound.label == "device-bound"
 
 
 # --- properties ---------------------------------------------------------------------------------
@@ -309,7 +324,7 @@ def test_shares_add_up_and_causes_sum_to_idle(acts, syncs, steps) -> None:  # ty
         got = sum(getattr(s.bound.idle_ns_by_cause, cause) for s in r.steps if s.bound)
         assert got == getattr(run.idle_ns_by_cause, cause)
     shares = [(s.bound.share_start_ns, s.bound.share_end_ns) for s in r.steps if s.bound]
-    for (_a0, a1), (b0, _b1) in zip(shares, shares[1:], strict=False):
+    for (_a0, a1), (b0, _b1) in itertools.pairwise(shares):
         assert a1 == b0  # contiguous, no overlap
     if shares:
         assert shares[0][0] <= shares[-1][1]
@@ -430,13 +445,15 @@ def test_summarize_records_includes_the_bound() -> None:
         complete=False,
     )
     s = summarize_records(records)
-    assert s.bound is not None and s.bound.label == "host-bound"
+    assert s.bound is not None
+    assert s.bound.label == "host-bound"
 
 
 @pytest.mark.parametrize("n", [0])
 def test_records_without_steps(n: int) -> None:
     rb = bound_of_records([], asynchronous=True)
-    assert rb.run.label == "undetermined" and rb.steps == []
+    assert rb.run.label == "undetermined"
+    assert rb.steps == []
 
 
 # --- real traces: every figure against an independent reading, every label by hand -------------
@@ -525,12 +542,14 @@ def test_v100_ns_trace_is_device_bound() -> None:
 def test_b200_compile_trace_is_host_bound() -> None:
     # 86% of the device's time idle, the queue never deeper than 2: the host is the limit
     r, ref = _real("kineto", "tracelens_b200_compile_culaunchkernelex.json.gz")
-    assert _idle(ref) > 0.8 and _lead(ref) == "host"
+    assert _idle(ref) > 0.8
+    assert _lead(ref) == "host"
     assert r.bound.label == "host-bound"
     assert max(q.max for q in r.queue.values()) <= 2
     # with Python frames: the host frames during the idle time name their lines
     assert r.bound.evidence.host_frames[0].site.endswith(".py:122")
-    assert r.step_source == "trace" and r.verdict.code == "whole-trace"
+    assert r.step_source == "trace"
+    assert r.verdict.code == "whole-trace"
 
 
 @pytest.mark.real_traces
@@ -551,19 +570,22 @@ def test_a100_graph_launch_trace_is_dependency_bound_with_cheap_syncs() -> None:
     assert sum(s.gpu_idle_ns for s in r.steps) == r.bound.idle_ns < r.bound.region_ns
     assert (r.bound.region_ns, r.bound.busy_ns) == (1_232_450_000, 438_424_000)
     # queued work (launched long before) waited on NCCL and other streams: 687 of 794 ms idle
-    assert _lead(ref) == "dependency" and r.bound.label == "dependency-bound"
+    assert _lead(ref) == "dependency"
+    assert r.bound.label == "dependency-bound"
     assert any("nccl" in w.name.lower() for w in r.bound.evidence.waited_on)
     # a graph launch is one queue entry: 958, under the 1,024 a device holds (was 1,338)
     assert max(q.max for q in r.queue.values()) == 958
     # 15 syncs per step that cost 0.5% of the step: said, not the headline
-    assert r.verdict.code == "cheap-syncs" and "15 syncs per step" in r.verdict.message
+    assert r.verdict.code == "cheap-syncs"
+    assert "15 syncs per step" in r.verdict.message
 
 
 @pytest.mark.real_traces
 def test_h100_bert_is_host_bound_and_its_syncs_cheap() -> None:
     # syncs wait ~14 µs of a 4.4 ms step while the GPU idles 92%
     r, ref = _real("kineto", "tracelens_h100_bert_small_with_stack.json.gz")
-    assert _idle(ref) > 0.9 and _lead(ref) == "host"
+    assert _idle(ref) > 0.9
+    assert _lead(ref) == "host"
     assert r.bound.label == "host-bound"
     assert r.verdict.code == "cheap-syncs"
     assert r.bound.evidence.host_frames[0].site.startswith("transformers/models/bert/")
@@ -607,4 +629,5 @@ def test_every_other_trace_by_hand(kind: str, name: str, label: str) -> None:
     )
     assert want == label == r.bound.label
     if name == "tracelens_mi300_vllm_graph_replay.json.gz":
-        assert ref["clocks_bad"] and any("clock" in w.code for w in r.warnings)
+        assert ref["clocks_bad"]
+        assert any("clock" in w.code for w in r.warnings)
