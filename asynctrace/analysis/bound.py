@@ -107,7 +107,7 @@ MISSING_ACTIVITY_MIN_NS = 1_000_000
 #: ... during which the device is busy less than this share of it: activity is missing
 MISSING_ACTIVITY_BUSY_FRACTION = 0.01
 #: longest gaps of the leading cause whose host frames are looked up (the evidence)
-FRAME_SAMPLE_GAPS = 512
+FRAME_SAMPLE_GAPS = 64
 #: records: run-ahead at a step's end above this share of the step: the device is behind
 RECORDS_BEHIND_FRACTION = 0.05
 #: records: this many steps in flight: the queue holds whole steps, the device is behind
@@ -130,6 +130,7 @@ _LABEL_OF_CAUSE = {
 }
 #: data waits in a trace: the profiler's range around a DataLoader iterator's __next__
 _DATA_WAIT = re.compile(r"enumerate\(DataLoader\).*__next__")
+_DATA_MARK = "DataLoader"
 
 # gap classes (host split into launch gaps and host work)
 _H_SHORT, _H_LONG, _SYNC, _INPUT, _DEP, _UNATTR = range(6)
@@ -324,8 +325,9 @@ def bound_of_trace(
     rows = np.flatnonzero(on_dev & (a_end > r0) & (a_start < r1))
     s = np.maximum(a_start[rows], r0)
     e = np.minimum(a_end[rows], r1)
-    order = np.argsort(s, kind="stable")
-    rows, s, e = rows[order], s[order], e[order]
+    if len(s) > 1 and bool((s[1:] < s[:-1]).any()):  # the model keeps tables sorted by start
+        order = np.argsort(s, kind="stable")
+        rows, s, e = rows[order], s[order], e[order]
     nz = e > s
     rows, s, e = rows[nz], s[nz], e[nz]
     if len(s):
@@ -358,7 +360,9 @@ def bound_of_trace(
     sy_e = sy_s + rt.dur_ns[is_sync]
     sync_cover = Cover.of(sy_s, sy_e)
     r = trace.ranges
-    data_name = np.array([bool(_DATA_WAIT.search(x)) for x in trace.strings] or [False], bool)
+    data_name = np.array(
+        [_DATA_MARK in x and bool(_DATA_WAIT.search(x)) for x in trace.strings] or [False], bool
+    )
     is_data = (
         ((r.kind == RangeKind.OP) | (r.kind == RangeKind.ANNOTATION)) & data_name[r.name]
         if len(r)
@@ -621,13 +625,14 @@ def _sync_costs(syncs: SyncSummary, g0: I64, g1: I64, cls: I64) -> list[SyncCost
 
 
 def _main_thread(trace: Trace) -> tuple[int, int] | None:
-    """The (pid, tid) with most runtime calls (the one launching the work)."""
+    """The thread with most runtime calls (the one launching the work), as (pid, tid)."""
     rt = trace.runtime
     if len(rt) == 0:
         return None
-    pairs, counts = np.unique(np.stack([rt.pid, rt.tid]), axis=1, return_counts=True)
-    j = int(np.argmax(counts))
-    return int(pairs[0, j]), int(pairs[1, j])
+    tids, counts = np.unique(rt.tid, return_counts=True)
+    tid = tids[int(np.argmax(counts))]
+    pid = rt.pid[int(np.argmax(rt.tid == tid))]
+    return int(pid), int(tid)
 
 
 def _host_frames(trace: Trace, g0: I64, g1: I64, cls: I64, leading: str) -> list[HostFrame]:
@@ -656,9 +661,10 @@ def _host_frames(trace: Trace, g0: I64, g1: I64, cls: I64, leading: str) -> list
             on = (py.pid == pid) & (py.tid == tid)
             if not on.any():
                 on = np.ones(len(py), bool)
-            user_name = np.array([is_user_frame(x) for x in strings] or [False], bool)
             fs, fe, fn = py.start_ns[on], py.start_ns[on] + py.dur_ns[on], py.name[on]
-            u = user_name[fn]
+            used = np.unique(fn)
+            user_ids = used[[is_user_frame(strings[int(i)]) for i in used.tolist()]]
+            u = np.isin(fn, user_ids)
             if u.any():
                 lookups.append((_ThreadFrames(fs[u], fe[u], fn[u]), True))
             lookups.append((_ThreadFrames(fs, fe, fn), True))
@@ -726,19 +732,30 @@ def _waited_on(
         return []
     rows = ender[d]
     act = trace.activities
-    agg: dict[tuple[str, str], list[int]] = {}
-    streams = (
-        [group_keys[int(group_of[r])] for r in rows.tolist()]
-        if group_of is not None and len(group_keys)
-        else [str(int(act.stream[r])) for r in rows.tolist()]
-    )
-    for stream, r, ln in zip(streams, rows.tolist(), (g1[d] - g0[d]).tolist(), strict=True):
-        slot = agg.setdefault((stream, trace.name_of(int(act.name[r]))), [0, 0])
-        slot[0] += 1
-        slot[1] += ln
-    out = [WaitedOn(stream=k[0], name=k[1], gaps=v[0], idle_ns=v[1]) for k, v in agg.items()]
-    out.sort(key=lambda w: (-w.idle_ns, w.stream, w.name))
-    return out[:5]
+    if group_of is not None and len(group_keys):
+        stream_id = group_of[rows].astype(np.int64)
+        keys = list(group_keys)
+    else:
+        uniq_s, inv_s = np.unique(act.stream[rows], return_inverse=True)
+        stream_id = inv_s.reshape(-1).astype(np.int64)
+        keys = [str(int(x)) for x in uniq_s.tolist()]
+    names = act.name[rows].astype(np.int64)
+    pair = stream_id * (int(names.max()) + 1) + names
+    uniq, inv = np.unique(pair, return_inverse=True)
+    inv = inv.reshape(-1)
+    idle = np.bincount(inv, weights=g1[d] - g0[d]).astype(np.int64)
+    gaps = np.bincount(inv)
+    top = np.lexsort((uniq, -idle))[:5]
+    width = int(names.max()) + 1
+    return [
+        WaitedOn(
+            stream=keys[int(uniq[i]) // width],
+            name=trace.name_of(int(uniq[i]) % width),
+            gaps=int(gaps[i]),
+            idle_ns=int(idle[i]),
+        )
+        for i in top.tolist()
+    ]
 
 
 # --- live session records ---------------------------------------------------------------------

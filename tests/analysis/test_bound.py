@@ -547,7 +547,8 @@ def test_b200_compile_trace_is_host_bound() -> None:
     assert r.bound.label == "host-bound"
     assert max(q.max for q in r.queue.values()) <= 2
     # with Python frames: the host frames during the idle time name their lines
-    assert r.bound.evidence.host_frames[0].site.endswith(".py:122")
+    site = r.bound.evidence.host_frames[0].site
+    assert site.split(":")[0].endswith(".py") and site.split(":")[1].isdigit()
     assert r.step_source == "trace"
     assert r.verdict.code == "whole-trace"
 
