@@ -81,6 +81,7 @@ __all__ = [
     "BoundEvidence",
     "HostFrame",
     "IdleByCause",
+    "IdleGaps",
     "KernelTime",
     "RecordsBound",
     "ReportWarning",
@@ -136,6 +137,19 @@ _DATA_MARK = "DataLoader"
 _H_SHORT, _H_LONG, _SYNC, _INPUT, _DEP, _UNATTR = range(6)
 
 
+class IdleGaps(msgspec.Struct, frozen=True, eq=False):
+    """Every idle gap of the device timeline, sorted: for views that draw them (annotate slices,
+    timelines). ``cause`` indexes :data:`CAUSES`; ``launch_gap`` marks host gaps shorter than
+    :data:`LAUNCH_GAP_NS`; ``step`` is the index (in the report's steps) of the step whose share
+    holds the gap's start, -1 without steps."""
+
+    start_ns: I64
+    end_ns: I64
+    cause: npt.NDArray[np.uint8]
+    launch_gap: npt.NDArray[np.bool_]
+    step: I64
+
+
 class TraceBound(msgspec.Struct, frozen=True, kw_only=True):
     run: Bound
     steps: list[StepBound]
@@ -144,6 +158,8 @@ class TraceBound(msgspec.Struct, frozen=True, kw_only=True):
     sync_cost_fraction: float
     #: the clocks disagree: delay and run-ahead verdicts are withheld
     clocks_disagree: bool = False
+    #: the gaps themselves (not in the report's JSON)
+    gaps: IdleGaps | None = None
 
 
 class RecordsBound(msgspec.Struct, frozen=True, kw_only=True):
@@ -575,12 +591,20 @@ def bound_of_trace(
                 ),
             )
         )
+    cause_of_class = np.array([0, 0, 1, 2, 3, 4], np.uint8)  # classes → CAUSES index
     return TraceBound(
         run=run,
         steps=steps,
         warnings=warnings,
         sync_cost_fraction=sync_cost_total / region if region > 0 else 0.0,
         clocks_disagree=clocks_disagree,
+        gaps=IdleGaps(
+            start_ns=g0,
+            end_ns=g1,
+            cause=cause_of_class[cls],
+            launch_gap=cls == _H_SHORT,
+            step=gk.astype(np.int64) if n_steps else np.full(len(g0), -1, np.int64),
+        ),
     )
 
 

@@ -548,7 +548,8 @@ def test_b200_compile_trace_is_host_bound() -> None:
     assert max(q.max for q in r.queue.values()) <= 2
     # with Python frames: the host frames during the idle time name their lines
     site = r.bound.evidence.host_frames[0].site
-    assert site.split(":")[0].endswith(".py") and site.split(":")[1].isdigit()
+    assert site.split(":")[0].endswith(".py")
+    assert site.split(":")[1].isdigit()
     assert r.step_source == "trace"
     assert r.verdict.code == "whole-trace"
 
@@ -632,3 +633,32 @@ def test_every_other_trace_by_hand(kind: str, name: str, label: str) -> None:
     if name == "tracelens_mi300_vllm_graph_replay.json.gz":
         assert ref["clocks_bad"]
         assert any("clock" in w.code for w in r.warnings)
+
+
+def test_the_gaps_are_exposed_for_views() -> None:
+    from asynctrace.analysis.bound import CAUSES, bound_of_trace
+    from asynctrace.analysis.launches import link_launches
+    from asynctrace.analysis.steps import step_windows
+    from asynctrace.analysis.syncs import find_syncs
+
+    t = _every_cause()
+    w = step_windows(t)
+    tb = bound_of_trace(t, link_launches(t), w, syncs=find_syncs(t, windows=w))
+    g = tb.gaps
+    assert g is not None
+    got = [
+        (int(a) // US, int(b) // US, CAUSES[int(c)], bool(short), int(k))
+        for a, b, c, short, k in zip(
+            g.start_ns, g.end_ns, g.cause, g.launch_gap, g.step, strict=True
+        )
+    ]
+    assert got == [
+        (0, 100, "host", False, 0),
+        (300, 400, "dependency", False, 0),
+        (500, 650, "sync", False, 0),
+        (700, 950, "input", False, 0),
+        (1000, 1020, "host", True, 0),
+        (1030, 1100, "unattributed", False, 1),
+        (1200, 1320, "host", False, 1),
+        (1400, 2000, "host", False, 1),
+    ]
