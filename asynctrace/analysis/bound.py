@@ -557,7 +557,8 @@ def bound_of_trace(
         idle_ns_by_cause=idle,
         evidence=evidence,
     )
-    run = msgspec.structs.replace(run, advice=advice_for(label, run))
+    # a trace without device activity ran on the CPU (or recorded none): say what that means
+    run = msgspec.structs.replace(run, advice=advice_for(label, run, asynchronous=n_act > 0))
 
     steps: list[StepBound] = []
     for k in range(n_steps):

@@ -217,6 +217,7 @@ def render_ranks(comparison: RankComparison, console: Console) -> None:
         "mean gpu busy",
         "mean sync wait",
         "syncs",
+        "bound",
         "",
     ):
         t.add_column(col, justify="right")
@@ -230,6 +231,7 @@ def render_ranks(comparison: RankComparison, console: Console) -> None:
             format_ns(r.gpu_busy_ns_mean),
             format_ns(r.sync_wait_ns_mean),
             str(r.sync_count),
+            r.bound or "-",
             "slowest" if r.slowest else "",
         )
     console.print(t)
