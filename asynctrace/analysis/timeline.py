@@ -36,8 +36,9 @@ class Cover(msgspec.Struct, frozen=True, eq=False):
         if len(s) == 0:
             z = np.zeros(0, np.int64)
             return cls(z, z.copy(), np.zeros(1, np.int64))
-        order = np.argsort(s, kind="stable")
-        s, e = s[order], e[order]
+        if len(s) > 1 and bool((s[1:] < s[:-1]).any()):  # trace tables come sorted
+            order = np.argsort(s, kind="stable")
+            s, e = s[order], e[order]
         reach = np.maximum.accumulate(e)
         new = np.r_[True, s[1:] > reach[:-1]]
         heads = np.flatnonzero(new)

@@ -662,3 +662,26 @@ def test_the_gaps_are_exposed_for_views() -> None:
         (1200, 1320, "host", False, 1),
         (1400, 2000, "host", False, 1),
     ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 200), st.integers(0, 60)), max_size=12),
+    st.lists(st.tuples(st.integers(-10, 260), st.integers(0, 80)), min_size=1, max_size=6),
+)
+def test_cover_measures_match_brute_force(intervals, queries) -> None:  # type: ignore[no-untyped-def]
+    from asynctrace.analysis.timeline import Cover
+
+    iv = [(a, a + d) for a, d in intervals]
+    c = Cover.of([a for a, _ in iv], [b for _, b in iv])
+    points = {t for t in range(-10, 341)}
+    covered = {t for t in points if any(a <= t < b for a, b in iv)}
+    assert c.total_ns == len(covered)
+    for a, d in queries:
+        b = a + d
+        assert int(c.between([a], [b])[0]) == sum(1 for t in covered if a <= t < b)
+        assert bool(c.contains([a])[0]) == (a in covered)
+    other = Cover.of([q for q, _ in queries], [q + d for q, d in queries])
+    both = c.intersect(other)
+    want = {t for t in covered if any(q <= t < q + d for q, d in queries)}
+    assert both.total_ns == len(want)
