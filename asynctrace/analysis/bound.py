@@ -399,15 +399,26 @@ def bound_of_trace(
         p50 = int(l2s[(len(l2s) - 1) // 2])
         if first_dev > h1 or last_dev < h0 or (h1 > h0 and p50 > h1 - h0):
             clocks_disagree = True
+            if first_dev > h1:
+                where = (
+                    f"the first device activity starts {_ms(first_dev - h1)} after the last "
+                    "host event ends"
+                )
+            elif last_dev < h0:
+                where = (
+                    f"the last device activity ends {_ms(h0 - last_dev)} before the first "
+                    "host event"
+                )
+            else:
+                where = "launch-to-start delays exceed the whole host span"
             warnings.append(
                 ReportWarning(
                     code="clock-mismatch",
                     message=(
                         f"the host and device clocks cannot both be right: every host event "
-                        f"lies within {_ms(h1 - h0)}, the first device activity starts "
-                        f"{_ms(first_dev - h1)} after the last host event ends, and the median "
-                        f"launch-to-start delay is {_ms(p50)}; launch delays, run-ahead and the "
-                        "idle causes are withheld"
+                        f"lies within {_ms(h1 - h0)}, {where}, and the median launch-to-start "
+                        f"delay is {_ms(p50)}; launch delays, run-ahead and the idle causes "
+                        "are withheld"
                     ),
                 )
             )
