@@ -187,3 +187,16 @@ def test_optimizers_stepped_in_turn_make_one_step() -> None:
         (0, ends[2], "Optimizer.step#G.step"),
         (ends[2], ends[5], "Optimizer.step#G.step"),
     ]
+
+
+def test_a_last_optimizer_step_cut_by_the_profile_end_is_not_a_step() -> None:
+    # the profile ended inside the third optimizer.step(): Kineto writes it with duration 0
+    b = TraceBuilder()
+    b.range("aten::mm", 0, 10)
+    for start, dur in [(100, 50), (300, 50), (500, 0)]:
+        b.range("Optimizer.step#SGD.step", start, dur, kind=RangeKind.ANNOTATION)
+    windows = step_windows(b.build())
+    assert [(w.start_ns, w.end_ns, w.source) for w in windows] == [
+        (0, 150, "optimizer"),
+        (150, 350, "optimizer"),
+    ]
