@@ -7,11 +7,16 @@ timestamps a device end is applied before a launch).
 
 How things count:
 
-* A graph launch counts **one per activity**: every kernel of the graph enters the queue when
-  the ``cudaGraphLaunch`` call starts and leaves it when that kernel starts. This is what fills
-  the device's launch queue, and it matches the per-kernel launch delays.
+* A graph launch counts **one entry**, however many kernels it expands into: the entry joins
+  the queue of the stream of the graph's first kernel when the ``cudaGraphLaunch`` call starts
+  and leaves it when that first kernel starts; it is in flight until the graph's last kernel
+  ends. (The device's launch queue holds the graph launch, not its kernels; counting each
+  kernel pushed 12 graph launches of the A100 graph-launch trace to a depth of 1,338, past the
+  1,024 the hardware holds.) The kernels still count as device activity everywhere else.
 * Only matched activities count (an unmatched one has no launch time); the report states how
   many were unmatched.
+* **time at cap** counts only time the host was blocked at the cap: time with depth ≥ the cap
+  during which the host was inside a launch call (any launching runtime call of the trace).
 * An activity recorded as starting before its launch call started (clock skew between host and
   device timelines) is taken to start when the call started, so depth never goes negative.
 
@@ -25,14 +30,17 @@ import numpy as np
 import numpy.typing as npt
 
 from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
-from asynctrace.analysis.launches import LaunchLinks
-from asynctrace.traces.model import Trace
+from asynctrace.analysis.launches import LAUNCHING_KINDS, LaunchLinks
+from asynctrace.analysis.timeline import Cover
+from asynctrace.traces.model import RuntimeKind, Trace
 
 __all__ = [
     "DEFAULT_QUEUE_CAP",
     "QueueSeries",
     "StreamQueue",
     "depth_max_between",
+    "launch_cover",
+    "queue_entries",
     "queue_series",
     "queue_stats",
     "stream_groups",
@@ -55,7 +63,7 @@ class StreamQueue(msgspec.Struct, frozen=True, kw_only=True):
     max: int
     #: time-weighted mean depth from the stream's first launch to its last device start
     mean: float
-    #: time with depth ≥ the cap (default 1022)
+    #: time with depth ≥ the cap (default 1022) while the host was inside a launch call
     time_at_cap_ns: int
     #: highest number of activities launched and not finished
     in_flight_max: int
@@ -100,13 +108,42 @@ def _step_function(on: I64, off: I64) -> QueueSeries:
     return QueueSeries(t[last], depth[last])
 
 
-def _effective_times(trace: Trace, links: LaunchLinks) -> tuple[I64, I64, I64]:
-    """Launch start, device start, device end per activity, skew-corrected (matched rows only)."""
+def queue_entries(trace: Trace, links: LaunchLinks) -> tuple[npt.NDArray[np.intp], I64, I64, I64]:
+    """The queue's entries: (activity row standing for the entry, launch start, device start,
+    device end), skew-corrected. One per matched activity, except that all the kernels of one
+    graph launch make one entry (first kernel's row and start, last kernel's end)."""
     act = trace.activities
-    launch = links.launch_start_ns
-    start = np.maximum(act.start_ns, launch)
-    end = np.maximum(act.start_ns + act.dur_ns, start)
-    return launch, start, end
+    m = np.flatnonzero(links.matched)
+    launch = links.launch_start_ns[m]
+    a_start = act.start_ns[m]
+    a_end = a_start + act.dur_ns[m]
+    li = links.launch_index[m]
+    graph = trace.runtime.kind[li] == int(RuntimeKind.GRAPH_LAUNCH) if len(m) else np.zeros(0, bool)
+    rows = m[~graph]
+    l_out, s_out, e_out = launch[~graph], a_start[~graph], a_end[~graph]
+    if graph.any():
+        g = np.flatnonzero(graph)
+        # by launch call, then start: the first row of each call is its first kernel
+        order = g[np.lexsort((a_start[g], li[g]))]
+        gl = li[order]
+        first = np.r_[True, gl[1:] != gl[:-1]]
+        heads = np.flatnonzero(first)
+        ends = np.maximum.reduceat(a_end[order], heads)
+        rows = np.concatenate([rows, m[order[heads]]])
+        l_out = np.concatenate([l_out, launch[order[heads]]])
+        s_out = np.concatenate([s_out, a_start[order[heads]]])
+        e_out = np.concatenate([e_out, ends])
+    start = np.maximum(s_out, l_out)
+    end = np.maximum(e_out, start)
+    return rows.astype(np.intp), l_out, start, end
+
+
+def launch_cover(trace: Trace) -> Cover:
+    """The union of the trace's launching runtime calls (the host inside a launch call)."""
+    rt = trace.runtime
+    is_launch = np.isin(rt.kind, np.array([int(k) for k in LAUNCHING_KINDS], dtype=np.uint8))
+    s = rt.start_ns[is_launch]
+    return Cover.of(s, s + rt.dur_ns[is_launch])
 
 
 def queue_series(
@@ -117,11 +154,11 @@ def queue_series(
 ) -> dict[str, tuple[QueueSeries, QueueSeries]]:
     """Per stream key: (queue depth, in flight) step functions."""
     group_of, keys = groups if groups is not None else stream_groups(trace)
-    launch, start, end = _effective_times(trace, links)
-    matched = links.matched
+    rows, launch, start, end = queue_entries(trace, links)
+    entry_group = group_of[rows] if len(rows) else np.zeros(0, np.intp)
     out: dict[str, tuple[QueueSeries, QueueSeries]] = {}
     for g, key in enumerate(keys):
-        sel = (group_of == g) & matched
+        sel = entry_group == g
         out[key] = (
             _step_function(launch[sel], start[sel]),
             _step_function(launch[sel], end[sel]),
@@ -129,7 +166,9 @@ def queue_series(
     return out
 
 
-def _stats(depth: QueueSeries, flight: QueueSeries, n: int, cap: int) -> StreamQueue:
+def _stats(
+    depth: QueueSeries, flight: QueueSeries, n: int, cap: int, launching: Cover
+) -> StreamQueue:
     t, v = depth.time_ns, depth.value
     if len(t) == 0:
         return StreamQueue(max=0, mean=0.0, time_at_cap_ns=0, in_flight_max=0, activities=0)
@@ -137,10 +176,12 @@ def _stats(depth: QueueSeries, flight: QueueSeries, n: int, cap: int) -> StreamQ
     held = v[:-1]
     window = int(t[-1] - t[0])
     mean = float(np.dot(held, seg)) / window if window > 0 else 0.0
+    full = np.flatnonzero(held >= cap)
+    at_cap = int(launching.between(t[full], t[full + 1]).sum()) if len(full) else 0
     return StreamQueue(
         max=int(max(v.max(), 0)),
         mean=mean,
-        time_at_cap_ns=int(seg[held >= cap].sum()),
+        time_at_cap_ns=at_cap,
         in_flight_max=int(max(flight.value.max(), 0)) if len(flight.value) else 0,
         activities=n,
     )
@@ -161,11 +202,12 @@ def queue_stats(
         series = queue_series(trace, links, groups=groups)
     group_of, keys = groups
     counts = np.bincount(group_of[links.matched], minlength=len(keys))
+    launching = launch_cover(trace)
     out: dict[str, StreamQueue] = {}
     for g, key in enumerate(keys):
         n = int(counts[g])
         depth, flight = series[key]
-        out[key] = _stats(depth, flight, n, cap)
+        out[key] = _stats(depth, flight, n, cap, launching)
     return out
 
 

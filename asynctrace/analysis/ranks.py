@@ -26,6 +26,8 @@ class RankRow(msgspec.Struct, frozen=True, kw_only=True):
     sync_wait_ns_mean: float
     sync_count: int
     slowest: bool
+    #: what bounds the rank's run (``report.bound.label``), None for a schema-1 report
+    bound: str | None = None
 
 
 class StepSkew(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,6 +69,7 @@ def compare_ranks(reports: Sequence[Report]) -> RankComparison:
             sync_wait_ns_mean=_mean([s.sync_wait_ns for s in r.steps]),
             sync_count=r.syncs.count,
             slowest=i == slowest_i,
+            bound=r.bound.label if r.bound is not None else None,
         )
         for i, r in enumerate(ordered)
     ]

@@ -5,6 +5,11 @@ frozen Report. ``Report.to_json()`` / ``Report.from_json()`` round-trip it; the 
 documented in docs/report-json.md and versioned by ``schema_version``.
 
 ``summarize_records`` does the same for the records a capture session wrote.
+
+Schema 2 (this version) adds ``bound`` (what bounds the run: label, figures, evidence, advice),
+``steps[i].bound`` and ``warnings``, and changes the meaning of ``steps[i].gpu_busy_ns`` /
+``gpu_idle_ns``: they are the step's share of the device timeline (the shares partition the
+run, so they add up to its totals), no longer its own activities' window.
 """
 
 from __future__ import annotations
@@ -16,6 +21,12 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from asynctrace.analysis.bound import (
+    Bound,
+    ReportWarning,
+    bound_of_records,
+    bound_of_trace,
+)
 from asynctrace.analysis.launches import LaunchStats, launch_stats, link_launches, percentiles
 from asynctrace.analysis.queue import (
     DEFAULT_QUEUE_CAP,
@@ -46,7 +57,7 @@ __all__ = [
     "sync_sites",
 ]
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION = 2
 
 
 class TraceInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,6 +102,10 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     step_source: str
     steps: list[StepFigures]
     verdict: VerdictInfo
+    #: what bounds the run (None only in reports of schema 1)
+    bound: Bound | None = None
+    #: consistency warnings: figures that the trace itself makes unreliable
+    warnings: list[ReportWarning] = msgspec.field(default_factory=list)
 
     def to_json(self, *, indent: int = 0) -> str:
         data = msgspec.json.encode(self)
@@ -127,16 +142,17 @@ def rank_from_name(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def step_records(steps: list[StepFigures]) -> list[StepRecord]:
-    """The per-step figures of a trace as the records the verdict judges."""
+def step_records(steps: list[StepFigures], *, clocks_agree: bool = True) -> list[StepRecord]:
+    """The per-step figures of a trace as the records the verdict judges (without run-ahead
+    and in-flight figures where the clocks disagree: they would be wrong)."""
     return [
         StepRecord(
             step=s.step,
             start_ns=s.start_ns,
             frontend_ns=s.cpu_ns,
             device_ns=s.device_ns if s.device_start_ns is not None else None,
-            run_ahead_ns=s.run_ahead_ns,
-            in_flight=s.in_flight_steps,
+            run_ahead_ns=s.run_ahead_ns if clocks_agree else None,
+            in_flight=s.in_flight_steps if clocks_agree else 0,
             sync_count=s.sync_count,
             sync_wait_ns=s.sync_wait_ns,
         )
@@ -175,14 +191,34 @@ def analyze(
     steps = split_steps(trace, links, windows=windows, queues=series)
     syncs = find_syncs(trace, windows=windows)
     sites = sync_sites(syncs)  # from the calls: before they may be dropped
-    if not keep_sync_calls:
-        syncs = msgspec.structs.replace(syncs, calls=[])
     group_of, keys = groups
     per_stream = np.bincount(group_of, minlength=len(keys))
     kinds = trace.activities.kind
     per_kind = {k.name.lower(): int(np.count_nonzero(kinds == k)) for k in ActivityKind}
     has_device = len(trace.activities) > 0
-    v = judge_steps(step_records(steps), asynchronous=has_device, sync_sites=sites)
+    tb = bound_of_trace(
+        trace,
+        links,
+        windows,
+        syncs=syncs,
+        queues=series,
+        cap=queue_cap,
+        step_sync_wait_ns=[s.sync_wait_ns for s in steps],
+        group_keys=keys,
+        group_of=group_of,
+    )
+    steps = [
+        msgspec.structs.replace(s, gpu_busy_ns=b.busy_ns, gpu_idle_ns=b.idle_ns, bound=b)
+        for s, b in zip(steps, tb.steps, strict=True)
+    ]
+    whole = bool(windows) and windows[0].source == "trace"
+    v = judge_steps(
+        step_records(steps, clocks_agree=not tb.clocks_disagree),
+        asynchronous=has_device,
+        sync_sites=sites,
+        sync_cost_fraction=tb.sync_cost_fraction if has_device else None,
+        whole_trace=whole,
+    )
     return Report(
         trace=TraceInfo(
             source=trace.source,
@@ -201,10 +237,12 @@ def analyze(
         launch=launch_stats(trace, links),
         queue=queue_stats(trace, links, cap=queue_cap, series=series, groups=groups),
         queue_cap=queue_cap,
-        syncs=syncs,
+        syncs=syncs if keep_sync_calls else msgspec.structs.replace(syncs, calls=[]),
         step_source=windows[0].source if windows else "none",
         steps=steps,
         verdict=VerdictInfo(code=v.code, message=v.message, findings=list(v.findings)),
+        bound=tb.run,
+        warnings=tb.warnings,
     )
 
 
@@ -231,6 +269,8 @@ class RecordsSummary(msgspec.Struct, frozen=True, kw_only=True):
     figures: dict[str, FigureStats]
     sync_sites: list[SyncSite]
     verdict: VerdictInfo
+    #: what bounds the session (estimated from its step records; see bound_of_records)
+    bound: Bound | None = None
 
 
 _RECORD_FIGURES = (
@@ -263,7 +303,17 @@ def summarize_records(records: Records) -> RecordsSummary:
         arr = np.array([v for v in vals if v is not None], dtype=np.int64)
         figures[name] = _figure_stats(arr)
     h = records.header
-    v = judge_steps(records.steps, asynchronous=h.asynchronous, sync_sites=records.syncs)
+    rb = bound_of_records(records.steps, asynchronous=h.asynchronous)
+    # a session measures its sync wait where the CUDA detector ran; the lint's cost is unknown
+    measured = h.asynchronous and h.sync_detection == "cuda"
+    frontend = sum(s.frontend_ns for s in records.steps[-64:])
+    cost = sum(s.sync_wait_ns for s in records.steps[-64:]) / frontend if frontend else 0.0
+    v = judge_steps(
+        records.steps,
+        asynchronous=h.asynchronous,
+        sync_sites=records.syncs,
+        sync_cost_fraction=cost if measured else None,
+    )
     return RecordsSummary(
         source=records.path,
         rank=h.rank if h.rank is not None else rank_from_name(records.path),
@@ -274,4 +324,5 @@ def summarize_records(records: Records) -> RecordsSummary:
         figures=figures,
         sync_sites=list(records.syncs),
         verdict=VerdictInfo(code=v.code, message=v.message, findings=list(v.findings)),
+        bound=rb.run,
     )

@@ -22,6 +22,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from asynctrace.analysis._bound_model import StepBound
 from asynctrace.analysis.launches import LaunchLinks
 from asynctrace.analysis.queue import QueueSeries, depth_max_between
 from asynctrace.traces.model import RangeKind, RuntimeKind, Trace
@@ -30,6 +31,7 @@ __all__ = [
     "SYNC_KINDS",
     "StepFigures",
     "StepWindow",
+    "host_span",
     "split_steps",
     "step_windows",
     "union_length",
@@ -71,9 +73,10 @@ class StepFigures(msgspec.Struct, frozen=True, kw_only=True):
     device_end_ns: int | None
     #: device window length (device_end − device_start), 0 when no activity
     device_ns: int
-    #: union of the step's activities
+    #: in a Report (``analyze``): busy time of the step's share of the device timeline (see
+    #: ``bound``); from ``split_steps`` alone: the union of the step's own activities
     gpu_busy_ns: int
-    #: device window − busy
+    #: in a Report: idle time of the step's share; from ``split_steps``: device window − busy
     gpu_idle_ns: int
     #: synchronizing host calls that started in the step
     sync_count: int
@@ -85,6 +88,8 @@ class StepFigures(msgspec.Struct, frozen=True, kw_only=True):
     queue_max: int
     #: steps (this one included) whose device work was unfinished when this step's host part ended
     in_flight_steps: int
+    #: the step's share of the device timeline and its label (set by ``analyze``)
+    bound: StepBound | None = None
 
 
 def union_length(start: I64, end: I64) -> int:
@@ -152,7 +157,7 @@ def step_windows(trace: Trace) -> list[StepWindow]:
                 )
                 for k, i in enumerate(_outermost(cand, r.start_ns, end))
             ]
-    span = _host_span(trace)
+    span = host_span(trace)
     if span is None:
         return []
     lo, hi = span
@@ -163,6 +168,11 @@ def step_windows(trace: Trace) -> list[StepWindow]:
     )
     if len(opt):
         outer = _outermost(opt, r.start_ns, end)
+        # a last optimizer step cut by the end of the profile (duration 0) did not finish
+        while outer and r.dur_ns[outer[-1]] == 0:
+            outer.pop()
+        if not outer:
+            return [StepWindow(step=0, start_ns=lo, end_ns=hi, name="whole trace", source="trace")]
         names = [int(r.name[i]) for i in outer]
         # several optimizers stepped in turn (Shampoo then EMA; a GAN's D five times, then
         # G) make one iteration: the step ends with the last of the repeating group
@@ -198,7 +208,7 @@ def _period(names: list[int]) -> int:
     return len(names) - border[-1] if names else 1
 
 
-def _host_span(trace: Trace) -> tuple[int, int] | None:
+def host_span(trace: Trace) -> tuple[int, int] | None:
     """First start and last end of the trace's host events (its device activities when it has
     none); None for an empty trace."""
     r = trace.ranges
@@ -283,7 +293,8 @@ def split_steps(
                 gpu_idle_ns=window - busy,
                 sync_count=j1 - j0,
                 sync_wait_ns=wait,
-                run_ahead_ns=None if dev_end is None else dev_end - w.end_ns,
+                # a whole trace has no step end the host moved on from: no run-ahead
+                run_ahead_ns=None if dev_end is None or w.source == "trace" else dev_end - w.end_ns,
                 queue_max=qmax,
                 in_flight_steps=0,
             )

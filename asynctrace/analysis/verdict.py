@@ -9,7 +9,12 @@ did, from the figures a capture session records per step (:class:`~asynctrace.re
     work, or one median step of run-ahead), or in-flight steps sit at
     :data:`SATURATED_IN_FLIGHT` or more (the launch queue is full and the host is throttled).
 ``over-synchronized``
-    The median step has more than ``max_syncs_per_step`` syncs.
+    The median step has more than ``max_syncs_per_step`` syncs **and** they cost at least
+    :data:`SYNC_COST_FRACTION` of the step (``sync_cost_fraction``: the sync idle they opened plus
+    the host's wait, from the bound analysis; a session's sync wait / frontend time). Cheaper
+    syncs stay a finding, ``cheap-syncs`` (the book's one sync per minibatch), not the headline.
+    Where the cost is unknown (the CPU lint, whose syncs would block on an accelerator) the count
+    alone decides, as before.
 ``input-bound``
     Over the window, waiting for data takes at least :data:`INPUT_BOUND_FRACTION` of the steps'
     frontend time.
@@ -22,7 +27,12 @@ did, from the figures a capture session records per step (:class:`~asynctrace.re
     The device runs synchronously (CPU): nothing can run ahead. Over-sync (from the lint),
     input-bound and memory creep are still reported and take the headline when present.
 ``too-few-steps``
-    Fewer than :data:`MIN_TREND_STEPS` steps and nothing else found.
+    Fewer than :data:`MIN_TREND_STEPS` steps and nothing else found: the *trend* findings
+    (runaway queue, memory creep) cannot be judged. It says nothing about what bounds the run:
+    the bound label (``asynctrace.analysis.bound``) needs no trend and is given for one step.
+``whole-trace``
+    With ``whole_trace=True`` (a trace without steps, judged as one "whole trace"): no trend,
+    and counts are the trace's, never a rate per step.
 ``no-steps``
     No step at all: nothing to judge (a session whose steps were never marked, an empty trace).
 
@@ -49,6 +59,7 @@ __all__ = [
     "MEM_CREEP_MIN_FRACTION",
     "MIN_TREND_STEPS",
     "SATURATED_IN_FLIGHT",
+    "SYNC_COST_FRACTION",
     "TREND_Z",
     "WINDOW_STEPS",
     "Trend",
@@ -74,12 +85,15 @@ SATURATED_IN_FLIGHT = 2
 #: growth of allocated memory over the window below which a trend is not called creep
 MEM_CREEP_MIN_BYTES = 1 << 20
 MEM_CREEP_MIN_FRACTION = 0.01
+#: syncs costing less than this share of the step are cheap (the bound analysis's constant)
+SYNC_COST_FRACTION = 0.05
 
 _CODES = (
     "never-synchronized",
     "over-synchronized",
     "input-bound",
     "memory-creep",
+    "cheap-syncs",
 )
 
 
@@ -136,7 +150,8 @@ def trend(values: Sequence[float]) -> Trend:
 
 class Verdict(msgspec.Struct, frozen=True):
     #: "synchronized", "never-synchronized", "over-synchronized", "input-bound",
-    #: "memory-creep", "cpu-synchronous", "too-few-steps", "no-steps"
+    #: "memory-creep", "cheap-syncs", "cpu-synchronous", "too-few-steps", "whole-trace",
+    #: "no-steps"
     code: str
     message: str
     #: every finding, the headline first (a run can be input-bound and creeping at once)
@@ -223,8 +238,14 @@ def judge_steps(
     window: int = WINDOW_STEPS,
     max_syncs_per_step: int = MAX_SYNCS_PER_STEP,
     input_bound_fraction: float = INPUT_BOUND_FRACTION,
+    sync_cost_fraction: float | None = None,
+    whole_trace: bool = False,
 ) -> Verdict:
-    """Judge a run from its step records (pure); thresholds are the module's constants."""
+    """Judge a run from its step records (pure); thresholds are the module's constants.
+
+    ``sync_cost_fraction``: what the syncs cost as a share of the step (None: unknown, the
+    count alone decides). ``whole_trace``: the one "step" is a whole trace without steps.
+    """
     if window < MIN_TREND_STEPS:
         raise ValueError(f"window must be at least {MIN_TREND_STEPS} steps, got {window}")
     recent = list(steps[-window:])
@@ -251,7 +272,7 @@ def judge_steps(
 
     in_flight: Trend | None = None
     run_ahead: Trend | None = None
-    if asynchronous and n >= MIN_TREND_STEPS:
+    if asynchronous and n >= MIN_TREND_STEPS and not whole_trace:
         in_flight = trend([float(s.in_flight) for s in recent])
         ra = [float(s.run_ahead_ns) for s in recent if s.run_ahead_ns is not None]
         run_ahead = trend(ra) if len(ra) >= MIN_TREND_STEPS else None
@@ -275,10 +296,24 @@ def judge_steps(
 
     if n and syncs_per_step > max_syncs_per_step:
         would = "" if asynchronous else " (each would block the host on an accelerator)"
-        found["over-synchronized"] = (
-            f"over-synchronized: {syncs_per_step:g} syncs per step at "
-            f"{_fmt_sites(sync_sites)}{would}"
-        )
+        rate = "in the whole trace" if whole_trace else "per step"
+        unit = "the trace" if whole_trace else "the step"
+        if sync_cost_fraction is None or sync_cost_fraction >= SYNC_COST_FRACTION:
+            cost = (
+                ""
+                if sync_cost_fraction is None
+                else f", costing {sync_cost_fraction:.0%} of {unit}"
+            )
+            found["over-synchronized"] = (
+                f"over-synchronized: {syncs_per_step:g} syncs {rate} at "
+                f"{_fmt_sites(sync_sites)}{would}{cost}"
+            )
+        else:
+            found["cheap-syncs"] = (
+                f"cheap syncs: {syncs_per_step:g} syncs {rate} at {_fmt_sites(sync_sites)} "
+                f"cost little ({sync_cost_fraction:.1%} of {unit}, under "
+                f"{SYNC_COST_FRACTION:.0%}); the book's advice is still one per minibatch"
+            )
 
     if frontend and data_fraction >= input_bound_fraction:
         found["input-bound"] = f"input-bound: waiting for data {data_fraction:.0%} of the step"
@@ -304,10 +339,21 @@ def judge_steps(
             "the CPU backend executes synchronously: device time equals frontend time, "
             "nothing runs ahead"
         )
-    elif not codes:
-        if n < MIN_TREND_STEPS:
+    elif not codes or codes == ["cheap-syncs"]:
+        if whole_trace:
+            codes.append("whole-trace")
+            findings.append(
+                "whole trace, no steps: no per-step rates or trends (runaway queue, memory "
+                "creep) to judge; the bound label says what limits it"
+            )
+        elif n < MIN_TREND_STEPS:
             codes.append("too-few-steps")
-            findings.append(f"too few steps: {n}, fewer than the {MIN_TREND_STEPS} a trend needs")
+            findings.append(
+                f"too few steps: {n}, fewer than the {MIN_TREND_STEPS} a trend needs (runaway "
+                "queue, memory creep); the bound label needs none"
+            )
+        elif codes:
+            pass  # cheap syncs: the queue is bounded by them, and the finding says so
         elif syncs_per_step >= 1:
             codes.append("synchronized")
             findings.append("synchronized once per step (bounded queue)")

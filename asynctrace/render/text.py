@@ -8,12 +8,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from asynctrace.analysis.bound import Bound
 from asynctrace.analysis.ranks import RankComparison
 from asynctrace.analysis.report import RecordsSummary, Report, VerdictInfo
 from asynctrace.analysis.steps import StepFigures
 from asynctrace.analysis.verdict import verdict_line
 
-__all__ = ["format_ns", "render_ranks", "render_records", "render_report"]
+__all__ = ["bound_lines", "format_ns", "render_ranks", "render_records", "render_report"]
 
 
 def format_ns(ns: float | None) -> str:
@@ -40,8 +41,16 @@ def _title(report: Report) -> str:
 def render_report(
     report: Report, console: Console, *, steps: bool = False, top_sites: int = 10
 ) -> None:
-    """Print a report: activities, launches, queues, syncs, steps (summary or all), verdict."""
+    """Print a report: warnings, what bounds it (label, evidence, next step), activities,
+    launches, queues, syncs, steps (summary or all), verdict."""
+    for w in report.warnings:
+        console.print(f"[bold yellow]warning[/bold yellow] ({escape(w.code)}): {escape(w.message)}")
     console.print(f"[bold]{escape(_title(report))}[/bold]")
+    if report.bound is not None:
+        whole = report.step_source in ("trace", "none")
+        for line in bound_lines(report.bound, scope="whole trace" if whole else "run"):
+            console.print(line)
+    clocks = any("clock" in w.code for w in report.warnings)
     a = report.activities
     kinds = ", ".join(f"{v} {k}" for k, v in a.per_kind.items())
     console.print(f"activities: {a.total} ({kinds}) on {len(a.per_stream)} stream(s)")
@@ -49,7 +58,8 @@ def render_report(
         console.print(f"skipped by the loader: {n} ({escape(reason)})")
 
     la = report.launch
-    t = Table(title=f"launch delays ({la.matched} matched, {la.unmatched} unmatched)")
+    withheld = " — withheld: the clocks disagree" if clocks else ""
+    t = Table(title=f"launch delays ({la.matched} matched, {la.unmatched} unmatched){withheld}")
     t.add_column("figure")
     for col in ("p50", "p90", "p99", "max"):
         t.add_column(col, justify="right")
@@ -57,7 +67,7 @@ def render_report(
         ("queue delay", la.queue_delay_ns),
         ("launch to start", la.launch_to_start_ns),
     ):
-        t.add_row(label, *(format_ns(v) for v in (p.p50, p.p90, p.p99, p.max)))
+        t.add_row(label, *(("-" if clocks else format_ns(v)) for v in (p.p50, p.p90, p.p99, p.max)))
     console.print(t)
 
     if report.queue:
@@ -113,6 +123,7 @@ def render_report(
             "sync wait",
             "run-ahead",
             "queue max",
+            "bound",
         ):
             t.add_column(col, justify="right")
         for st in shown:
@@ -125,8 +136,9 @@ def render_report(
                 ),
                 str(st.sync_count),
                 format_ns(st.sync_wait_ns),
-                format_ns(st.run_ahead_ns),
+                "-" if clocks else format_ns(st.run_ahead_ns),
                 str(st.queue_max),
+                st.bound.label if st.bound is not None else "-",
             )
         if len(shown) < len(report.steps):
             t.caption = "first and last steps shown; --steps shows all"
@@ -134,6 +146,58 @@ def render_report(
     console.print(_verdict_line(report.verdict))
     for finding in report.verdict.findings[1:]:
         console.print(f"  also: {escape(finding)}")
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole > 0 else "-"
+
+
+def bound_lines(b: Bound, *, scope: str = "run") -> list[str]:
+    """The bound headline as rich markup lines: label, evidence, the one next step."""
+    e = b.evidence
+    idle = b.idle_ns_by_cause
+    causes = ", ".join(
+        f"{c} {format_ns(v)} ({_pct(v, b.region_ns)})"
+        for c, v in sorted(idle.as_dict().items(), key=lambda kv: -kv[1])
+        if v
+    )
+    est = " (estimated from step records)" if e.estimated else ""
+    lines = [
+        f"bound: [bold]{escape(b.label)}[/bold]{escape(est)} — {escape(scope)}: device busy "
+        f"{format_ns(b.busy_ns)} of {format_ns(b.region_ns)} ({_pct(b.busy_ns, b.region_ns)}), "
+        f"idle {format_ns(b.idle_ns)}" + (f": {escape(causes)}" if causes else "")
+    ]
+    detail = []
+    if e.launch_gaps or e.host_work_gaps:
+        detail.append(
+            f"host idle: {e.launch_gaps} launch gaps ({format_ns(e.launch_gaps_ns)}), "
+            f"{e.host_work_gaps} host-work gaps ({format_ns(e.host_work_ns)})"
+        )
+    if e.blocked_at_cap_ns:
+        detail.append(f"host blocked at the queue cap {format_ns(e.blocked_at_cap_ns)}")
+    if e.sync_wait_ns or e.sync_cost_pct:
+        detail.append(
+            f"sync wait {format_ns(e.sync_wait_ns)} ({e.sync_wait_pct:.1f}%), "
+            f"syncs cost {e.sync_cost_pct:.1f}%"
+        )
+    if e.data_wait_ns:
+        detail.append(f"data wait {format_ns(e.data_wait_ns)}")
+    if detail:
+        lines.append("  evidence: " + escape("; ".join(detail)))
+    frames = [f for f in e.host_frames if f.frame != "(no host frame)"][:3]
+    if frames:
+        shown = ", ".join(
+            f"{f.frame}" + (f" ({f.site})" if f.site else "") + f" {format_ns(f.idle_ns)}"
+            for f in frames
+        )
+        lines.append(f"  host during {escape(e.leading_cause)} idle: {escape(shown)}")
+    for note in e.notes:
+        lines.append(f"  note: {escape(note)}")
+    for a in b.advice[:1]:
+        lines.append(f"  next step: {escape(a)}")
+    for a in b.advice[1:]:
+        lines.append(f"  also: {escape(a)}")
+    return lines
 
 
 def _summary_steps(report: Report) -> list[StepFigures]:
@@ -153,6 +217,7 @@ def render_ranks(comparison: RankComparison, console: Console) -> None:
         "mean gpu busy",
         "mean sync wait",
         "syncs",
+        "bound",
         "",
     ):
         t.add_column(col, justify="right")
@@ -166,6 +231,7 @@ def render_ranks(comparison: RankComparison, console: Console) -> None:
             format_ns(r.gpu_busy_ns_mean),
             format_ns(r.sync_wait_ns_mean),
             str(r.sync_count),
+            r.bound or "-",
             "slowest" if r.slowest else "",
         )
     console.print(t)
@@ -212,6 +278,9 @@ def render_records(summary: RecordsSummary, console: Console) -> None:
                 escape(s.site), escape(s.op), str(s.count), format_ns(s.wait_ns), str(s.steps)
             )
         console.print(t)
+    if summary.bound is not None:
+        for line in bound_lines(summary.bound, scope="session"):
+            console.print(line)
     console.print(_verdict_line(summary.verdict))
 
 

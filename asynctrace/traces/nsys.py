@@ -514,9 +514,14 @@ class _Reader:
     def _device_name(self, used_devices: Iterable[int]) -> str:
         """Names of the GPUs that ran something; exports also list integrated/virtual GPUs."""
         gpu = "TARGET_INFO_GPU"
-        if not self._has(gpu) or not {"id", "name"} <= self.columns[gpu]:
+        if not self._has(gpu) or "name" not in self.columns[gpu]:
             return "unknown"
-        names = {int(i): str(n) for i, n in self.conn.execute(f"SELECT id, name FROM {gpu}") if n}
+        # exports name the device's id column "id" or "deviceId"
+        id_col = next((c for c in ("id", "deviceId") if c in self.columns[gpu]), None)
+        if id_col is None:
+            return "unknown"
+        rows = self.conn.execute(f"SELECT {id_col}, name FROM {gpu}").fetchall()
+        names = {int(i): str(n) for i, n in rows if n and i is not None}
         used = [d for d in used_devices if d >= 0]
         # Activities carry the process's CUDA ordinal; newer exports map it to the GPU table's
         # id through TARGET_INFO_CUDA_DEVICE, older ones (no such table) use one numbering.

@@ -69,10 +69,21 @@ def reference_figures(path: Path) -> dict[str, Any]:
     per_kind = Counter(_DEVICE_CATS[str(e["cat"]).lower()] for e in acts)
 
     launches: dict[int, tuple[int, int]] = {}
+    graph_calls: set[int] = set()
     for e in runtime:
         corr = e.get("args", {}).get("correlation")
         if _is_launch(e["name"]) and corr is not None and int(corr) not in launches:
             launches[int(corr)] = (_ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur", 0)))
+            if "GraphLaunch" in e["name"]:
+                graph_calls.add(int(corr))
+    # a graph launch is one queue entry: it leaves the queue when its first kernel starts
+    graph_first: dict[int, tuple[int, str]] = {}
+    for e in acts:
+        corr = e["args"].get("correlation")
+        if corr is not None and int(corr) in graph_calls:
+            here = (_ns(e["ts"]), str(e["args"]["stream"]))
+            if int(corr) not in graph_first or here[0] < graph_first[int(corr)][0]:
+                graph_first[int(corr)] = here
 
     delays: list[int] = []
     queue_events: dict[str, list[tuple[int, int]]] = {}
@@ -85,6 +96,10 @@ def reference_figures(path: Path) -> dict[str, Any]:
         l_start, l_end = launches[int(corr)]
         start = _ns(e["ts"])
         delays.append(max(start - l_end, 0))
+        if int(corr) in graph_calls:
+            if graph_first[int(corr)] != (start, str(e["args"]["stream"])):
+                continue  # not the graph's first kernel: counted with it
+            graph_first[int(corr)] = (-1, "")  # once, even if two kernels tie
         ev = queue_events.setdefault(str(e["args"]["stream"]), [])
         ev.append((l_start, +1))
         ev.append((max(start, l_start), -1))
@@ -239,6 +254,134 @@ def _union(intervals: list[tuple[int, int]]) -> int:
     return total
 
 
+def _queue_entries(
+    matched: list[tuple[Any, ...]],
+) -> list[tuple[str, int, int, int, int]]:
+    """(stream, launch start, launch end, device start, device end) per queue entry, from
+    (stream, launch start, launch end, start, end, launch key, is graph) per matched activity:
+    every activity is an entry, except a graph launch's kernels, which make one (the stream and
+    start of the first kernel to start, the end of the last to end)."""
+    out: list[tuple[str, int, int, int, int]] = []
+    graphs: dict[Any, list[tuple[str, int, int, int, int]]] = {}
+    for st, ls, le, a, b, key, graph in matched:
+        if graph:
+            graphs.setdefault(key, []).append((st, ls, le, a, b))
+        else:
+            out.append((st, ls, le, a, b))
+    for kernels in graphs.values():
+        first = min(kernels, key=lambda k: k[3])
+        out.append((first[0], first[1], first[2], first[3], max(k[4] for k in kernels)))
+    return out
+
+
+def _at_cap(depth: list[tuple[int, int]], cap: int, launch_calls: list[tuple[int, int]]) -> int:
+    """Time with depth >= cap while the host was inside a launch call."""
+    total = 0
+    for (t0, v), (t1, _) in pairwise(depth):
+        if v >= cap:
+            total += _union(
+                [(max(a, t0), min(b, t1)) for a, b in launch_calls if a < t1 and b > t0]
+            )
+    return total
+
+
+def _shares(
+    windows: list[tuple[int, int]],
+    region: tuple[int, int],
+    timeline: list[tuple[int, int]],
+    launched: list[tuple[int, int, int]],
+) -> list[tuple[int, int, int, int]]:
+    """Each step's share of the device timeline, one step at a time: (share start, share end,
+    busy, idle). ``timeline``: every activity of the device (start, end); ``launched``: (launch
+    start, start, end) of the matched ones. Step k's share runs from its first activity's start
+    (the first step: the region's start) to the next step's (the last: the region's end); a
+    step without activity owns nothing."""
+    r0, r1 = region
+    clipped = [(max(a, r0), min(b, r1)) for a, b in timeline if min(b, r1) > max(a, r0)]
+    firsts: list[int | None] = []
+    for w0, w1 in windows:
+        mine = [max(a, r0) for ls, a, b in launched if w0 <= ls < w1 and min(b, r1) > max(a, r0)]
+        firsts.append(min(mine) if mine else None)
+    bounds = [r1] * (len(windows) + 1)
+    for k in range(len(windows) - 1, 0, -1):
+        f = firsts[k]
+        bounds[k] = min(f, bounds[k + 1]) if f is not None else bounds[k + 1]
+    bounds[0] = r0
+    bounds = [min(max(b, r0), r1) for b in bounds]
+    out = []
+    for k in range(len(windows)):
+        lo, hi = bounds[k], bounds[k + 1]
+        busy = _union([(max(a, lo), min(b, hi)) for a, b in clipped if a < hi and b > lo])
+        out.append((lo, hi, busy, hi - lo - busy))
+    return out
+
+
+_DATA_WAIT = re.compile(r"enumerate\(DataLoader\).*__next__")
+
+
+def _causes(
+    region: tuple[int, int],
+    device_acts: list[tuple[int, int, tuple[int, int] | None]],
+    syncs: list[tuple[int, int]],
+    data: list[tuple[int, int]],
+    *,
+    clocks_bad: bool,
+) -> dict[str, int]:
+    """Busy time and idle by cause over the region, one gap at a time, as docs/analysis.md
+    defines them. ``device_acts``: (start, end, (launch start, launch end) or None) of every
+    activity of the device, in trace order."""
+    r0, r1 = region
+    clipped = sorted(
+        (
+            (max(a, r0), min(b, r1), launch)
+            for a, b, launch in device_acts
+            if min(b, r1) > max(a, r0)
+        ),
+        key=lambda x: x[0],
+    )
+    groups: list[list[Any]] = []  # [start, end, the activity that starts it]
+    for a, b, launch in clipped:
+        if groups and a <= groups[-1][1]:
+            groups[-1][1] = max(groups[-1][1], b)
+        else:
+            groups.append([a, b, launch])
+    gaps: list[tuple[int, int, Any, bool]] = []  # (g0, g1, launch of the ender, final)
+    t = r0
+    for a, b, launch in groups:
+        if a > t:
+            gaps.append((t, a, launch, False))
+        t = b
+    if r1 > t:
+        gaps.append((t, r1, None, True))
+    missing = [
+        (a, b)
+        for a, b in syncs
+        if b - a >= 1_000_000
+        and _union([(max(x, a), min(y, b)) for x, y, _ in groups if x < b and y > a])
+        < 0.01 * (b - a)
+    ]
+    out = {"busy": sum(b - a for a, b, _ in groups), "host_short": 0, "host_long": 0}
+    for c in ("host", "sync", "input", "dependency", "unattributed"):
+        out[c] = 0
+    for g0, g1, launch, final in gaps:
+        n = g1 - g0
+        inside_missing = _union([(max(a, g0), min(b, g1)) for a, b in missing if a < g1 and b > g0])
+        if clocks_bad or 2 * inside_missing > n or (launch is None and not final):
+            cause = "unattributed"
+        elif launch is not None and launch[1] < g0:
+            cause = "dependency"
+        elif any(a <= g0 < b for a, b in syncs):
+            cause = "sync"
+        else:
+            upto = g1 if final else max(launch[0], g0)
+            waited = _union([(max(a, g0), min(b, upto)) for a, b in data if a < upto and b > g0])
+            cause = "input" if upto > g0 and 2 * waited > upto - g0 else "host"
+        out[cause] += n
+        if cause == "host":
+            out["host_short" if n < 50_000 else "host_long"] += n
+    return out
+
+
 def _sweep(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """[(t, open intervals once every change at t is applied)]; an end before a start at t."""
     changes = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
@@ -314,8 +457,12 @@ def reference_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
         return corr if one_process else (e["pid"], corr)
 
     launch: dict[Any, tuple[int, int]] = {}
+    graph_keys: set[Any] = set()
     for e in sorted(launching, key=start):
+        if key(e) not in launch and "GraphLaunch" in e["name"]:
+            graph_keys.add(key(e))
         launch.setdefault(key(e), (start(e), end(e)))
+    launch_calls = [(start(e), end(e)) for e in runtime if _is_launch(e["name"])]
     devices = {args(e).get("device") for e in acts}
 
     def stream(e: dict[str, Any]) -> str:
@@ -328,24 +475,35 @@ def reference_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
         for e in acts
         if args(e).get("correlation") is not None and key(e) in launch
     ]
+    matched_dev = [
+        (args(e).get("device"), launch[key(e)][0], start(e), end(e))
+        for e in acts
+        if args(e).get("correlation") is not None and key(e) in launch
+    ]
+    entries = _queue_entries(
+        [
+            (stream(e), *launch[key(e)], start(e), end(e), key(e), key(e) in graph_keys)
+            for e in acts
+            if args(e).get("correlation") is not None and key(e) in launch
+        ]
+    )
     queue: dict[str, dict[str, Any]] = {}
     depth_of: dict[str, list[tuple[int, int]]] = {}
     for s in sorted({m[0] for m in matched}):
-        mine = [m for m in matched if m[0] == s]
+        mine = [m for m in entries if m[0] == s]
         depth = _sweep([(ls, max(a, ls)) for _, ls, _, a, _ in mine])
         flight = _sweep([(ls, max(b, a, ls)) for _, ls, _, a, b in mine])
         depth_of[s] = depth
-        area = at_cap = 0
+        area = 0
         for (t0, v), (t1, _) in pairwise(depth):
             area += v * (t1 - t0)
-            at_cap += t1 - t0 if v >= cap else 0
         span = depth[-1][0] - depth[0][0]
         queue[s] = {
             "max": max(v for _, v in depth),
             "mean": area / span if span else 0.0,
-            "time_at_cap_ns": at_cap,
+            "time_at_cap_ns": _at_cap(depth, cap, launch_calls),
             "in_flight_max": max(v for _, v in flight),
-            "activities": len(mine),
+            "activities": sum(1 for m in matched if m[0] == s),
         }
 
     prof = sorted(
@@ -378,6 +536,7 @@ def reference_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
     )
     windows: list[tuple[int, int, int]] = []
     host = [e for e in events if str(e.get("cat", "")).lower() in _HOST_CATS]
+    whole_trace = False
     if prof:
         windows = [(int(e["name"].split("#")[1]), start(e), end(e)) for e in prof]
     elif annotations:
@@ -402,19 +561,63 @@ def reference_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
         )
         begin = min(map(start, host))
         for e in outer[period - 1 :: period]:
+            if _ns(e.get("dur", 0)) == 0 and e is outer[-1]:
+                break  # cut short by the end of the profile: not a finished step
             windows.append((len(windows), begin, end(e)))
             begin = end(e)
     else:
         windows = [(0, min(map(start, host)), max(map(end, host)))]
+        whole_trace = True
+
+    # the device timeline (the device with most activities) and each step's share of it
+    counts = Counter(args(e).get("device") for e in acts)
+    device = max(counts, key=lambda d: (counts[d], str(d))) if counts else None
+    timeline = [(start(e), end(e)) for e in acts if args(e).get("device") == device]
+    launched = [(ls, a, b) for d, ls, a, b in matched_dev if d == device]
+    if whole_trace:
+        region = (
+            min([start(e) for e in host] + [a for a, _ in timeline]),
+            max([end(e) for e in host] + [b for _, b in timeline]),
+        )
+    else:
+        r0, h1 = windows[0][1], max(w1 for _, _, w1 in windows)
+        region = (r0, max([h1] + [b for ls, _, b in launched if r0 <= ls < h1]))
+    shares = _shares([(w0, w1) for _, w0, w1 in windows], region, timeline, launched)
+    device_acts = [
+        (
+            start(e),
+            end(e),
+            launch[key(e)] if args(e).get("correlation") is not None and key(e) in launch else None,
+        )
+        for e in acts
+        if args(e).get("device") == device
+    ]
+    sync_iv = [(start(e), end(e)) for e in runtime if _is_sync(e["name"])]
+    data_iv = [
+        (start(e), end(e))
+        for e in events
+        if str(e.get("cat", "")).lower() in ("cpu_op", "operator", "user_annotation")
+        and _DATA_WAIT.search(str(e.get("name", "")))
+    ]
+    clocks_bad = False
+    if matched and host:
+        h0, h1 = min(map(start, host)), max(map(end, host))
+        l2s = sorted(a - ls for _, ls, _, a, _ in matched)
+        p50 = l2s[(len(l2s) - 1) // 2]
+        first = min(a for _, _, _, a, _ in matched)
+        last = max(b for _, _, _, _, b in matched)
+        clocks_bad = first > h1 or last < h0 or (h1 > h0 and p50 > h1 - h0)
+    bound = _causes(region, device_acts, sync_iv, data_iv, clocks_bad=clocks_bad)
+    bound["region"] = region[1] - region[0]
+    bound["clocks_bad"] = clocks_bad
 
     syncs = [e for e in runtime if _is_sync(e["name"])]
     steps: list[dict[str, Any]] = []
-    for n, w0, w1 in windows:
+    for (n, w0, w1), (_lo, _hi, busy, idle) in zip(windows, shares, strict=True):
         mine = [m for m in matched if w0 <= m[1] < w1]
         d0 = min((m[3] for m in mine), default=None)
         d1 = max((m[4] for m in mine), default=None)
-        device = d1 - d0 if d0 is not None and d1 is not None else 0
-        busy = _union([(m[3], m[4]) for m in mine])
+        window = d1 - d0 if d0 is not None and d1 is not None else 0
         inside = [(start(e), end(e)) for e in syncs if start(e) < w1 and end(e) > w0]
         qmax = 0
         for depth in depth_of.values():
@@ -433,12 +636,12 @@ def reference_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
                 "activities": len(mine),
                 "device_start_ns": d0,
                 "device_end_ns": d1,
-                "device_ns": device,
+                "device_ns": window,
                 "gpu_busy_ns": busy,
-                "gpu_idle_ns": device - busy,
+                "gpu_idle_ns": idle,
                 "sync_count": sum(1 for e in syncs if w0 <= start(e) < w1),
                 "sync_wait_ns": _union([(max(a, w0), min(b, w1)) for a, b in inside]),
-                "run_ahead_ns": None if d1 is None else d1 - w1,
+                "run_ahead_ns": None if d1 is None or whole_trace else d1 - w1,
                 "queue_max": qmax,
             }
         )
@@ -476,6 +679,7 @@ def reference_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
         "sync_calls": [(d, op, site, step) for _, d, op, site, step in calls],
         # device-side records of the same waits: listed apart, never added to the calls
         "device_sync_records": sum(1 for e in events if e.get("cat") == "cuda_sync"),
+        "bound": bound,
     }
 
 
@@ -537,21 +741,21 @@ def reference_nsys_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any
         if hit is not None:
             key = f"{dev}:{stream}" if len(devices) > 1 else str(stream)
             matched.append((key, *hit, s - origin, e - origin))
+    launch_calls = [(s - origin, e - origin) for s, e, name in calls.values() if _is_launch(name)]
     queue: dict[str, dict[str, Any]] = {}
     depth_max: list[int] = []
     for st in sorted({m[0] for m in matched}):
         mine = [m for m in matched if m[0] == st]
         depth = _sweep([(ls, max(a, ls)) for _, ls, _, a, _ in mine])
         flight = _sweep([(ls, max(b, a, ls)) for _, ls, _, a, b in mine])
-        area = at_cap = 0
+        area = 0
         for (t0, v), (t1, _) in pairwise(depth):
             area += v * (t1 - t0)
-            at_cap += t1 - t0 if v >= cap else 0
         span = depth[-1][0] - depth[0][0]
         queue[st] = {
             "max": max(v for _, v in depth),
             "mean": area / span if span else 0.0,
-            "time_at_cap_ns": at_cap,
+            "time_at_cap_ns": _at_cap(depth, cap, launch_calls),
             "in_flight_max": max(v for _, v in flight),
             "activities": len(mine),
         }
@@ -561,7 +765,18 @@ def reference_nsys_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any
     syncs = [(s - origin, e - origin) for s, e, name in calls.values() if _is_sync(name)]
     mine = [m for m in matched if w0 <= m[1] < w1]
     d0, d1 = min(m[3] for m in mine), max(m[4] for m in mine)
-    busy = _union([(m[3], m[4]) for m in mine])
+    # no steps: the region is the whole trace, the device timeline every activity on the
+    # device with most of them
+    counts = Counter(a[5] for a in acts)
+    dev = max(counts, key=lambda d: (counts[d], d))
+    timeline = [(a[0] - origin, a[1] - origin) for a in acts if a[5] == dev]
+    region = (min([w0] + [a for a, _ in timeline]), max([w1] + [b for _, b in timeline]))
+    ((_lo, _hi, busy, idle),) = _shares([(w0, w1)], region, timeline, [])
+    device_acts = [
+        (a[0] - origin, a[1] - origin, launch.get((a[3] >> 24, a[4]))) for a in acts if a[5] == dev
+    ]
+    bound = _causes(region, device_acts, syncs, [], clocks_bad=False)
+    bound["region"] = region[1] - region[0]
     step = {
         "step": 0,
         "start_ns": w0,
@@ -572,10 +787,10 @@ def reference_nsys_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any
         "device_end_ns": d1,
         "device_ns": d1 - d0,
         "gpu_busy_ns": busy,
-        "gpu_idle_ns": d1 - d0 - busy,
+        "gpu_idle_ns": idle,
         "sync_count": sum(1 for s, _ in syncs if w0 <= s < w1),
         "sync_wait_ns": _union([(max(s, w0), min(e, w1)) for s, e in syncs if s < w1 and e > w0]),
-        "run_ahead_ns": d1 - w1,
+        "run_ahead_ns": None,  # a whole trace has no step end to run ahead of
         "queue_max": max(depth_max),  # one step: the whole queue lies inside it
         "in_flight_steps": int(d1 > w1),
     }
@@ -585,4 +800,5 @@ def reference_nsys_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any
         "queue": queue,
         "steps": [step],
         "sync_total_ns": sum(e - s for s, e in syncs),
+        "bound": bound,
     }

@@ -86,9 +86,22 @@ def test_invariants(launches, syncs, steps) -> None:  # type: ignore[no-untyped-
         assert (depth.value >= 0).all()
         assert (flight.value >= 0).all()
     report = analyze(trace)
+    run = report.bound
+    assert run is not None
+    assert run.busy_ns + run.idle_ns == run.region_ns
+    assert run.idle_ns_by_cause.total() == run.idle_ns
+    # the steps' shares partition the device timeline: their figures add up to the run's
+    assert sum(s.gpu_busy_ns for s in report.steps) == run.busy_ns
+    assert sum(s.gpu_idle_ns for s in report.steps) == run.idle_ns
+    for cause in ("host", "sync", "input", "dependency", "unattributed"):
+        assert sum(getattr(s.bound.idle_ns_by_cause, cause) for s in report.steps if s.bound) == (
+            getattr(run.idle_ns_by_cause, cause)
+        )
     for s in report.steps:
-        assert s.gpu_busy_ns + s.gpu_idle_ns == s.device_ns
-        assert 0 <= s.gpu_busy_ns <= s.device_ns
+        assert s.bound is not None
+        assert s.bound.busy_ns + s.bound.idle_ns == s.bound.region_ns
+        assert s.bound.idle_ns_by_cause.total() == s.bound.idle_ns
+        assert (s.gpu_busy_ns, s.gpu_idle_ns) == (s.bound.busy_ns, s.bound.idle_ns)
         assert 0 <= s.sync_wait_ns <= s.cpu_ns
         assert s.queue_max >= 0
         if s.device_start_ns is not None and s.device_end_ns is not None:
@@ -119,9 +132,9 @@ def test_queue_max_matches_brute_force(launches) -> None:  # type: ignore[no-unt
     trace = _build(_rows(launches, [], [10]))
     report = analyze(trace)
     per_stream: dict[int, list[tuple[int, int]]] = {}
-    for ls, _ld, off, _ad, stream, graph in launches:
-        for k in range(2 if graph else 1):
-            per_stream.setdefault(stream, []).append((ls, max(ls + off + 10 * k, ls)))
+    for ls, _ld, off, _ad, stream, _graph in launches:
+        # a graph launch is one queue entry: it leaves the queue when its first kernel starts
+        per_stream.setdefault(stream, []).append((ls, max(ls + off, ls)))
     for stream, iv in per_stream.items():
         times = {t for pair in iv for t in pair}
         # depth at t: launched at or before t, not started by t
@@ -153,25 +166,38 @@ def test_figures_match_brute_force(launches, syncs, steps) -> None:  # type: ign
         for ls, ld, off, ad, stream, graph in launches
         for k in range(2 if graph else 1)
     ]
+    # the queue's entries: a graph launch is one, from its first kernel's start to its last end
+    entries = [
+        (stream, ls, ls + ld, ls + off, ls + off + (10 if graph else 0) + ad)
+        for ls, ld, off, ad, stream, graph in launches
+    ]
+    in_launch = [(ls, ls + ld) for ls, ld, *_ in launches]
 
     def depth(stream: int, t: int) -> int:  # launched at or before t, not started by t
-        return sum(1 for s, ls, _, a, _ in acts if s == stream and ls <= t < max(a, ls))
+        return sum(1 for s, ls, _, a, _ in entries if s == stream and ls <= t < max(a, ls))
 
     def flight(stream: int, t: int) -> int:  # launched at or before t, not finished by t
-        return sum(1 for s, ls, _, a, b in acts if s == stream and ls <= t < max(a, b, ls))
+        return sum(1 for s, ls, _, a, b in entries if s == stream and ls <= t < max(a, b, ls))
 
-    times = {s: sorted({t for x in acts if x[0] == s for t in x[1:]}) for s in {x[0] for x in acts}}
+    times = {
+        s: sorted({t for x in entries if x[0] == s for t in x[1:]}) for s in {x[0] for x in acts}
+    }
     assert {k for k, q in report.queue.items() if q.activities} == {str(s) for s in times}
     for s, ts in times.items():
         q = report.queue[str(s)]
         change = sorted(
-            {x[1] for x in acts if x[0] == s} | {max(x[3], x[1]) for x in acts if x[0] == s}
+            {x[1] for x in entries if x[0] == s} | {max(x[3], x[1]) for x in entries if x[0] == s}
         )
         segments = list(pairwise(change))
         span = change[-1] - change[0]
         area = sum(depth(s, t0) * (t1 - t0) for t0, t1 in segments)
         assert q.mean == pytest.approx(area / span if span else 0.0, rel=1e-12)
-        assert q.time_at_cap_ns == sum(t1 - t0 for t0, t1 in segments if depth(s, t0) >= cap)
+        # at the cap, and the host inside a launch call
+        assert q.time_at_cap_ns == sum(
+            _covered([(max(a, t0), min(b, t1)) for a, b in in_launch if a < t1 and b > t0])
+            for t0, t1 in segments
+            if depth(s, t0) >= cap
+        )
         assert q.max == max(depth(s, t) for t in ts)
         assert q.in_flight_max == max(flight(s, t) for t in ts)
     to_start = [a - ls for _, ls, _, a, _ in acts]
@@ -199,8 +225,10 @@ def test_figures_match_brute_force(launches, syncs, steps) -> None:  # type: ign
         d1 = max((x[4] for x in mine), default=None)
         assert (f.device_start_ns, f.device_end_ns) == (d0, d1)
         device = d1 - d0 if d0 is not None and d1 is not None else 0
-        busy = _covered([(x[3], x[4]) for x in mine])
-        assert (f.device_ns, f.gpu_busy_ns, f.gpu_idle_ns) == (device, busy, device - busy)
+        assert f.device_ns == device
+        # gpu_busy_ns / gpu_idle_ns: the step's share of the device timeline (test_bound.py)
+        assert f.bound is not None
+        assert (f.gpu_busy_ns, f.gpu_idle_ns) == (f.bound.busy_ns, f.bound.idle_ns)
         assert f.run_ahead_ns == (None if d1 is None else d1 - w1)
         assert f.sync_count == sum(1 for a, _ in sync_iv if w0 <= a < w1)
         clipped = [(max(a, w0), min(b, w1)) for a, b in sync_iv if a < w1 and b > w0]

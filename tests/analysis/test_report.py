@@ -14,7 +14,7 @@ from tests.analysis._traces import launches_trace, steps_trace
 
 def test_json_has_the_documented_fields() -> None:
     obj = json.loads(analyze(launches_trace()).to_json())
-    assert obj["schema_version"] == 1
+    assert obj["schema_version"] == 2
     assert obj["trace"] == {
         "source": "launches.json",
         "format": "synthetic",
@@ -52,6 +52,23 @@ def test_json_has_the_documented_fields() -> None:
         assert key in step
     assert obj["step_source"] == "trace"
     assert set(obj["verdict"]) == {"code", "message", "findings"}
+    # schema 2: what bounds the run, per step too, and consistency warnings
+    bound = obj["bound"]
+    assert set(bound) == {
+        "label",
+        "region_ns",
+        "busy_ns",
+        "idle_ns",
+        "idle_ns_by_cause",
+        "evidence",
+        "advice",
+    }
+    assert set(bound["idle_ns_by_cause"]) == {"host", "sync", "input", "dependency", "unattributed"}
+    assert bound["busy_ns"] + bound["idle_ns"] == bound["region_ns"]
+    assert len(bound["advice"]) >= 1
+    assert set(step["bound"]) >= {"label", "region_ns", "busy_ns", "idle_ns", "idle_ns_by_cause"}
+    assert "advice" not in step["bound"]
+    assert isinstance(obj["warnings"], list)
 
 
 def test_round_trip_and_newer_schema_refused() -> None:
@@ -132,8 +149,10 @@ def test_the_verdict_names_the_syncs_the_steps_counted() -> None:
         ("setup.py:3", 2),
     }
     assert report.verdict.code == "over-synchronized"
+    # the syncs wait 100 of each 1,000 ns step (10%): costly enough for the headline
     assert report.verdict.message == (
-        "over-synchronized: 2 syncs per step at train.py:12 (cudaStreamSynchronize ×6)"
+        "over-synchronized: 2 syncs per step at train.py:12 (cudaStreamSynchronize ×6), "
+        "costing 10% of the step"
     )
     # the same when the calls themselves are not kept in the report
     lean = analyze(b.build(), keep_sync_calls=False)

@@ -384,4 +384,7 @@ def test_every_verdict_line_says_its_code_once() -> None:
     v = judge_steps(steps(20), asynchronous=False)
     assert verdict_line(v.code, v.message).startswith("cpu-synchronous: the CPU backend")
     v = judge_steps(steps(3), asynchronous=True)
-    assert verdict_line(v.code, v.message) == "too-few-steps: 3, fewer than the 8 a trend needs"
+    assert verdict_line(v.code, v.message) == (
+        "too-few-steps: 3, fewer than the 8 a trend needs (runaway queue, memory creep); "
+        "the bound label needs none"
+    )

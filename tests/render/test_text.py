@@ -73,3 +73,35 @@ def test_names_with_brackets_are_printed_literally() -> None:
     out = buf.getvalue()
     assert "we[bold]ird.py:3" in out
     assert "[odd].json" in out
+
+
+def test_bound_headline_and_warnings_lead_the_report() -> None:
+    from asynctrace.traces.builder import TraceBuilder
+    from asynctrace.traces.model import RangeKind, RuntimeKind
+
+    b = TraceBuilder("clock.json")
+    for s in range(3):
+        b.range(f"ProfilerStep#{s}", s * 2_000_000, 2_000_000, kind=RangeKind.STEP, step=s)
+        b.runtime(
+            "cudaLaunchKernel", s * 2_000_000, 10_000, kind=RuntimeKind.LAUNCH, correlation=s + 1
+        )
+        b.activity("k", 145_000_000 + s * 3_000_000, 1_000_000, correlation=s + 1)
+    console, buf = _console()
+    render_report(analyze(b.build()), console)
+    out = buf.getvalue()
+    lines = out.splitlines()
+    assert lines[0].startswith("warning (clock-mismatch): the host and device clocks")
+    assert any(line.startswith("bound: undetermined — run: device busy") for line in lines[:4])
+    assert "next step:" in out
+    assert "withheld: the clocks disagree" in out
+
+
+def test_bound_headline_names_evidence_and_next_step() -> None:
+    console, buf = _console()
+    render_report(analyze(steps_trace()), console)
+    out = buf.getvalue()
+    head = out.splitlines()[1]
+    assert head.startswith("bound: ")
+    assert "device busy" in head
+    assert "idle" in head
+    assert "  next step: " in out

@@ -1,0 +1,104 @@
+"""Sets of time intervals as sorted, disjoint numpy arrays, with vectorised measures.
+
+A :class:`Cover` is the union of some intervals ``[start, end)``: merged once (one sort and a
+running maximum), then every question about it is a binary search over its arrays, for any number
+of query points at once: how much of it lies before ``t``, between ``a`` and ``b``, whether ``t``
+is inside it. The device timeline, the host's sync waits, data waits and launch calls are all
+Covers; the bound analysis is arithmetic on them.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Cover"]
+
+I64 = npt.NDArray[np.int64]
+
+
+class Cover(msgspec.Struct, frozen=True, eq=False):
+    """Disjoint intervals ``[start_ns[i], end_ns[i])``, sorted, none empty, none touching."""
+
+    start_ns: I64
+    end_ns: I64
+    #: covered length of intervals ``[0, i)``: ``cum_ns[i]`` (length n + 1)
+    cum_ns: I64
+
+    @classmethod
+    def of(cls, start: npt.ArrayLike, end: npt.ArrayLike) -> Cover:
+        """The union of ``[start[i], end[i])``; empty intervals are dropped, touching ones join."""
+        s = np.asarray(start, dtype=np.int64)
+        e = np.asarray(end, dtype=np.int64)
+        keep = e > s
+        s, e = s[keep], e[keep]
+        if len(s) == 0:
+            z = np.zeros(0, np.int64)
+            return cls(z, z.copy(), np.zeros(1, np.int64))
+        if len(s) > 1 and bool((s[1:] < s[:-1]).any()):  # trace tables come sorted
+            order = np.argsort(s, kind="stable")
+            s, e = s[order], e[order]
+        reach = np.maximum.accumulate(e)
+        new = np.r_[True, s[1:] > reach[:-1]]
+        heads = np.flatnonzero(new)
+        ms = s[heads]
+        me = reach[np.r_[heads[1:] - 1, len(s) - 1]]
+        return cls._from_disjoint(ms, me)
+
+    @classmethod
+    def _from_disjoint(cls, s: I64, e: I64) -> Cover:
+        cum = np.zeros(len(s) + 1, np.int64)
+        np.cumsum(e - s, out=cum[1:])
+        return cls(s, e, cum)
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+    @property
+    def total_ns(self) -> int:
+        return int(self.cum_ns[-1])
+
+    def before(self, t: npt.ArrayLike) -> I64:
+        """Covered length in ``(-inf, t)`` at each ``t``."""
+        t = np.asarray(t, dtype=np.int64)
+        k = np.searchsorted(self.start_ns, t, side="right")  # intervals starting at or before t
+        if len(self.start_ns) == 0:
+            return np.zeros(np.shape(t), np.int64)
+        last = np.maximum(k - 1, 0)
+        partial = np.where(k > 0, np.minimum(t, self.end_ns[last]) - self.start_ns[last], 0).astype(
+            np.int64
+        )
+        return self.cum_ns[last] * (k > 0) + partial
+
+    def between(self, a: npt.ArrayLike, b: npt.ArrayLike) -> I64:
+        """Covered length of ``[a, b)`` (0 where ``b <= a``)."""
+        a = np.asarray(a, dtype=np.int64)
+        b = np.asarray(b, dtype=np.int64)
+        return np.where(b > a, self.before(b) - self.before(a), 0).astype(np.int64)
+
+    def index_at(self, t: npt.ArrayLike) -> npt.NDArray[np.intp]:
+        """The interval containing each ``t``, -1 where none does."""
+        t = np.asarray(t, dtype=np.int64)
+        k = np.searchsorted(self.start_ns, t, side="right") - 1
+        if len(self.start_ns) == 0:
+            return np.full(np.shape(t), -1, np.intp)
+        inside = (k >= 0) & (t < self.end_ns[np.maximum(k, 0)])
+        return np.where(inside, k, -1).astype(np.intp)
+
+    def contains(self, t: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        """Whether each ``t`` lies inside the cover."""
+        return self.index_at(t) >= 0
+
+    def intersect(self, other: Cover) -> Cover:
+        """The intervals covered by both."""
+        if len(self) == 0 or len(other) == 0:
+            return Cover.of([], [])
+        cuts = np.unique(np.concatenate([self.start_ns, self.end_ns, other.start_ns, other.end_ns]))
+        lo, hi = cuts[:-1], cuts[1:]
+        both = self.contains(lo) & other.contains(lo)
+        return Cover.of(lo[both], hi[both])
+
+    def clip(self, lo: int, hi: int) -> Cover:
+        """The part inside ``[lo, hi)``."""
+        return Cover.of(np.maximum(self.start_ns, lo), np.minimum(self.end_ns, hi))
