@@ -16,6 +16,7 @@ from typing import Final
 
 import msgspec
 
+from asynctrace.analysis._bound_model import Bound
 from asynctrace.records import SessionHeader, StepRecord, SyncSite
 
 __all__ = [
@@ -197,6 +198,9 @@ class SessionReport(msgspec.Struct, frozen=True, kw_only=True):
     verdict: str
     verdict_message: str
     findings: list[str] = msgspec.field(default_factory=list)
+    #: what bounds the recent steps (estimated from their records: ``evidence.estimated``),
+    #: with its evidence and one next step; None without steps
+    bound: Bound | None = None
     sync_sites: list[SyncSite] = msgspec.field(default_factory=list)
     notes: list[str] = msgspec.field(default_factory=list)
     error: str | None = None
@@ -225,6 +229,11 @@ def session_report(
     the accumulator says about its own figures."""
     code, message, findings = acc.verdict(asynchronous=header.asynchronous, sync_sites=sync_sites)
     figures = acc.figures()
+    bound = None
+    if acc.recent:
+        from asynctrace.analysis.bound import bound_of_records
+
+        bound = bound_of_records(list(acc.recent), asynchronous=header.asynchronous).run
     return SessionReport(
         name=header.name,
         device_kind=header.device_kind,
@@ -245,6 +254,7 @@ def session_report(
         verdict=code,
         verdict_message=message,
         findings=findings,
+        bound=bound,
         sync_sites=list(sync_sites),
         notes=[*notes, *acc.notes(asynchronous=header.asynchronous, verdict=code)],
         error=error,

@@ -138,7 +138,22 @@ def session_markdown(
 def _report_lines(report: SessionReport) -> list[str]:
     from asynctrace.render.session import report_rows
 
-    lines = ["", f"verdict: **{_md(report.verdict)}**: {_md(report.verdict_message)}"]
+    lines = []
+    b = report.bound
+    if b is not None:
+        est = " (estimated from step records)" if b.evidence.estimated else ""
+        lines += [
+            "",
+            f"bound: **{_md(b.label)}**{est}: device busy {b.evidence.busy_pct:.1f}%, idle "
+            + ", ".join(
+                f"{_md(c)} {v / _NS_PER_MS:.3f} ms"
+                for c, v in b.idle_ns_by_cause.as_dict().items()
+                if v
+            ),
+        ]
+        if b.advice:
+            lines.append(f"next step: {_md(b.advice[0])}")
+    lines += ["", f"verdict: **{_md(report.verdict)}**: {_md(report.verdict_message)}"]
     lines += [f"- {_md(f)}" for f in report.findings]
     rows = report_rows(report)
     if rows:

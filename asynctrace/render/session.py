@@ -104,13 +104,22 @@ def print_report(
             ("count", "right"),
             ("wait", "right"),
         ):
-            sites.add_column(col, justify=justify)  # type: ignore[arg-type]
+            # a site is a path: folded onto more lines rather than cut short
+            sites.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
         for s in report.sync_sites[:_TOP_SITES]:
             sites.add_row(s.site, s.op, str(s.count), format_value(s.wait_ns, "ns"))
         console.print(sites)
         more = len(report.sync_sites) - _TOP_SITES
         if more > 0:
             console.print(f"… and {more} more site(s) in the records file", markup=False)
+    if report.bound is not None:
+        from asynctrace.render.text import bound_lines
+
+        # markup of our own; every name in it is escaped by bound_lines
+        for line in bound_lines(
+            report.bound, scope=f"last {report.steps} steps" if report.steps else "session"
+        ):
+            console.print(line)
     console.print(f"verdict: {verdict_line(report.verdict, report.verdict_message)}", markup=False)
     for note in report.notes:
         console.print(f"note: {note}", markup=False)

@@ -1010,3 +1010,48 @@ def test_the_header_says_which_sync_detector_ran(tmp_path: Path) -> None:
             s.step()
         assert s.records_path is not None
         assert read_records(s.records_path).header.sync_detection == mode
+
+
+@pytest.mark.parametrize(
+    ("work_ns", "label"), [(2_000_000, "device-bound"), (200_000, "host-bound")]
+)
+def test_the_exit_summary_says_what_bounds_the_steps(
+    tmp_path: Path, work_ns: int, label: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a host step of 1 ms; the device needs twice as long (it sets the pace) or a fifth
+    clock = FakeClock(T0)
+    with Session("b", dir=tmp_path, device=FakeDevice(clock, stream(work_ns))) as s:
+        for _ in range(20):
+            clock.advance(1_000_000)
+            s.step()
+    report = s.summary()
+    assert report.bound is not None
+    assert report.bound.label == label
+    assert report.bound.evidence.estimated
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"bound: {label} (estimated from step records)" in out
+    assert "next step:" in out
+    # the same label as the records file gives, read back
+    from asynctrace.analysis.report import summarize_records
+
+    rec = read_records(s.records_path)  # type: ignore[arg-type]
+    summary = summarize_records(rec).bound
+    assert summary is not None
+    assert summary.label == label
+
+
+def test_the_exit_summary_names_the_top_sync_sites(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Session("s", dir=tmp_path, device="cpu", detect_syncs="lint") as s:
+        for _ in range(3):
+            torch.ones(2).sum().item()
+            s.step()
+    out = capsys.readouterr().out
+    (site,) = s.sync_sites()
+    assert site.site.endswith("test_session.py:" + str(site.stack[0].split(":")[-1].split()[0]))
+    assert "sync sites" in out
+    # the table folds a long path onto several lines: every character of it is shown
+    cells = "".join(line.split("│")[1].strip() for line in out.splitlines() if line.count("│") >= 4)
+    assert site.site in cells
+    assert "aten::_local_scalar_dense" in out
