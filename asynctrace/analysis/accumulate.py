@@ -61,6 +61,10 @@ STEP_FIGURES: Final = (
 )
 
 
+#: the figures a step may lack (None where the device could not measure them)
+_OPTIONAL: Final = ("device_ns", "run_ahead_ns", "mem_allocated_bytes", "mem_reserved_bytes")
+
+
 class FigureStats(msgspec.Struct, frozen=True, kw_only=True):
     """One per-step figure summarized over a run."""
 
@@ -99,8 +103,8 @@ class StepAccumulator:
         #: the most recent steps (at most ``window``), oldest first
         self.recent: deque[StepRecord] = deque(maxlen=window)
         self._sums = dict.fromkeys((f.field for f in STEP_FIGURES), 0)
-        self._with_device = 0
-        self._with_memory = 0
+        # steps that had each optional figure (a device that could not measure leaves it out)
+        self._counts = dict.fromkeys(_OPTIONAL, 0)
 
     def add(self, rec: StepRecord) -> None:
         # unrolled over STEP_FIGURES: this runs once per step of the user's loop
@@ -109,19 +113,26 @@ class StepAccumulator:
         s = self._sums
         s["frontend_ns"] += rec.frontend_ns
         s["data_wait_ns"] += rec.data_wait_ns
-        device_ns = rec.device_ns
-        if device_ns is not None:
-            self._with_device += 1
-            s["device_ns"] += device_ns
-            s["run_ahead_ns"] += rec.run_ahead_ns or 0
         s["in_flight"] += rec.in_flight
         s["sync_count"] += rec.sync_count
         s["sync_wait_ns"] += rec.sync_wait_ns
-        allocated = rec.mem_allocated_bytes
-        if allocated is not None:
-            self._with_memory += 1
-            s["mem_allocated_bytes"] += allocated
-            s["mem_reserved_bytes"] += rec.mem_reserved_bytes or 0
+        n = self._counts
+        v = rec.device_ns
+        if v is not None:
+            s["device_ns"] += v
+            n["device_ns"] += 1
+        v = rec.run_ahead_ns
+        if v is not None:
+            s["run_ahead_ns"] += v
+            n["run_ahead_ns"] += 1
+        v = rec.mem_allocated_bytes
+        if v is not None:
+            s["mem_allocated_bytes"] += v
+            n["mem_allocated_bytes"] += 1
+        v = rec.mem_reserved_bytes
+        if v is not None:
+            s["mem_reserved_bytes"] += v
+            n["mem_reserved_bytes"] += 1
 
     def extend(self, records: Iterable[StepRecord]) -> StepAccumulator:
         for rec in records:
@@ -129,11 +140,7 @@ class StepAccumulator:
         return self
 
     def _count(self, field: str) -> int:
-        if field in ("device_ns", "run_ahead_ns"):
-            return self._with_device
-        if field in ("mem_allocated_bytes", "mem_reserved_bytes"):
-            return self._with_memory
-        return self.steps
+        return self._counts.get(field, self.steps)
 
     def figures(self) -> dict[str, FigureStats | None]:
         """Each figure's statistics (None for a figure no step had)."""
@@ -154,13 +161,35 @@ class StepAccumulator:
         return out
 
     def verdict(
-        self, *, asynchronous: bool, sync_sites: list[SyncSite]
+        self,
+        *,
+        asynchronous: bool,
+        sync_sites: list[SyncSite],
+        sync_detection: str | None = None,
     ) -> tuple[str, str, list[str]]:
-        """(code, message, findings) of the verdict over the recent steps."""
-        from asynctrace.analysis.verdict import judge_steps
+        """(code, message, findings) of the verdict over the recent steps. Syncs are judged by
+        cost where the session measured their wait (the CUDA detector on an asynchronous
+        device); the lint's cost is unknown, so there they are judged by count."""
+        from asynctrace.analysis.verdict import WINDOW_STEPS, judge_steps
 
-        v = judge_steps(list(self.recent), asynchronous=asynchronous, sync_sites=sync_sites)
+        steps = list(self.recent)
+        cost: float | None = None
+        if asynchronous and sync_detection == "cuda":
+            tail = steps[-WINDOW_STEPS:]
+            frontend = sum(s.frontend_ns for s in tail)
+            cost = sum(s.sync_wait_ns for s in tail) / frontend if frontend else 0.0
+        v = judge_steps(
+            steps, asynchronous=asynchronous, sync_sites=sync_sites, sync_cost_fraction=cost
+        )
         return v.code, v.message, list(v.findings)
+
+    def bound(self, *, asynchronous: bool) -> Bound | None:
+        """What bounds the recent steps, estimated from their records; None without steps."""
+        if not self.recent:
+            return None
+        from asynctrace.analysis.bound import bound_of_records
+
+        return bound_of_records(list(self.recent), asynchronous=asynchronous).run
 
     def notes(self, *, asynchronous: bool, verdict: str) -> list[str]:
         """What the summary says about how its figures were made."""
@@ -227,13 +256,13 @@ def session_report(
 ) -> SessionReport:
     """The summary of a run from its accumulated steps (pure). ``notes`` come first, then what
     the accumulator says about its own figures."""
-    code, message, findings = acc.verdict(asynchronous=header.asynchronous, sync_sites=sync_sites)
+    code, message, findings = acc.verdict(
+        asynchronous=header.asynchronous,
+        sync_sites=sync_sites,
+        sync_detection=header.sync_detection,
+    )
     figures = acc.figures()
-    bound = None
-    if acc.recent:
-        from asynctrace.analysis.bound import bound_of_records
-
-        bound = bound_of_records(list(acc.recent), asynchronous=header.asynchronous).run
+    bound = acc.bound(asynchronous=header.asynchronous)
     return SessionReport(
         name=header.name,
         device_kind=header.device_kind,

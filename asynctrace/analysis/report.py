@@ -19,15 +19,13 @@ from pathlib import PurePath
 
 import msgspec
 import numpy as np
-import numpy.typing as npt
 
 from asynctrace.analysis.bound import (
     Bound,
     ReportWarning,
-    bound_of_records,
     bound_of_trace,
 )
-from asynctrace.analysis.launches import LaunchStats, launch_stats, link_launches, percentiles
+from asynctrace.analysis.launches import LaunchStats, launch_stats, link_launches
 from asynctrace.analysis.queue import (
     DEFAULT_QUEUE_CAP,
     StreamQueue,
@@ -284,35 +282,25 @@ _RECORD_FIGURES = (
 )
 
 
-def _figure_stats(values: npt.NDArray[np.int64]) -> FigureStats:
-    if len(values) == 0:
-        return FigureStats(n=0, mean=0.0, median=0.0, p90=0)
-    return FigureStats(
-        n=len(values),
-        mean=float(values.mean()),
-        median=float(np.median(values)),
-        p90=percentiles(values).p90,
-    )
-
-
 def summarize_records(records: Records) -> RecordsSummary:
-    """Mean/median/p90 of each per-step figure of a session, and its verdict (pure)."""
+    """Mean/median/p90 of each per-step figure of a session, its verdict and what bounds it
+    (pure): the live session's own summary (:class:`~asynctrace.analysis.accumulate.
+    StepAccumulator`) over every step of the file."""
+    from asynctrace.analysis.accumulate import StepAccumulator
+
+    h = records.header
+    acc = StepAccumulator(window=max(1, len(records.steps))).extend(records.steps)
+    stats = acc.figures()
     figures: dict[str, FigureStats] = {}
     for name in _RECORD_FIGURES:
-        vals = [getattr(s, name) for s in records.steps]
-        arr = np.array([v for v in vals if v is not None], dtype=np.int64)
-        figures[name] = _figure_stats(arr)
-    h = records.header
-    rb = bound_of_records(records.steps, asynchronous=h.asynchronous)
-    # a session measures its sync wait where the CUDA detector ran; the lint's cost is unknown
-    measured = h.asynchronous and h.sync_detection == "cuda"
-    frontend = sum(s.frontend_ns for s in records.steps[-64:])
-    cost = sum(s.sync_wait_ns for s in records.steps[-64:]) / frontend if frontend else 0.0
-    v = judge_steps(
-        records.steps,
-        asynchronous=h.asynchronous,
-        sync_sites=records.syncs,
-        sync_cost_fraction=cost if measured else None,
+        f = stats[name]
+        figures[name] = (
+            FigureStats(n=0, mean=0.0, median=0.0, p90=0)
+            if f is None
+            else FigureStats(n=f.count, mean=f.mean, median=f.median, p90=int(f.p90))
+        )
+    code, message, findings = acc.verdict(
+        asynchronous=h.asynchronous, sync_sites=records.syncs, sync_detection=h.sync_detection
     )
     return RecordsSummary(
         source=records.path,
@@ -323,6 +311,6 @@ def summarize_records(records: Records) -> RecordsSummary:
         complete=records.complete,
         figures=figures,
         sync_sites=list(records.syncs),
-        verdict=VerdictInfo(code=v.code, message=v.message, findings=list(v.findings)),
-        bound=rb.run,
+        verdict=VerdictInfo(code=code, message=message, findings=findings),
+        bound=acc.bound(asynchronous=h.asynchronous),
     )
