@@ -187,6 +187,10 @@ def _read_lines(p: Path, f: BinaryIO) -> Records:
         if isinstance(obj, SessionHeader):
             if header is not None:
                 raise TraceFormatError(str(p), f"line {lineno}: second header")
+            if obj.schema == RECORDS_SCHEMA and obj.version < 1:
+                raise TraceFormatError(
+                    str(p), f"line {lineno}: version {obj.version} is not a valid records version"
+                )
             if obj.schema != RECORDS_SCHEMA or obj.version > RECORDS_VERSION:
                 raise TraceFormatError(
                     str(p),

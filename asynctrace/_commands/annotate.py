@@ -6,6 +6,7 @@ Open OUT in Perfetto UI, chrome://tracing or TensorBoard's trace viewer (docs/vi
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -35,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
 
     src = Path(args.trace)
     out = Path(args.output)
-    if src.resolve() == out.resolve():
+    # realpath, not Path.resolve(): a symlink loop raises RuntimeError there, and is said by
+    # the reader below as any unreadable file is
+    if os.path.realpath(src) == os.path.realpath(out):
         raise TraceFormatError(
             str(out), "OUT is TRACE: choose another file for the annotated trace"
         )
