@@ -174,6 +174,9 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
     reports: list[Report] = []
     summaries: list[RecordsSummary] = []
     failed: list[str] = []
+    # the files that were read: the HTML page loads these again, one per report or summary
+    read_traces: list[Path] = []
+    read_records_paths: list[Path] = []
     for p in trace_paths:
         try:
             trace = load(p)
@@ -181,6 +184,7 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
             from asynctrace.analysis.report import analyze
 
             reports.append(analyze(trace, queue_cap=args.queue_cap, keep_sync_calls=args.json))
+            read_traces.append(p)
             del trace
         except TraceFormatError as e:
             # In a folder, one unreadable file must not hide the other ranks: say so, go on.
@@ -194,6 +198,7 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
             from asynctrace.analysis.report import summarize_records
 
             summaries.append(summarize_records(records))
+            read_records_paths.append(p)
         except TraceFormatError as e:
             if not path.is_dir():
                 raise
@@ -209,7 +214,7 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
         from asynctrace._commands._html import write_report_html
 
         try:
-            write_report_html(html, trace_paths, reports, records_paths, summaries)
+            write_report_html(html, read_traces, reports, read_records_paths, summaries)
         except OSError as e:
             raise write_failed(html, e, "the HTML page") from None
     if args.json:
