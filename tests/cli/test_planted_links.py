@@ -34,7 +34,8 @@ def test_a_link_planted_at_the_old_tmp_name_is_not_written_through(
     opt = "--html" if command == "report" else "-o"
     assert main([command, str(trace), opt, str(out)]) == 0, capsys.readouterr().err
     assert victim.read_text() == "precious\n"
-    assert out.is_file() and not out.is_symlink()
+    assert out.is_file()
+    assert not out.is_symlink()
     assert out.stat().st_size > 0
     # nothing else left in the folder: no temporary of ours
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
@@ -65,7 +66,11 @@ def test_a_failed_write_leaves_no_temporary(tmp_path: Path) -> None:
 
     from asynctrace._output import atomic_file
 
-    with pytest.raises(Boom), atomic_file(tmp_path / "x.html") as (f, _):
-        f.write(b"half")
-        raise Boom
+    def write_half() -> None:
+        with atomic_file(tmp_path / "x.html") as (f, _):
+            f.write(b"half")
+            raise Boom
+
+    with pytest.raises(Boom):
+        write_half()
     assert list(tmp_path.iterdir()) == []
