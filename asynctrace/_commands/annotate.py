@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from asynctrace.analysis.report import analyze
-    from asynctrace.export.chrome import annotate_file
+    from asynctrace.export.chrome import overlay_source, write_annotated
     from asynctrace.traces._io import sniff
     from asynctrace.traces.load import load
 
@@ -63,8 +63,10 @@ def run(args: argparse.Namespace) -> int:
     output_file(out, what="the annotated trace", inputs=[src])
     trace = load(src)
     report = analyze(trace)
+    source = overlay_source(trace, report)
+    del trace  # its columns need not sit beside the trace's text, read again to be copied
     try:
-        annotate_file(src, out, trace=trace, report=report)
+        write_annotated(src, out, source)
     except OSError as e:  # reading the trace raised TraceFormatError: this is the write
         raise write_failed(out, e, "the annotated trace") from None
     print(
