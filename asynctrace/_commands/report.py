@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from asynctrace._output import json_text, output_file, write_failed
+from asynctrace._text import printable
 from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import RECORDS_SUFFIX, is_records_name
@@ -246,5 +247,5 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
 
 def _skipped(failed: list[str]) -> int:
     for reason in failed:
-        print(f"asynctrace report: skipped {reason}", file=sys.stderr)
+        print(f"asynctrace report: skipped {printable(reason)}", file=sys.stderr)
     return 1 if failed else 0

@@ -8,12 +8,19 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from asynctrace._text import printable
 from asynctrace.analysis.ranks import RankComparison
 from asynctrace.analysis.report import RecordsSummary, Report, VerdictInfo
 from asynctrace.analysis.steps import StepFigures
 from asynctrace.analysis.verdict import verdict_line
 
 __all__ = ["format_ns", "render_ranks", "render_records", "render_report"]
+
+
+def _shown(text: str) -> str:
+    """Text from a file as printed: control characters escaped (a name may hold terminal
+    escape sequences), then rich markup (``[bold]``) escaped."""
+    return escape(printable(text))
 
 
 def format_ns(ns: float | None) -> str:
@@ -41,12 +48,12 @@ def render_report(
     report: Report, console: Console, *, steps: bool = False, top_sites: int = 10
 ) -> None:
     """Print a report: activities, launches, queues, syncs, steps (summary or all), verdict."""
-    console.print(f"[bold]{escape(_title(report))}[/bold]")
+    console.print(f"[bold]{_shown(_title(report))}[/bold]")
     a = report.activities
     kinds = ", ".join(f"{v} {k}" for k, v in a.per_kind.items())
     console.print(f"activities: {a.total} ({kinds}) on {len(a.per_stream)} stream(s)")
     for reason, n in report.trace.skipped.items():
-        console.print(f"skipped by the loader: {n} ({escape(reason)})")
+        console.print(f"skipped by the loader: {n} ({_shown(reason)})")
 
     la = report.launch
     t = Table(title=f"launch delays ({la.matched} matched, {la.unmatched} unmatched)")
@@ -73,7 +80,7 @@ def render_report(
             t.add_column(col, justify="right")
         for key, q in report.queue.items():
             t.add_row(
-                key,
+                _shown(key),
                 str(a.per_stream.get(key, q.activities)),
                 str(q.max),
                 f"{q.mean:.2f}",
@@ -90,8 +97,8 @@ def render_report(
             t.add_column(col, justify="left" if col in ("site", "op") else "right")
         for site in s.sites[:top_sites]:
             t.add_row(
-                escape(site.site or "-"),
-                escape(site.op),
+                _shown(site.site or "-"),
+                _shown(site.op),
                 str(site.count),
                 format_ns(site.total_ns),
                 str(site.steps),
@@ -133,7 +140,7 @@ def render_report(
         console.print(t)
     console.print(_verdict_line(report.verdict))
     for finding in report.verdict.findings[1:]:
-        console.print(f"  also: {escape(finding)}")
+        console.print(f"  also: {_shown(finding)}")
 
 
 def _summary_steps(report: Report) -> list[StepFigures]:
@@ -159,7 +166,7 @@ def render_ranks(comparison: RankComparison, console: Console) -> None:
     for r in comparison.ranks:
         t.add_row(
             "?" if r.rank is None else str(r.rank),
-            escape(PurePath(r.source).name),
+            _shown(PurePath(r.source).name),
             str(r.steps),
             format_ns(r.cpu_ns_mean),
             format_ns(r.device_ns_mean),
@@ -190,8 +197,8 @@ def render_records(summary: RecordsSummary, console: Console) -> None:
     rank = f", rank {summary.rank}" if summary.rank is not None else ""
     note = "" if summary.complete else " (incomplete: no summary line, the run was killed)"
     console.print(
-        f"[bold]{escape(summary.source)}[/bold] "
-        f"({escape(summary.device_kind)}, {escape(summary.device)}{rank}): "
+        f"[bold]{_shown(summary.source)}[/bold] "
+        f"({_shown(summary.device_kind)}, {_shown(summary.device)}{rank}): "
         f"{summary.steps} step(s){note}"
     )
     t = Table(title="per-step figures")
@@ -209,7 +216,7 @@ def render_records(summary: RecordsSummary, console: Console) -> None:
             t.add_column(col, justify="left" if col in ("site", "op") else "right")
         for s in summary.sync_sites:
             t.add_row(
-                escape(s.site), escape(s.op), str(s.count), format_ns(s.wait_ns), str(s.steps)
+                _shown(s.site), _shown(s.op), str(s.count), format_ns(s.wait_ns), str(s.steps)
             )
         console.print(t)
     console.print(_verdict_line(summary.verdict))
@@ -217,4 +224,4 @@ def render_records(summary: RecordsSummary, console: Console) -> None:
 
 def _verdict_line(v: VerdictInfo) -> str:
     rest = verdict_line(v.code, v.message)[len(v.code) :]
-    return f"verdict: [bold]{escape(v.code)}[/bold]{escape(rest)}"
+    return f"verdict: [bold]{_shown(v.code)}[/bold]{_shown(rest)}"
