@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from asynctrace.analysis.report import RecordsSummary, Report
+    from asynctrace.records import Records
 
 __all__ = ["add_arguments", "run"]
 
@@ -177,7 +178,7 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
     failed: list[str] = []
     # the files that were read: the HTML page loads these again, one per report or summary
     read_traces: list[Path] = []
-    read_records_paths: list[Path] = []
+    kept_records: list[Records] = []
     for p in trace_paths:
         try:
             trace = load(p)
@@ -199,7 +200,11 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
             from asynctrace.analysis.report import summarize_records
 
             summaries.append(summarize_records(records))
-            read_records_paths.append(p)
+            if html is not None:
+                # kept for the page's plots rather than read again (a long run's records
+                # are ~300 B a step, and reading 10^6 of them takes seconds)
+                kept_records.append(records)
+            del records
         except TraceFormatError as e:
             if not path.is_dir():
                 raise
@@ -215,7 +220,7 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
         from asynctrace._commands._html import write_report_html
 
         try:
-            write_report_html(html, read_traces, reports, read_records_paths, summaries)
+            write_report_html(html, read_traces, reports, kept_records, summaries)
         except OSError as e:
             raise write_failed(html, e, "the HTML page") from None
     if args.json:
