@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from asynctrace._text import printable
+from asynctrace._text import printable, printable_fields
 from asynctrace.cli import main
 from asynctrace.records import SessionHeader, SessionSummary, StepRecord, SyncSite
 
@@ -123,3 +123,25 @@ def test_check_shows_escapes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     _clean(out)
     assert "x\\x1b]0;TITL/train.py" in out
+
+
+def test_printable_fields_escapes_every_string_of_a_summary_object() -> None:
+    from asynctrace.capture.session import SessionReport
+
+    report = SessionReport(
+        name=f"n{EVIL}", device_kind="cpu", device_name=f"CPU é{EVIL}", asynchronous=False,
+        steps=1, wall_ns=1, collected_at_exit=0, frontend_ns=None, data_wait_ns=None,
+        device_ns=None, run_ahead_ns=None, in_flight=None, sync_count=None, sync_wait_ns=None,
+        mem_allocated_bytes=None, mem_reserved_bytes=None, verdict="ok",
+        verdict_message=f"m{EVIL}", notes=[f"note{EVIL}", "plain"],
+        sync_sites=[SyncSite(site=f"s{EVIL}.py:1", op="op", count=1)],
+        records_path=f"/r{EVIL}",
+    )  # fmt: skip
+    shown = printable_fields(report)
+    _clean(shown.name + shown.verdict_message + "".join(shown.notes) + str(shown.records_path))
+    assert shown.device_name == f"CPU é{SHOWN}"
+    assert shown.notes == [f"note{SHOWN}", "plain"]
+    assert shown.sync_sites[0].site == f"s{SHOWN}.py:1"
+    assert shown.steps == 1
+    plain = SyncSite(site="a.py:1", op="op", count=1)
+    assert printable_fields(plain) is plain
