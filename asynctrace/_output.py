@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 
 from asynctrace.errors import AsyncTraceError
 
 __all__ = [
+    "atomic_file",
     "json_text",
     "output_file",
     "output_folder",
@@ -28,27 +30,59 @@ __all__ = [
 
 
 def write_atomically(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path`` through ``<path>.tmp`` renamed over it.
+    """Write ``data`` to ``path`` through a temporary file renamed over it (:func:`atomic_file`)."""
+    with atomic_file(path) as (f, p):
+        f.write(data)
+    return p
 
-    A reader never sees half a file, and a failed write (no space, a folder in the way) leaves
-    neither a partial file nor the ``.tmp`` behind; the :class:`OSError` propagates. A path that
-    exists and is not a regular file (``/dev/null``, ``/dev/stdout``, a FIFO) is written in
-    place: a rename would replace the device or the link itself.
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str]) -> Iterator[tuple[BinaryIO, Path]]:
+    """A binary file to write ``path``'s content to, and ``path``; put in place at the end.
+
+    The content goes to a temporary file in the same folder, created exclusively under an
+    unpredictable name (a link planted at a predictable ``<path>.tmp`` would have the content
+    written through it, to wherever it points), flushed to disk and renamed over ``path``: a
+    reader never sees half a file, and a failed write (no space, a folder in the way) leaves
+    neither a partial file nor the temporary behind; the exception propagates. The file gets
+    the mode of a new file (``0o666`` less the umask). A path that exists and is not a regular
+    file (``/dev/null``, ``/dev/stdout``, a FIFO) is written in place: a rename would replace
+    the device or the link itself.
     """
     p = Path(path)
     if p.exists() and not p.is_file() and not p.is_dir():
         with open(p, "wb") as f:
-            f.write(data)
-        return p
-    tmp = p.with_name(p.name + ".tmp")
+            yield f, p
+        return
+    # the name's start only: the prefix and the random part must still fit NAME_MAX
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name[:200]}.", suffix=".tmp")
     try:
-        tmp.write_bytes(data)
+        with os.fdopen(fd, "wb") as f:
+            # mkstemp makes 0o600; a file written by this tool is an ordinary new file
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
+            yield f, p
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, p)
     except BaseException:
         with contextlib.suppress(OSError):
-            tmp.unlink()
+            os.unlink(tmp)
         raise
-    return p
+
+
+def _umask() -> int:
+    # Linux says it without changing it; os.umask can only read it by setting it, for a moment
+    # in which another thread's new files would get the wrong mode
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def json_text(obj: object, *, indent: int | None = 2) -> str:

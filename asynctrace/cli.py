@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from asynctrace import __version__
+from asynctrace._text import printable
 from asynctrace.errors import AsyncTraceError
 
 __all__ = ["console", "main"]
@@ -118,8 +119,9 @@ def main(argv: Sequence[str] | None = None, *, owns_process: bool = False) -> in
         args.owns_process = owns_process
         status: int = args._module.run(args)
     except AsyncTraceError as e:
-        # one line, whatever the message quotes (a file name or a schema with newlines)
-        message = " ".join(str(e).splitlines())
+        # one line, whatever the message quotes (a file name or a schema with newlines), and
+        # no terminal escape sequence that a name in it may hold
+        message = printable(" ".join(str(e).splitlines()))
         print(f"{prog}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -130,7 +132,7 @@ def main(argv: Sequence[str] | None = None, *, owns_process: bool = False) -> in
     except OSError as e:
         # a path the file system refuses where no check caught it first (a name too long...)
         where = "" if e.filename is None else f"{os.fsdecode(e.filename)}: "
-        print(f"{prog}: error: {where}{e.strerror or e}", file=sys.stderr)
+        print(printable(f"{prog}: error: {where}{e.strerror or e}"), file=sys.stderr)
         return 2
     return status
 

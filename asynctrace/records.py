@@ -133,11 +133,15 @@ class Records(msgspec.Struct, frozen=True, kw_only=True):
 
 def _beyond_int64(obj: msgspec.Struct) -> str | None:
     """The first integer field of ``obj`` outside int64, or None."""
-    for name in obj.__struct_fields__:
-        v = getattr(obj, name)
-        if type(v) is int and not -(2**63) <= v < 2**63:
-            return name
+    # the values as one tuple (made in C): a third faster than a getattr per field, and this
+    # runs for every line of a records file
+    for i, v in enumerate(msgspec.structs.astuple(obj)):
+        if type(v) is int and not _I64_MIN <= v <= _I64_MAX:
+            return obj.__struct_fields__[i]
     return None
+
+
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 
 def read_records(path: str | Path) -> Records:
@@ -194,6 +198,10 @@ def _read_lines(p: Path, f: BinaryIO) -> Records:
         if isinstance(obj, SessionHeader):
             if header is not None:
                 raise TraceFormatError(str(p), f"line {lineno}: second header")
+            if obj.schema == RECORDS_SCHEMA and obj.version < 1:
+                raise TraceFormatError(
+                    str(p), f"line {lineno}: version {obj.version} is not a valid records version"
+                )
             if obj.schema != RECORDS_SCHEMA or obj.version > RECORDS_VERSION:
                 raise TraceFormatError(
                     str(p),

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from asynctrace.analysis.report import RecordsSummary, Report
+    from asynctrace.records import Records
 
 __all__ = ["write_report_html"]
 
@@ -17,16 +18,16 @@ def write_report_html(
     out: str | os.PathLike[str],
     trace_paths: Sequence[Path],
     reports: Sequence[Report],
-    records_paths: Sequence[Path],
+    records: Sequence[Records],
     summaries: Sequence[RecordsSummary],
 ) -> Path:
-    """Write the page; the traces are loaded again for the plots (the report kept no trace)."""
-    from asynctrace.records import read_records
+    """Write the page; the traces are loaded again for the plots (the report kept no trace),
+    the records are the ones the summaries were made from."""
     from asynctrace.render.html import combined_html, write_html
     from asynctrace.traces.load import load
 
     page = combined_html(
         reports=[(r, load(p)) for p, r in zip(trace_paths, reports, strict=True)],
-        records=[(s, read_records(p)) for p, s in zip(records_paths, summaries, strict=True)],
+        records=list(zip(summaries, records, strict=True)),
     )
     return write_html(out, page)

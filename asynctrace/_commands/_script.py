@@ -31,6 +31,7 @@ import os
 import pkgutil
 import runpy
 import stat
+import struct
 import sys
 import traceback
 import types
@@ -169,22 +170,33 @@ def _find_without_running(name: str) -> ModuleSpec | None:
     spec: ModuleSpec | None = None
     search: Sequence[str] | None = None
     parts = name.split(".")
-    for i in range(len(parts)):
-        full = ".".join(parts[: i + 1])
-        loaded = sys.modules.get(full)
-        if loaded is not None:
-            spec = getattr(loaded, "__spec__", None)
-            found_path = getattr(loaded, "__path__", None)
-        else:
-            spec = None
-            for finder in sys.meta_path:
-                find = getattr(finder, "find_spec", None)
-                if find is not None and (spec := find(full, search)) is not None:
-                    break
-            found_path = None if spec is None else spec.submodule_search_locations
-        if spec is None or (found_path is None and i < len(parts) - 1):
-            return None
-        search = found_path
+    # A namespace package's path is recomputed from its parent module in sys.modules, so
+    # finding ``ns1.ns2`` needs a module ``ns1`` there (KeyError otherwise). Namespace packages
+    # run no code when imported: a bare module from the spec stands in while searching.
+    stand_ins: list[str] = []
+    try:
+        for i in range(len(parts)):
+            full = ".".join(parts[: i + 1])
+            loaded = sys.modules.get(full)
+            if loaded is not None:
+                spec = getattr(loaded, "__spec__", None)
+                found_path = getattr(loaded, "__path__", None)
+            else:
+                spec = None
+                for finder in sys.meta_path:
+                    find = getattr(finder, "find_spec", None)
+                    if find is not None and (spec := find(full, search)) is not None:
+                        break
+                found_path = None if spec is None else spec.submodule_search_locations
+            if spec is None or (found_path is None and i < len(parts) - 1):
+                return None
+            if loaded is None and found_path is not None and spec.origin is None:
+                sys.modules[full] = importlib.util.module_from_spec(spec)
+                stand_ins.append(full)
+            search = found_path
+    finally:
+        for full in stand_ins:
+            sys.modules.pop(full, None)
     return spec
 
 
@@ -319,15 +331,24 @@ def stdout_to_stderr() -> Iterator[None]:
             os.close(saved_fd)
 
 
+_C_LONG_MAX = 2 ** (8 * struct.calcsize("l") - 1) - 1
+_C_LONG_MIN = -_C_LONG_MAX - 1
+
+
 def exit_code(e: SystemExit) -> int:
     """The process status ``sys.exit(code)`` gives: None → 0, an int as the process sees it
-    (``sys.exit(256 + 7)`` exits 7, ``sys.exit(-1)`` 255), else print it → 1."""
+    (``sys.exit(256 + 7)`` exits 7, ``sys.exit(-1)`` 255, ``sys.exit(2**63)`` 255), else print
+    it → 1."""
     code = e.code
     if code is None:
         return 0
     if isinstance(code, int):
-        # POSIX keeps the low 8 bits of the status; bool is an int (sys.exit(True) exits 1)
-        return int(code) if os.name == "nt" else int(code) & 0xFF
+        code = int(code)  # bool is an int (sys.exit(True) exits 1)
+        if not _C_LONG_MIN <= code <= _C_LONG_MAX:
+            # CPython reads the code with PyLong_AsLong: beyond a C long it gets -1
+            code = -1
+        # POSIX keeps the low 8 bits of the status
+        return code if os.name == "nt" else code & 0xFF
     print(code, file=sys.stderr)
     return 1
 

@@ -6,6 +6,7 @@ Open OUT in Perfetto UI, chrome://tracing or TensorBoard's trace viewer (docs/vi
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -29,13 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from asynctrace.analysis.report import analyze
-    from asynctrace.export.chrome import annotate_file
+    from asynctrace.export.chrome import overlay_source, write_annotated
     from asynctrace.traces._io import sniff
     from asynctrace.traces.load import load
 
     src = Path(args.trace)
     out = Path(args.output)
-    if src.resolve() == out.resolve():
+    # realpath, not Path.resolve(): a symlink loop raises RuntimeError there, and is said by
+    # the reader below as any unreadable file is
+    if os.path.realpath(src) == os.path.realpath(out):
         raise TraceFormatError(
             str(out), "OUT is TRACE: choose another file for the annotated trace"
         )
@@ -60,8 +63,10 @@ def run(args: argparse.Namespace) -> int:
     output_file(out, what="the annotated trace", inputs=[src])
     trace = load(src)
     report = analyze(trace)
+    source = overlay_source(trace, report)
+    del trace  # its columns need not sit beside the trace's text, read again to be copied
     try:
-        annotate_file(src, out, trace=trace, report=report)
+        write_annotated(src, out, source)
     except OSError as e:  # reading the trace raised TraceFormatError: this is the write
         raise write_failed(out, e, "the annotated trace") from None
     print(

@@ -34,6 +34,7 @@ from asynctrace._commands._script import (
     stdout_to_stderr,
 )
 from asynctrace._output import output_folder, utf8
+from asynctrace._text import printable
 from asynctrace.errors import AsyncTraceError
 
 __all__ = ["CHECK_SCHEMA_VERSION", "CheckResult", "add_arguments", "run", "split_trailing_options"]
@@ -266,29 +267,32 @@ def _display_frame(frame: str, cwd: str) -> str:
 def _print_text(r: CheckResult) -> None:
     from asynctrace.analysis.verdict import verdict_line
 
+    # paths, sites and ops come from files: control characters are shown escaped
+    p = printable
     print(
-        f"asynctrace check {r.script}: {r.steps} steps (one per optimizer.step()) on {r.device}, "
-        f"sync detection: {r.detect}"
+        f"asynctrace check {p(r.script)}: {r.steps} steps (one per optimizer.step()) on "
+        f"{p(r.device)}, sync detection: {p(r.detect)}"
     )
     if r.sync_sites:
-        width = max(len(s["site"]) for s in r.sync_sites)
+        sites = [(p(s["site"]), s["count"], s["per_step"], p(s["op"])) for s in r.sync_sites]
+        width = max(len(site) for site, *_ in sites)
         print("sync sites:")
         print(f"  {'site':<{width}}  {'count':>7}  {'per step':>8}  op")
-        for s in r.sync_sites:
-            print(f"  {s['site']:<{width}}  {s['count']:>7}  {s['per_step']:>8.2f}  {s['op']}")
+        for (site, count, per_step, op), s in zip(sites, r.sync_sites, strict=True):
+            print(f"  {site:<{width}}  {count:>7}  {per_step:>8.2f}  {op}")
             if s.get("from") is not None:
-                print(f"      from {s['from']}")
+                print(f"      from {p(s['from'])}")
             known = s.get("known")
             if known is not None:
-                key = f" ({known['detail']})" if known["detail"] else ""
+                key = f" ({p(known['detail'])})" if known["detail"] else ""
                 print(f"      {known['what']}{key}")
                 print(f"      fix: {known['fix']}")
     else:
         print("sync sites: none")
     v = r.verdict
-    print(f"verdict: {verdict_line(v['code'], v['message'])}")
+    print(f"verdict: {p(verdict_line(v['code'], v['message']))}")
     for finding in v["findings"][1:]:
-        print(f"  also: {finding}")
+        print(f"  also: {p(finding)}")
     if r.max_syncs_per_step is not None:
         state = "exceeded" if r.over_budget_steps else "kept"
         print(
@@ -296,8 +300,8 @@ def _print_text(r: CheckResult) -> None:
             f"{r.max_syncs_per_step} sync(s) (most in one step: {r.max_syncs_in_a_step})"
         )
     for note in r.notes:
-        print(f"note: {note}")
+        print(f"note: {p(note)}")
     if r.records_path is not None:
-        print(f"records: {r.records_path}")
+        print(f"records: {p(r.records_path)}")
     if r.script_exit_code:
         print(f"the script exited with status {r.script_exit_code}")

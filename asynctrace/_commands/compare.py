@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from asynctrace._output import json_text
+from asynctrace._text import printable
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import is_records_name
 
@@ -140,13 +141,15 @@ def run(args: argparse.Namespace) -> int:
             emoji=False,
         )
     )
-    table = Table(title=f"A: {comparison.a}\nB: {comparison.b}", title_justify="left")
+    # names and paths come from files: control characters are shown escaped
+    p = printable
+    table = Table(title=f"A: {p(comparison.a)}\nB: {p(comparison.b)}", title_justify="left")
     for col in ("figure", "A median", "B median", "delta", "p", "judged"):
         table.add_column(col, justify="left" if col in ("figure", "judged") else "right")
     style = {"improvement": "green", "regression": "red", "changed": "yellow"}
     for f in comparison.figures:
         table.add_row(
-            f"{f.figure} ({f.unit})",
+            p(f"{f.figure} ({f.unit})"),
             _num(f.a_median),
             _num(f.b_median),
             "—" if f.delta is None else _num(f.delta, sign=True) + _pct(f.delta_pct),
@@ -156,17 +159,17 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     va, vb = comparison.verdict_a, comparison.verdict_b
     if comparison.verdict_changed:
-        console.print(f"verdict changed: {va.code} -> {vb.code}", markup=False)
+        console.print(f"verdict changed: {p(va.code)} -> {p(vb.code)}", markup=False)
     else:
-        console.print(f"verdict unchanged: {va.code}", markup=False)
+        console.print(f"verdict unchanged: {p(va.code)}", markup=False)
     for x in comparison.findings_added:
-        console.print(f"  + {x}", markup=False)
+        console.print(f"  + {p(x)}", markup=False)
     for x in comparison.findings_removed:
-        console.print(f"  - {x}", markup=False)
-    console.print(_outcome_line(comparison), markup=False)
+        console.print(f"  - {p(x)}", markup=False)
+    console.print(p(_outcome_line(comparison)), markup=False)
     for note in comparison.notes:
-        console.print(f"note: {note}", markup=False)
-    console.print(f"noise: {comparison.noise}", markup=False)
+        console.print(f"note: {p(note)}", markup=False)
+    console.print(f"noise: {p(comparison.noise)}", markup=False)
     return 0
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from asynctrace._output import json_text, output_file, write_failed
+from asynctrace._text import printable
 from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import RECORDS_SUFFIX, is_records_name
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from asynctrace.analysis.report import RecordsSummary, Report
+    from asynctrace.records import Records
 
 __all__ = ["add_arguments", "run"]
 
@@ -174,6 +176,9 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
     reports: list[Report] = []
     summaries: list[RecordsSummary] = []
     failed: list[str] = []
+    # the files that were read: the HTML page loads these again, one per report or summary
+    read_traces: list[Path] = []
+    kept_records: list[Records] = []
     for p in trace_paths:
         try:
             trace = load(p)
@@ -181,6 +186,7 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
             from asynctrace.analysis.report import analyze
 
             reports.append(analyze(trace, queue_cap=args.queue_cap, keep_sync_calls=args.json))
+            read_traces.append(p)
             del trace
         except TraceFormatError as e:
             # In a folder, one unreadable file must not hide the other ranks: say so, go on.
@@ -194,6 +200,11 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
             from asynctrace.analysis.report import summarize_records
 
             summaries.append(summarize_records(records))
+            if html is not None:
+                # kept for the page's plots rather than read again (a long run's records
+                # are ~300 B a step, and reading 10^6 of them takes seconds)
+                kept_records.append(records)
+            del records
         except TraceFormatError as e:
             if not path.is_dir():
                 raise
@@ -209,7 +220,7 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
         from asynctrace._commands._html import write_report_html
 
         try:
-            write_report_html(html, trace_paths, reports, records_paths, summaries)
+            write_report_html(html, read_traces, reports, kept_records, summaries)
         except OSError as e:
             raise write_failed(html, e, "the HTML page") from None
     if args.json:
@@ -241,5 +252,5 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
 
 def _skipped(failed: list[str]) -> int:
     for reason in failed:
-        print(f"asynctrace report: skipped {reason}", file=sys.stderr)
+        print(f"asynctrace report: skipped {printable(reason)}", file=sys.stderr)
     return 1 if failed else 0

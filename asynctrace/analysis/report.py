@@ -125,6 +125,10 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
             return msgspec.json.decode(data, type=cls)
         except msgspec.DecodeError as e:
             raise TraceFormatError("<report>", f"not an asynctrace report ({e})") from None
+        except RecursionError:
+            raise TraceFormatError(
+                "<report>", "not an asynctrace report (nested too deeply)"
+            ) from None
 
 
 class _Version(msgspec.Struct):

@@ -19,25 +19,31 @@ Every figure comes from :func:`asynctrace.analysis.report.analyze` and
 trace's own: ``ts`` in µs = (``trace.origin_ns`` + model ns) / 1000, with ns kept as three
 decimals.
 
-The original file's events and top-level keys are copied through undecoded (``msgspec.Raw``), so
-annotating a large trace costs little more than copying it.
+The original file's text is copied through as it is, the overlay's events appended to its
+``traceEvents`` array, so annotating a large trace costs little more than copying it: memory is
+the (inflated) text once plus a small object per event while the ids in use are collected.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
-import io
+import itertools
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
-from asynctrace._output import write_atomically
+from asynctrace._output import atomic_file
 from asynctrace.errors import TraceFormatError
+from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from asynctrace.analysis.report import Report
     from asynctrace.traces.model import Trace
 
@@ -46,8 +52,12 @@ __all__ = [
     "LANE_HOST",
     "LANE_SYNCS",
     "OVERLAY_NAME",
+    "OverlaySource",
     "annotate_file",
+    "iter_overlay",
     "overlay_events",
+    "overlay_source",
+    "write_annotated",
     "write_trace",
 ]
 
@@ -62,6 +72,8 @@ _MAX_DEVICE_LANES = 8
 _MAX_SYNC_LANES = 8
 
 Event = dict[str, Any]
+if TYPE_CHECKING:
+    I64 = npt.NDArray[np.int64]
 
 
 def _us(origin_ns: int, t_ns: int) -> float:
@@ -108,6 +120,30 @@ def _lanes(spans: Sequence[tuple[int, int]], first: int, limit: int) -> list[int
     return out
 
 
+class OverlaySource(NamedTuple):
+    """What the overlay is drawn from, without the trace: the report, the clock of the file's
+    ``ts``, and each stream's queue depth. Much smaller than the trace's columns, so a large
+    trace's model can be dropped before its text is read to be copied."""
+
+    report: Report
+    origin_ns: int
+    #: stream key -> (times ns, depth) arrays
+    queue_depth: dict[str, tuple[I64, I64]]
+
+
+def overlay_source(trace: Trace, report: Report | None = None) -> OverlaySource:
+    """The figures the overlay of ``trace`` shows (analysed now unless ``report`` is given)."""
+    from asynctrace.analysis.launches import link_launches
+    from asynctrace.analysis.queue import queue_series
+    from asynctrace.analysis.report import analyze
+
+    if report is None:
+        report = analyze(trace)
+    links = link_launches(trace)
+    depth = {key: (d.time_ns, d.value) for key, (d, _flight) in queue_series(trace, links).items()}
+    return OverlaySource(report, _json_origin_ns(trace), depth)
+
+
 def overlay_events(
     trace: Trace,
     report: Report | None = None,
@@ -120,13 +156,16 @@ def overlay_events(
     The flow arrows get the smallest ids not in ``taken_flow_ids`` (the ids the trace's own
     flows use).
     """
-    from asynctrace.analysis.launches import link_launches
-    from asynctrace.analysis.queue import queue_series
-    from asynctrace.analysis.report import analyze
+    return list(iter_overlay(overlay_source(trace, report), pid=pid, taken_flow_ids=taken_flow_ids))
 
-    if report is None:
-        report = analyze(trace)
-    o = _json_origin_ns(trace)
+
+def iter_overlay(
+    source: OverlaySource, *, pid: int, taken_flow_ids: Collection[int] = ()
+) -> Iterator[Event]:
+    """The overlay's events one by one (as :func:`overlay_events`): a long run's counter
+    samples are made as they are written, never held as dicts all at once."""
+    report = source.report
+    o = source.origin_ns
     ev: list[Event] = [
         _meta("process_name", pid, None, name=OVERLAY_NAME),
         _meta("process_sort_index", pid, None, sort_index=-1),
@@ -237,13 +276,12 @@ def overlay_events(
                 }
             )
 
-    links = link_launches(trace)
-    for key, (depth, _flight) in queue_series(trace, links).items():
+    yield from ev
+    ev = []
+    for key, (times, values) in source.queue_depth.items():
         name = f"queue depth (stream {key})"
-        ev.extend(
-            {"ph": "C", "name": name, "pid": pid, "ts": _us(o, t), "args": {"depth": v}}
-            for t, v in zip(depth.time_ns.tolist(), depth.value.tolist(), strict=True)
-        )
+        for t, v in zip(times.tolist(), values.tolist(), strict=True):
+            yield {"ph": "C", "name": name, "pid": pid, "ts": _us(o, t), "args": {"depth": v}}
     for s in steps:
         if s.run_ahead_ns is not None:
             ev.append(
@@ -255,7 +293,7 @@ def overlay_events(
                     "args": {"run_ahead_ms": s.run_ahead_ns / 1e6},
                 }
             )
-    return ev
+    yield from ev
 
 
 def _lane_names(pid: int, lanes: set[int], first: int, name: str) -> list[Event]:
@@ -358,32 +396,57 @@ def _free_pid(used: set[int]) -> int:
     return pid
 
 
-_MAX_INFLATED = 8 << 30
+#: The annotated file is written from the original text in slices of this much (a gzip
+#: writer handed all of it at once would hold its whole compressed output).
+_WRITE_SLICE = 4 << 20
 
 
-def _read_bytes(path: Path) -> bytes:
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise TraceFormatError(str(path), f"cannot read: {e.strerror or e}") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
-                data = f.read(_MAX_INFLATED + 1)
-        except (OSError, EOFError) as e:
-            raise TraceFormatError(str(path), f"corrupt gzip ({e})") from None
-        if len(data) > _MAX_INFLATED:
-            raise TraceFormatError(str(path), "inflates beyond 8 GiB; refusing to annotate it")
-    return data
+def _read_text(path: Path, max_inflated_bytes: int) -> bytearray:
+    """The file's text (inflated if gzip) in one buffer, read in bounded blocks with the
+    loader's cap on inflation: memory is the text itself, never a reservation for the cap."""
+    from asynctrace.traces._io import iter_blocks
+
+    buf = bytearray()
+    for block in iter_blocks(path, max_inflated_bytes=max_inflated_bytes):
+        buf += block
+    return buf
+
+
+def _span(buf: bytearray) -> tuple[int, int]:
+    """Where the document's value starts and ends (past it) in ``buf``: without the
+    whitespace around it."""
+    i, j = 0, len(buf)
+    while i < j and buf[i] in _WS:
+        i += 1
+    while j > i and buf[j - 1] in _WS:
+        j -= 1
+    return i, j
+
+
+#: what the text is written with: a file's or a gzip writer's ``write``
+_Write = Callable[[bytes | memoryview], object]
+
+_WS = frozenset(b" \t\r\n")
 
 
 def write_trace(path: str | os.PathLike[str], doc: Any) -> Path:
     """Write a Chrome trace (gzip when the name ends in .gz) atomically: temp file + rename."""
     p = Path(path)
-    data = msgspec.json.encode(doc)
-    if p.suffix == ".gz":
-        data = gzip.compress(data, compresslevel=6)
-    return write_atomically(p, data)
+    with _trace_writer(p) as write:
+        write(msgspec.json.encode(doc))
+    return p
+
+
+@contextlib.contextmanager
+def _trace_writer(path: Path) -> Iterator[_Write]:
+    """A function writing text to ``path``'s content (gzip when the name ends in .gz), put in
+    place atomically at the end."""
+    with atomic_file(path) as (f, _):
+        if path.suffix != ".gz":
+            yield f.write
+            return
+        with gzip.GzipFile(fileobj=f, mode="wb", compresslevel=6) as gz:
+            yield gz.write
 
 
 def annotate_file(
@@ -392,24 +455,52 @@ def annotate_file(
     *,
     trace: Trace | None = None,
     report: Report | None = None,
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
 ) -> Path:
     """Write ``dst``: the Chrome trace ``src`` unchanged plus the asynctrace overlay process.
 
     ``trace`` is ``src`` loaded (loaded now when not given); ``report`` its analysis.
+    ``max_inflated_bytes`` caps how far a gzip ``src`` may inflate, as for :func:`load`.
     """
     src_p = Path(src)
     if trace is None:
         from asynctrace.traces.load import load
 
-        trace = load(src_p)
-    data = _read_bytes(src_p)
+        trace = load(src_p, max_inflated_bytes=max_inflated_bytes)
+    source = overlay_source(trace, report)
+    del trace  # where loaded here: its columns need not sit beside the text read next
+    return write_annotated(src_p, dst, source, max_inflated_bytes=max_inflated_bytes)
+
+
+def write_annotated(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    source: OverlaySource,
+    *,
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+) -> Path:
+    """Write ``dst``: the Chrome trace ``src`` unchanged plus the overlay drawn from
+    ``source`` (:func:`overlay_source` of ``src`` loaded), on a pid and with flow ids that
+    ``src``'s events do not use.
+
+    The original text is held once and copied to ``dst`` as it is, with the overlay's events
+    appended to its ``traceEvents``: memory is about the (inflated) text, plus a small object
+    per event while the ids in use are collected. (The trace model is not needed here: a
+    caller that drops it first keeps it from adding to that.)
+    """
+    src_p = Path(src)
+    buf = _read_text(src_p, max_inflated_bytes)
     try:
-        top: Any = msgspec.json.decode(data, type=dict[str, msgspec.Raw] | list[msgspec.Raw])
+        top: Any = msgspec.json.decode(buf, type=dict[str, msgspec.Raw] | list[msgspec.Raw])
     except msgspec.DecodeError as e:
         raise TraceFormatError(str(src_p), f"not a Chrome trace ({e})") from None
+    except RecursionError:
+        raise TraceFormatError(str(src_p), "not a Chrome trace (nested too deeply)") from None
+    parts: list[tuple[str, memoryview]] | None = None
     if isinstance(top, list):
         events: list[msgspec.Raw] = top
-        doc: Any = events
+        start, end = _span(buf)
+        array = memoryview(buf)[start:end]
     else:
         if "traceEvents" not in top:
             raise TraceFormatError(str(src_p), "no traceEvents array: not a Chrome trace")
@@ -417,10 +508,53 @@ def annotate_file(
             events = msgspec.json.decode(top["traceEvents"], type=list[msgspec.Raw])
         except msgspec.DecodeError as e:
             raise TraceFormatError(str(src_p), f"traceEvents is not an array ({e})") from None
-        doc = {**top, "traceEvents": events}
+        except RecursionError:
+            raise TraceFormatError(str(src_p), "traceEvents nested too deeply") from None
+        # the values are views of the text (msgspec.Raw copies nothing)
+        parts = [(k, memoryview(v)) for k, v in top.items()]
+        array = memoryview(top["traceEvents"])
     taken = _taken_ids(events)
-    overlay = overlay_events(
-        trace, report, pid=_free_pid(taken.pids), taken_flow_ids=taken.flow_ids
-    )
-    events.extend(msgspec.Raw(msgspec.json.encode(e)) for e in overlay)
-    return write_trace(dst, doc)
+    empty = not events
+    del events, top  # one small object per event
+    overlay = iter_overlay(source, pid=_free_pid(taken.pids), taken_flow_ids=taken.flow_ids)
+    dst_p = Path(dst)
+    with _trace_writer(dst_p) as write:
+        if parts is None:
+            _write_array(write, array, overlay, empty=empty)
+        else:
+            # the object as it was, key by key, each value's text unchanged
+            write(b"{")
+            for n, (key, value) in enumerate(parts):
+                write(msgspec.json.encode(key) + b":")
+                if key == "traceEvents":
+                    _write_array(write, value, overlay, empty=empty)
+                else:
+                    _write_slices(write, value)
+                if n < len(parts) - 1:
+                    write(b",")
+            write(b"}")
+    return dst_p
+
+
+_OVERLAY_BATCH = 1 << 12
+
+
+def _write_array(
+    write: _Write, array: memoryview, overlay: Iterator[Event], *, empty: bool
+) -> None:
+    """``array`` (an array's text, ``[`` … ``]``) with ``overlay`` as its last elements."""
+    _write_slices(write, array[:-1])
+    first = True
+    while batch := list(itertools.islice(overlay, _OVERLAY_BATCH)):
+        # made and encoded a batch at a time: a long run's overlay (a queue-depth sample per
+        # launch) is never held whole, as dicts or as text
+        text = msgspec.json.encode(batch)
+        write(b"" if first and empty else b",")
+        write(memoryview(text)[1:-1])
+        first = False
+    write(b"]")
+
+
+def _write_slices(write: _Write, text: memoryview) -> None:
+    for k in range(0, len(text), _WRITE_SLICE):
+        write(text[k : k + _WRITE_SLICE])

@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from asynctrace._output import write_atomically
 from asynctrace.errors import AsyncTraceError
 
 if TYPE_CHECKING:
     from asynctrace.analysis.report import Report
+    from asynctrace.analysis.series import Envelope, StepSeries
     from asynctrace.records import Records
     from asynctrace.traces.model import Trace
 
@@ -279,7 +281,7 @@ def _stacked(
     ax: Any,
     x: Any,
     width: float,
-    parts: Sequence[tuple[str, str, Sequence[float]]],
+    parts: Sequence[tuple[str, str, Sequence[float] | npt.NDArray[np.float64]]],
 ) -> None:
     bottom = np.zeros(len(x))
     for label, color, values in parts:
@@ -340,7 +342,9 @@ def _counts_axis(ax: Any, values: Sequence[int]) -> None:
 
 def _step_axis(ax: Any, numbers: Sequence[int]) -> None:
     n = len(numbers)
-    stride = max(1, n // 20)
+    # fewer ticks where the step numbers are long (a 10^6-step run): labels must not overlap
+    widest = max((len(str(k)) for k in numbers[:: max(1, n // 50)]), default=1)
+    stride = max(1, n // max(2, min(20, 100 // (widest + 3))))
     ticks = list(range(0, n, stride))
     ax.set_xticks(ticks, [str(numbers[i]) for i in ticks])
     ax.set_xlabel("step")
@@ -457,71 +461,111 @@ def records_timeline(
     return fig if fig is not None else ax.figure
 
 
-def records_step_bars(records: Records, *, ax: Any = None) -> Any:
-    """Per step: host bar (issuing, data wait, sync wait) and device bar (device time), in ms."""
+def _series(records: Records, series: StepSeries | None) -> StepSeries:
+    from asynctrace.analysis.series import records_series
+
+    if not records.steps:
+        raise PlotError("the records have no steps to draw")
+    return series if series is not None else records_series(records)
+
+
+def _binned_note(series: StepSeries) -> str:
+    """What a downsampled picture says of itself, in its title."""
+    return (
+        f"; downsampled: {series.steps:,} steps in {series.bins:,} bins of "
+        f"{series.bin_steps:,} (line: median of a bin, band: its min to max)"
+    )
+
+
+def _band(ax: Any, x: Any, env: Envelope, *, color: str, label: str, scale: float) -> None:
+    ax.fill_between(x, env.lo * scale, env.hi * scale, color=color, alpha=0.25, lw=0, step="mid")
+    ax.plot(x, env.median * scale, color=color, lw=0.9, label=label, drawstyle="steps-mid")
+
+
+def records_step_bars(records: Records, *, ax: Any = None, series: StepSeries | None = None) -> Any:
+    """Per step: host bar (issuing, data wait, sync wait) and device bar (device time), in ms.
+
+    A run of more steps than :data:`~asynctrace.analysis.series.MAX_BINS` is drawn from its
+    downsampled series (``series``, :func:`~asynctrace.analysis.series.records_series` of the
+    records unless given): per bin of steps, the median as a line and min to max as a band,
+    and the title says so.
+    """
+    ser = _series(records, series)
     fig = None
     if ax is None:
         fig = _figure(10, 3)
         ax = fig.add_subplot()
-    s = records.steps
-    if not s:
-        raise PlotError("the records have no steps to draw")
-    x = np.arange(len(s), dtype=float)
-    _stacked(
-        ax,
-        x - 0.2,
-        0.38,
-        [
-            (
-                "host: issuing",
-                COLORS["host"],
-                [(t.frontend_ns - t.data_wait_ns - t.sync_wait_ns) / 1e6 for t in s],
-            ),
-            ("host: data wait", COLORS["data"], [t.data_wait_ns / 1e6 for t in s]),
-            ("host: sync wait", COLORS["sync"], [t.sync_wait_ns / 1e6 for t in s]),
-        ],
-    )
-    if any(t.device_ns is not None for t in s):
+    f = ser.figures
+    x = np.arange(ser.bins, dtype=float)
+    has_device = bool(f["device_ns"].count.any())
+    title = "per step: host (left bar) and device (right bar)"
+    if not ser.downsampled:
+        # one step a bin: the median is the step's value
         _stacked(
             ax,
-            x + 0.2,
+            x - 0.2,
             0.38,
-            [("device", COLORS["busy"], [(t.device_ns or 0) / 1e6 for t in s])],
+            [
+                ("host: issuing", COLORS["host"], f["issuing_ns"].median / 1e6),
+                ("host: data wait", COLORS["data"], f["data_wait_ns"].median / 1e6),
+                ("host: sync wait", COLORS["sync"], f["sync_wait_ns"].median / 1e6),
+            ],
         )
-    _step_axis(ax, [t.step for t in s])
+        if has_device:
+            device = np.nan_to_num(f["device_ns"].median) / 1e6
+            _stacked(ax, x + 0.2, 0.38, [("device", COLORS["busy"], device)])
+    else:
+        _band(ax, x, f["frontend_ns"], color=COLORS["host"], label="host", scale=1e-6)
+        _band(ax, x, f["sync_wait_ns"], color=COLORS["sync"], label="host: sync wait", scale=1e-6)
+        _band(ax, x, f["data_wait_ns"], color=COLORS["data"], label="host: data wait", scale=1e-6)
+        if has_device:
+            _band(ax, x, f["device_ns"], color=COLORS["busy"], label="device", scale=1e-6)
+        title = "per step: host and device time" + _binned_note(ser)
+    _step_axis(ax, ser.first_step.tolist())
     ax.set_ylabel("ms")
-    ax.set_title("per step: host (left bar) and device (right bar)", fontsize=10)
+    ax.set_title(title, fontsize=10 if not ser.downsampled else 8)
     ax.legend(fontsize=7, ncols=4, loc="upper right")
     return fig if fig is not None else ax.figure
 
 
-def records_run_ahead(records: Records, *, ax: Any = None) -> Any:
-    """Run-ahead (ms) per step, and steps in flight on a second axis."""
+def records_run_ahead(records: Records, *, ax: Any = None, series: StepSeries | None = None) -> Any:
+    """Run-ahead (ms) per step, and steps in flight on a second axis (a long run downsampled
+    as in :func:`records_step_bars`; in flight: the most in a bin)."""
+    ser = _series(records, series)
     fig = None
     if ax is None:
         fig = _figure(10, 3)
         ax = fig.add_subplot()
-    s = records.steps
-    if not s:
-        raise PlotError("the records have no steps to draw")
-    x = np.arange(len(s))
-    ra = [np.nan if t.run_ahead_ns is None else t.run_ahead_ns / 1e6 for t in s]
-    ax.plot(x, ra, marker="o", ms=3, color=COLORS["run_ahead"], label="run-ahead (ms)")
+    f = ser.figures
+    x = np.arange(ser.bins)
+    title = "run-ahead and steps in flight"
+    if not ser.downsampled:
+        ra = f["run_ahead_ns"].median / 1e6
+        ax.plot(x, ra, marker="o", ms=3, color=COLORS["run_ahead"], label="run-ahead (ms)")
+        in_flight = f["in_flight"].median
+        flight_label = "in flight"
+    else:
+        _band(
+            ax, x, f["run_ahead_ns"], color=COLORS["run_ahead"], label="run-ahead (ms)", scale=1e-6
+        )
+        in_flight = f["in_flight"].hi
+        flight_label = "in flight (most in a bin)"
+        title += _binned_note(ser)
     ax.axhline(0, color="#999999", lw=0.6)
     ax.set_ylabel("run-ahead (ms)")
     ax2 = ax.twinx()
     ax2.step(
         x,
-        [t.in_flight for t in s],
+        in_flight,
         where="mid",
         color=COLORS["queue"],
-        label="in flight",
-        **_one_point(len(s)),
+        label=flight_label,
+        **_one_point(len(x)),
     )
     ax2.set_ylabel("steps in flight")
-    _counts_axis(ax2, [t.in_flight for t in s])
-    _step_axis(ax, [t.step for t in s])
-    ax.set_title("run-ahead and steps in flight", fontsize=10)
+    _counts_axis(ax2, [int(v) for v in np.nan_to_num(in_flight)])
+    _step_axis(ax, ser.first_step.tolist())
+    ax.set_title(title, fontsize=10 if not ser.downsampled else 8)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
@@ -533,6 +577,7 @@ def plot_records_overview(records: Records, *, steps: tuple[int, int] | None = N
     fig = _figure(11, 9)
     a, b, c = fig.subplots(3, 1)
     records_timeline(records, steps=steps, ax=a)
-    records_step_bars(records, ax=b)
-    records_run_ahead(records, ax=c)
+    series = _series(records, None)
+    records_step_bars(records, ax=b, series=series)
+    records_run_ahead(records, ax=c, series=series)
     return fig

@@ -75,7 +75,11 @@ def print_report(
 
     from asynctrace.analysis.verdict import verdict_line
 
+    from asynctrace._text import printable_fields
+
     console = Console(file=file if file is not None else sys.stdout, highlight=False)
+    # names, sites and ops come from the program and its files: control characters escaped
+    report = printable_fields(report)
     table = Table(
         title=(
             f"asynctrace {report.name}: {report.steps} steps on {report.device_name}, "

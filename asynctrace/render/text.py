@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from asynctrace._text import printable
 from asynctrace.analysis.bound import Bound
 from asynctrace.analysis.ranks import RankComparison
 from asynctrace.analysis.report import RecordsSummary, Report, VerdictInfo
@@ -15,6 +16,12 @@ from asynctrace.analysis.steps import StepFigures
 from asynctrace.analysis.verdict import verdict_line
 
 __all__ = ["bound_lines", "format_ns", "render_ranks", "render_records", "render_report"]
+
+
+def _shown(text: str) -> str:
+    """Text from a file as printed: control characters escaped (a name may hold terminal
+    escape sequences), then rich markup (``[bold]``) escaped."""
+    return escape(printable(text))
 
 
 def format_ns(ns: float | None) -> str:
@@ -44,8 +51,8 @@ def render_report(
     """Print a report: warnings, what bounds it (label, evidence, next step), activities,
     launches, queues, syncs, steps (summary or all), verdict."""
     for w in report.warnings:
-        console.print(f"[bold yellow]warning[/bold yellow] ({escape(w.code)}): {escape(w.message)}")
-    console.print(f"[bold]{escape(_title(report))}[/bold]")
+        console.print(f"[bold yellow]warning[/bold yellow] ({_shown(w.code)}): {_shown(w.message)}")
+    console.print(f"[bold]{_shown(_title(report))}[/bold]")
     if report.bound is not None:
         whole = report.step_source in ("trace", "none")
         for line in bound_lines(report.bound, scope="whole trace" if whole else "run"):
@@ -55,7 +62,7 @@ def render_report(
     kinds = ", ".join(f"{v} {k}" for k, v in a.per_kind.items())
     console.print(f"activities: {a.total} ({kinds}) on {len(a.per_stream)} stream(s)")
     for reason, n in report.trace.skipped.items():
-        console.print(f"skipped by the loader: {n} ({escape(reason)})")
+        console.print(f"skipped by the loader: {n} ({_shown(reason)})")
 
     la = report.launch
     withheld = " — withheld: the clocks disagree" if clocks else ""
@@ -83,7 +90,7 @@ def render_report(
             t.add_column(col, justify="right")
         for key, q in report.queue.items():
             t.add_row(
-                key,
+                _shown(key),
                 str(a.per_stream.get(key, q.activities)),
                 str(q.max),
                 f"{q.mean:.2f}",
@@ -100,8 +107,8 @@ def render_report(
             t.add_column(col, justify="left" if col in ("site", "op") else "right")
         for site in s.sites[:top_sites]:
             t.add_row(
-                escape(site.site or "-"),
-                escape(site.op),
+                _shown(site.site or "-"),
+                _shown(site.op),
                 str(site.count),
                 format_ns(site.total_ns),
                 str(site.steps),
@@ -145,7 +152,7 @@ def render_report(
         console.print(t)
     console.print(_verdict_line(report.verdict))
     for finding in report.verdict.findings[1:]:
-        console.print(f"  also: {escape(finding)}")
+        console.print(f"  also: {_shown(finding)}")
 
 
 def _pct(part: int, whole: int) -> str:
@@ -163,9 +170,9 @@ def bound_lines(b: Bound, *, scope: str = "run") -> list[str]:
     )
     est = " (estimated from step records)" if e.estimated else ""
     lines = [
-        f"bound: [bold]{escape(b.label)}[/bold]{escape(est)} — {escape(scope)}: device busy "
+        f"bound: [bold]{_shown(b.label)}[/bold]{_shown(est)} — {_shown(scope)}: device busy "
         f"{format_ns(b.busy_ns)} of {format_ns(b.region_ns)} ({_pct(b.busy_ns, b.region_ns)}), "
-        f"idle {format_ns(b.idle_ns)}" + (f": {escape(causes)}" if causes else "")
+        f"idle {format_ns(b.idle_ns)}" + (f": {_shown(causes)}" if causes else "")
     ]
     detail = []
     if e.launch_gaps or e.host_work_gaps:
@@ -183,20 +190,20 @@ def bound_lines(b: Bound, *, scope: str = "run") -> list[str]:
     if e.data_wait_ns:
         detail.append(f"data wait {format_ns(e.data_wait_ns)}")
     if detail:
-        lines.append("  evidence: " + escape("; ".join(detail)))
+        lines.append("  evidence: " + _shown("; ".join(detail)))
     frames = [f for f in e.host_frames if f.frame != "(no host frame)"][:3]
     if frames:
         shown = ", ".join(
             f"{f.frame}" + (f" ({f.site})" if f.site else "") + f" {format_ns(f.idle_ns)}"
             for f in frames
         )
-        lines.append(f"  host during {escape(e.leading_cause)} idle: {escape(shown)}")
+        lines.append(f"  host during {_shown(e.leading_cause)} idle: {_shown(shown)}")
     for note in e.notes:
-        lines.append(f"  note: {escape(note)}")
+        lines.append(f"  note: {_shown(note)}")
     for a in b.advice[:1]:
-        lines.append(f"  next step: {escape(a)}")
+        lines.append(f"  next step: {_shown(a)}")
     for a in b.advice[1:]:
-        lines.append(f"  also: {escape(a)}")
+        lines.append(f"  also: {_shown(a)}")
     return lines
 
 
@@ -224,7 +231,7 @@ def render_ranks(comparison: RankComparison, console: Console) -> None:
     for r in comparison.ranks:
         t.add_row(
             "?" if r.rank is None else str(r.rank),
-            escape(PurePath(r.source).name),
+            _shown(PurePath(r.source).name),
             str(r.steps),
             format_ns(r.cpu_ns_mean),
             format_ns(r.device_ns_mean),
@@ -256,8 +263,8 @@ def render_records(summary: RecordsSummary, console: Console) -> None:
     rank = f", rank {summary.rank}" if summary.rank is not None else ""
     note = "" if summary.complete else " (incomplete: no summary line, the run was killed)"
     console.print(
-        f"[bold]{escape(summary.source)}[/bold] "
-        f"({escape(summary.device_kind)}, {escape(summary.device)}{rank}): "
+        f"[bold]{_shown(summary.source)}[/bold] "
+        f"({_shown(summary.device_kind)}, {_shown(summary.device)}{rank}): "
         f"{summary.steps} step(s){note}"
     )
     t = Table(title="per-step figures")
@@ -275,7 +282,7 @@ def render_records(summary: RecordsSummary, console: Console) -> None:
             t.add_column(col, justify="left" if col in ("site", "op") else "right")
         for s in summary.sync_sites:
             t.add_row(
-                escape(s.site), escape(s.op), str(s.count), format_ns(s.wait_ns), str(s.steps)
+                _shown(s.site), _shown(s.op), str(s.count), format_ns(s.wait_ns), str(s.steps)
             )
         console.print(t)
     if summary.bound is not None:
@@ -286,4 +293,4 @@ def render_records(summary: RecordsSummary, console: Console) -> None:
 
 def _verdict_line(v: VerdictInfo) -> str:
     rest = verdict_line(v.code, v.message)[len(v.code) :]
-    return f"verdict: [bold]{escape(v.code)}[/bold]{escape(rest)}"
+    return f"verdict: [bold]{_shown(v.code)}[/bold]{_shown(rest)}"

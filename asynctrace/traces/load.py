@@ -64,8 +64,11 @@ def load(
 
 
 def _natural_key(p: Path) -> tuple[object, ...]:
-    # rank-2 before rank-10
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name))
+    # rank-2 before rank-10; ASCII digits only: "²".isdigit() is true but int("²") fails
+    return tuple(int(t) if t.isdecimal() and t.isascii() else t for t in _DIGITS.split(p.name))
+
+
+_DIGITS = re.compile(r"([0-9]+)")
 
 
 def find_traces(directory: str | os.PathLike[str]) -> list[Path]:

@@ -48,6 +48,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
@@ -71,6 +72,7 @@ from asynctrace.traces.model import (
 )
 
 __all__ = [
+    "DEFAULT_DEADLINE_S",
     "NSYS_STEP_DOMAIN",
     "NVTX_RANGE_EVENT_TYPES",
     "load_nsys",
@@ -123,26 +125,45 @@ _VERSION_SUFFIX = re.compile(r"_v\d+$")
 _FETCH_ROWS = 1 << 16
 
 
-def load_nsys(path: str | os.PathLike[str]) -> Trace:
+#: How long reading one export may take before it is refused. Real exports read in seconds
+#: (docs/performance.md); a crafted one could keep SQLite busy forever.
+DEFAULT_DEADLINE_S = 300.0
+#: SQLite virtual-machine steps between two looks at the clock.
+_PROGRESS_STEPS = 20_000
+
+
+def load_nsys(path: str | os.PathLike[str], *, deadline_s: float | None = None) -> Trace:
     """Read an Nsight Systems SQLite export into the columnar trace model.
 
     Raises :class:`~asynctrace.errors.TraceFormatError` (never another exception) when the file
-    is missing, is not an SQLite database, or is not an nsys export with CUDA or NVTX data.
+    is missing, is not an SQLite database, or is not an nsys export with CUDA or NVTX data, or
+    when reading it takes longer than ``deadline_s`` (default :data:`DEFAULT_DEADLINE_S`).
+    Tables are read, never views: a view where nsys writes a table is refused (a view runs
+    any query, one that never ends included).
     """
+    limit = DEFAULT_DEADLINE_S if deadline_s is None else deadline_s
     name = os.fspath(path)
     file = Path(name)
     if not file.is_file():
         raise TraceFormatError(name, "no such file")
     # immutable=1: exports are never written while we read them, and it lets SQLite skip
     # locking, which fails on some network file systems and read-only folders.
-    uri = file.resolve().as_uri() + "?mode=ro&immutable=1"
+    uri = Path(os.path.realpath(file)).as_uri() + "?mode=ro&immutable=1"
+    clock = _Deadline(limit)
     try:
         with closing(sqlite3.connect(uri, uri=True)) as conn:
             # Real exports hold strings that are not valid UTF-8 (a Windows user name in
             # Latin-1, for one); they are names for display, so decode them leniently.
             conn.text_factory = _decode_text
+            conn.set_progress_handler(clock.expired, _PROGRESS_STEPS)
             return _Reader(name, conn).read()
     except sqlite3.Error as exc:
+        if clock.hit:
+            raise TraceFormatError(
+                name,
+                f"reading it took longer than {limit:g} s; stopped there (a damaged or crafted "
+                "export?)",
+            ) from None
         # SQLite quotes the broken schema text, newlines included: keep the reason one line
         reason = " ".join(str(exc).split())
         raise TraceFormatError(name, f"not a readable SQLite database ({reason})") from None
@@ -151,6 +172,20 @@ def load_nsys(path: str | os.PathLike[str]) -> Trace:
         raise TraceFormatError(name, f"malformed values in the export ({exc})") from None
     except MemoryError:
         raise TraceFormatError(name, "too large to load into memory") from None
+
+
+class _Deadline:
+    """SQLite's progress handler: non-zero (interrupt the statement) once the time is up."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+        self.hit = False
+
+    def expired(self) -> int:
+        if time.monotonic() >= self.end:
+            self.hit = True
+            return 1
+        return 0
 
 
 def _decode_text(raw: bytes) -> str:
@@ -164,6 +199,7 @@ class _Reader:
         self.strings = StringTable()
         self.skipped: dict[str, int] = {}
         self.columns: dict[str, frozenset[str]] = {}
+        self.views: set[str] = set()
         self._string_ids: dict[int, str] | None = None
 
     # -- helpers -----------------------------------------------------------------------------
@@ -172,6 +208,11 @@ class _Reader:
         return TraceFormatError(self.path, reason)
 
     def _has(self, table: str) -> bool:
+        if table.lower() in self.views:
+            raise self._fail(
+                f"{table} is a view, not a table: nsys exports hold tables, and a view may run "
+                "any query (a crafted file?); refusing it"
+            )
         return table in self.columns
 
     def _col(self, table: str, column: str, default: str = "-1") -> str:
@@ -225,9 +266,14 @@ class _Reader:
     # -- the whole file ----------------------------------------------------------------------
 
     def read(self) -> Trace:
-        for (table,) in self.conn.execute(
-            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+        for table, kind in self.conn.execute(
+            "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')"
         ):
+            if kind == "view":
+                # real exports hold views of their own (EXTRAP_*): never read, and refused
+                # where a table is looked for (names are case-insensitive in SQLite)
+                self.views.add(str(table).lower())
+                continue
             info = self.conn.execute("SELECT name FROM pragma_table_info(?)", (table,))
             self.columns[str(table)] = frozenset(str(row[0]) for row in info)
         if not self._has("StringIds"):

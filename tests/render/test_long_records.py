@@ -1,0 +1,75 @@
+"""Long records files are drawn from their downsampled series: in seconds, and the picture
+says that it is downsampled and by how much."""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from asynctrace.records import SessionHeader, SessionSummary, StepRecord, read_records
+
+pytest.importorskip("matplotlib")
+
+
+def _write(path: Path, n: int) -> Path:
+    enc = msgspec.json.Encoder()
+    header = SessionHeader(
+        name="long", host="h", pid=1, device_kind="fake", device_name="Fake GPU",
+        asynchronous=True, started_unix_ns=0,
+    )  # fmt: skip
+    with open(path, "wb") as f:
+        f.write(enc.encode(header) + b"\n")
+        t = 0
+        for i in range(n):
+            fe = 20_000 + (i * 7919) % 5000 + (400_000 if i % 997 == 0 else 0)
+            step = StepRecord(
+                step=i, start_ns=t, frontend_ns=fe, data_wait_ns=i % 1500,
+                device_ns=18_000 + i % 4000, run_ahead_ns=(i * 31) % 100_000,
+                in_flight=i % 4, sync_count=i % 2, sync_wait_ns=(i % 2) * 3000,
+            )  # fmt: skip
+            f.write(enc.encode(step) + b"\n")
+            t += fe
+        f.write(enc.encode(SessionSummary(steps=n, wall_ns=t)) + b"\n")
+    return path
+
+
+def test_the_picture_of_a_long_run_says_it_is_downsampled(tmp_path: Path) -> None:
+    from asynctrace.render import plot
+
+    rec = read_records(_write(tmp_path / "a.records.jsonl", 5000))
+    fig = plot.plot_records_overview(rec)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    binned = [t for t in titles if "downsampled: 5,000 steps in 1,667 bins of 3" in t]
+    assert len(binned) == 2, titles  # the step bars and the run-ahead
+    # the timeline still draws the first steps as they are
+    assert not any("downsampled" in t for t in titles[:1])
+    short = read_records(_write(tmp_path / "b.records.jsonl", 50))
+    assert not any("downsampled" in ax.get_title() for ax in plot.plot_records_overview(short).axes)
+
+
+@pytest.mark.slow
+def test_200k_steps_plot_and_render_as_html_in_bounded_time(tmp_path: Path) -> None:
+    path = _write(tmp_path / "long.records.jsonl", 200_000)
+    for args in (
+        ["plot", str(path), "-o", str(tmp_path / "s.png"), "--view", "steps"],
+        ["plot", str(path), "-o", str(tmp_path / "o.svg")],
+        ["report", str(path), "--html", str(tmp_path / "r.html")],
+    ):
+        t0 = time.monotonic()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        r = subprocess.run(
+            [sys.executable, "-m", "asynctrace", *args], capture_output=True, text=True, timeout=300
+        )
+        elapsed = time.monotonic() - t0
+        assert r.returncode == 0, r.stderr
+        # generous: ~3 s here on an idle machine (was: minutes and ~1 GB at 20k steps)
+        assert elapsed < 60, (args, elapsed)
+        peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        assert max(peak_kib, before) < 1_000_000, (args, peak_kib)
+    assert "downsampled" in (tmp_path / "r.html").read_text()
