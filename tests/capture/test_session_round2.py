@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -26,6 +27,7 @@ import pytest
 from asynctrace.capture._writer import RecordsWriter
 from asynctrace.capture.devices import FakeClock, FakeDevice
 from asynctrace.capture.session import Session
+from asynctrace.errors import AsyncTraceWarning
 from asynctrace.records import RECORDS_SUFFIX, read_records
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,8 +83,15 @@ def test_a_signal_handler_raising_while_the_records_finish_leaves_them_complete(
 
     monkeypatch.setattr(RecordsWriter, "finish", finish_with_signal)
     s, clock = _fake_session(tmp_path)
+    # after a clean body the handler's error is raised (once the records are done); after
+    # the user's own, that one goes on and the handler's is a warning
     expected = ValueError if user_error else raising_usr1
-    with pytest.raises(expected), s:  # noqa: PT012 - the training loop
+    said = (
+        pytest.warns(AsyncTraceWarning, match="signal handler raised")
+        if user_error
+        else contextlib.nullcontext()
+    )
+    with said, pytest.raises(expected), s:  # noqa: PT012 - the training loop
         for _ in range(5):
             clock.advance(100)
             s.step()
@@ -106,7 +115,8 @@ def test_a_failing_verdict_does_not_cost_the_records(
 
     monkeypatch.setattr(verdict, "judge_steps", broken)
     s, clock = _fake_session(tmp_path)
-    with pytest.raises(RuntimeError, match="verdict broke"), s:  # noqa: PT012
+    # an analysis bug at the end is a warning: the records and figures are complete
+    with pytest.warns(AsyncTraceWarning, match="verdict broke"), s:  # noqa: PT031
         for _ in range(5):
             clock.advance(100)
             s.step()
