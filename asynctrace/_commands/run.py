@@ -48,7 +48,7 @@ from asynctrace._commands._script import (
 )
 from asynctrace._output import json_text, output_folder, utf8
 from asynctrace.capture._signals import deferred_signals
-from asynctrace.errors import AsyncTraceError, CaptureError
+from asynctrace.errors import AsyncTraceError
 
 if TYPE_CHECKING:
     from asynctrace.capture._nsys import NsysCapture
@@ -258,8 +258,9 @@ def run(args: argparse.Namespace) -> int:
         )
     try:
         report = session.summary()
-    except CaptureError:
-        # the end failed before the report was built (said above); the script's outcome stands
+    except Exception:
+        # the end failed before the report was built (said above, once), or building it fails
+        # again: the script's outcome stands
         print(
             "asynctrace run: warning: no summary: the session's end failed before its report "
             "was built",
