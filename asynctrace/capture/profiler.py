@@ -315,7 +315,7 @@ def check_trace(path: Path) -> str | None:
     """None where ``path`` (a ``.json.gz`` trace) is complete; else what is wrong with it.
 
     Reads the file through once, in bounded memory: the gzip stream must end properly (its
-    length and CRC check), and its text be one JSON object (parsed whole up to 32 MiB)."""
+    length and CRC check), and its text be one JSON object or array (parsed whole up to 32 MiB)."""
     kept: list[bytes] | None = []
     size = 0
     first = last = b""
@@ -336,8 +336,9 @@ def check_trace(path: Path) -> str | None:
         return f"not a complete gzip file ({_describe(e)})"
     if not first:
         return "empty" if size == 0 else "blank"
-    if first != b"{" or last != b"}":
-        return "not one complete JSON object (truncated?)"
+    # an object (what torch writes) or, as old Kineto wrote, a bare list of events
+    if (first, last) not in ((b"{", b"}"), (b"[", b"]")):
+        return "not one complete JSON document (truncated?)"
     if kept is not None:
         try:
             msgspec.json.decode(b"".join(kept), type=msgspec.Raw)

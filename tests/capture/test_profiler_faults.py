@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from asynctrace.capture.profiler import DeepProfiler, Profile, worker_name
+from asynctrace.capture.profiler import DeepProfiler, Profile, check_trace, worker_name
 from asynctrace.capture.session import Session
 from asynctrace.errors import AsyncTraceWarning, CaptureError
 from asynctrace.export import chrome
@@ -258,6 +258,30 @@ def test_an_empty_or_unreadable_window_is_not_published(
     # no file that looks complete, no temporary left taking space
     assert list((tmp_path / "t").iterdir()) == []
     assert len(read_records(s.records_path).steps) == 8  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [b'{"traceEvents": []}', b'\n[{"ph": "X"}]\n', b'{"traceEvents": [], "x": "}"}  \n'],
+    ids=["object", "bare-list", "trailing-space"],
+)
+def test_check_trace_accepts_complete_traces(tmp_path: Path, doc: bytes) -> None:
+    path = tmp_path / "t.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(doc))
+    assert check_trace(path) is None
+
+
+def test_check_trace_reads_a_large_trace_in_bounded_chunks(tmp_path: Path) -> None:
+    # beyond the whole-parse size only the ends are checked: a complete large trace passes,
+    # a cut one does not
+    events = b",".join([b'{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 2}'] * 700_000)
+    doc = b'{"traceEvents": [' + events + b"]}"
+    assert len(doc) > 32 << 20
+    path = tmp_path / "big.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(doc, compresslevel=1))
+    assert check_trace(path) is None
+    path.write_bytes(gzip.compress(doc[:-100], compresslevel=1))
+    assert check_trace(path) == "not one complete JSON document (truncated?)"
 
 
 _UNDER_FILE_SIZE_LIMIT = """
