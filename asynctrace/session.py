@@ -9,6 +9,8 @@ At the end it prints the summary table (``print_summary``) and the per-rank tabl
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
@@ -19,7 +21,7 @@ from asynctrace.capture._distributed import RankTable
 from asynctrace.capture.options import TraceOptions
 from asynctrace.capture.session import CaptureSession, current_session
 from asynctrace.capture.sinks import Sink
-from asynctrace.errors import CaptureError
+from asynctrace.errors import AsyncTraceWarning, CaptureError
 from asynctrace.sinks import (
     AnnotateSink,
     LiveSink,
@@ -46,7 +48,7 @@ class Session(CaptureSession):
         self, name: str | None = None, *, sinks: Iterable[Any] = (), **options: Any
     ) -> None:
         opts = TraceOptions.from_mapping(options, what="asynctrace.trace()")
-        self._summary = SummarySink(window=opts.window)
+        self._summary = SummarySink(window=opts.window, strict=opts.strict)
         self._tensorboard = (
             TensorBoardSink(opts.dir, report=self._report_now) if opts.tensorboard else None
         )
@@ -71,6 +73,7 @@ class Session(CaptureSession):
         ]
         super().__init__(name, options=opts, sinks=[*(s for s in own if s is not None), *sinks])
         self._report: SessionReport | None = None
+        self._summary_error: str | None = None
 
     # ------------------------------------------------------------------ the outputs
     @property
@@ -145,11 +148,13 @@ class Session(CaptureSession):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._pid != os.getpid():
+            # a forked child leaving the block it inherited: nothing to end, nothing to print
+            return
         try:
             super().__exit__(exc_type, exc, tb)
         finally:
-            if self._summary.end is not None:
-                self._report = self._final_report()
+            self._report = self._summary_or_warning()
         report = self._report
         if self.options.print_summary and report is not None and report.error is None:
             from asynctrace.render.session import print_report
@@ -161,6 +166,26 @@ class Session(CaptureSession):
 
                 print(format_rank_table(table))
 
+    def _summary_or_warning(self) -> SessionReport | None:
+        """The final report; a bug while building it is one warning (the records are written
+        by then) and :meth:`summary` says it, unless ``strict``."""
+        self._summary_error = None
+        if self._summary.end is None:
+            return None
+        try:
+            return self._final_report()
+        except Exception as e:
+            if self.strict:
+                raise
+            self._summary_error = f"{type(e).__name__}: {e}"
+            warnings.warn(
+                f"asynctrace could not build the session's summary ({self._summary_error}); "
+                "its records are written",
+                AsyncTraceWarning,
+                stacklevel=3,
+            )
+            return None
+
     def summary(self) -> SessionReport:
         """The figures of the session: live while it runs (steps collected so far), final after
         it ends. The printed table shows exactly these."""
@@ -168,9 +193,17 @@ class Session(CaptureSession):
             return self._report_now()
         if self._report is not None:
             return self._report
+        if self._summary_error is not None:
+            raise CaptureError(
+                f"the summary of session {self.name or 'session'!r} could not be built: "
+                f"{self._summary_error}"
+            )
         if self._summary.end is not None:
             return self._final_report()
-        raise CaptureError("summary() before the session ran: enter it first")
+        if self._header is None:
+            raise CaptureError("summary() before the session ran: enter it first")
+        # the end was cut short before the sinks finished: what was measured, as it stands
+        return self._report_now()
 
 
 def _annotates(opts: TraceOptions) -> bool:

@@ -16,15 +16,26 @@ as with ``check``.
 * ``--gather-ranks``: under torch.distributed, gather every rank's recent steps to rank 0 at the
   end and print the per-rank table (slowest rank and skew per step). Every rank must reach the
   end of its script with the process group still initialized.
+
+The command's status is the script's whatever happens while the session ends: the session's
+end runs with Python-level signal handlers deferred (torch's DataLoader raises from its
+``SIGCHLD`` handler when a worker dies, and that must not cut the records file in two), and an
+error of the session's end is said in one line, never instead of the script's own. A process
+the script forked that returns from it rather than calling ``os._exit`` (as a child of plain
+``python`` would) ends the session's copy it inherited without touching it and prints nothing:
+the summary and records are the parent's.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -36,6 +47,7 @@ from asynctrace._commands._script import (
     stdout_to_stderr,
 )
 from asynctrace._output import json_text, output_folder, utf8
+from asynctrace.capture._signals import deferred_signals
 from asynctrace.errors import AsyncTraceError
 
 if TYPE_CHECKING:
@@ -103,6 +115,53 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _Ending:
+    """Enters ``around`` (the session) for the script; its end never replaces the script's.
+
+    The end runs with signal handlers deferred but SIGINT's (a Ctrl-C still interrupts the wait
+    for the device; the session keeps every step's host figures then), so a handler raising
+    (torch's SIGCHLD one for a dead DataLoader worker) runs after the records are finished. An
+    ``Exception`` out of the end is kept in :attr:`error`, not raised: the script's own
+    exception, if any, goes on to be reported, and the status stays the script's. In a process
+    the script forked (``os.fork()`` returning normally in the child) nothing is ended: the
+    session is the parent's (an at-fork hook already forgot the child's copy)."""
+
+    def __init__(self, around: Any) -> None:
+        self._around = around
+        self._pid = os.getpid()
+        #: what the session's end raised (after the script), if anything
+        self.error: Exception | None = None
+        #: what a signal handler deferred past the session's end raised, if anything
+        self.signal_error: Exception | None = None
+
+    @property
+    def forked(self) -> bool:
+        """Whether this is a child the script forked, not the process that started the run."""
+        return os.getpid() != self._pid
+
+    def __enter__(self) -> Any:
+        return self._around.__enter__()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.forked:
+            return
+        # KeyboardInterrupt and SystemExit go on (reported as the script's interrupt)
+        try:
+            with deferred_signals(keep=(signal.SIGINT,)):
+                try:
+                    self._around.__exit__(exc_type, exc, tb)
+                except Exception as e:
+                    self.error = e
+        except Exception as e:
+            # raised by a deferred handler, run once the session had ended
+            self.signal_error = e
+
+
 def run(args: argparse.Namespace) -> int:
     from asynctrace.capture.devices import get_device
     from asynctrace.render.session import print_report
@@ -126,14 +185,41 @@ def run(args: argparse.Namespace) -> int:
         # printed below, also when the script fails (the session prints only on success)
         print_summary=False,
     )
+    around = _Ending(session)
     # with --json, stdout carries only the result
     out = stdout_to_stderr() if args.json else contextlib.nullcontext()
     with out:
         status = run_script(
-            script, script_args, around=session, keep_main=getattr(args, "owns_process", False)
+            script, script_args, around=around, keep_main=getattr(args, "owns_process", False)
         )
-
-    report = session.summary()
+    if around.forked:
+        # a child the script forked that returned from it: the summary, records and ranks
+        # are the parent's, which goes on and says them once
+        return status
+    if around.error is not None:
+        print(
+            "asynctrace run: warning: the session did not end cleanly: " + _one_line(around.error),
+            file=sys.stderr,
+        )
+    if around.signal_error is not None:
+        print(
+            "asynctrace run: note: a signal handler raised while the session ended (run once "
+            f"the records were written): {_one_line(around.signal_error)}",
+            file=sys.stderr,
+        )
+    try:
+        report = session.summary()
+    except Exception:
+        # the end failed before the report was built (said above, once), or building it fails
+        # again: the script's outcome stands
+        print(
+            "asynctrace run: warning: no summary: the session's end failed before its report "
+            "was built",
+            file=sys.stderr,
+        )
+        if status and not args.json:
+            print(f"the script exited with status {status}", file=sys.stderr)
+        return status
     if report.records_path is not None:
         # said as --dir was given, from where the command was typed
         records_path = str(Path(args.dir) / Path(report.records_path).name)
@@ -158,6 +244,11 @@ def run(args: argparse.Namespace) -> int:
     if status and not args.json:
         print(f"the script exited with status {status}", file=sys.stderr)
     return status
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def _print_rank_table(session: Session) -> None:

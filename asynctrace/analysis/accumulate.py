@@ -253,16 +253,22 @@ def session_report(
     notes: Sequence[str] = (),
     error: str | None = None,
     records_path: str | None = None,
+    judge: bool = True,
 ) -> SessionReport:
     """The summary of a run from its accumulated steps (pure). ``notes`` come first, then what
-    the accumulator says about its own figures."""
-    code, message, findings = acc.verdict(
-        asynchronous=header.asynchronous,
-        sync_sites=sync_sites,
-        sync_detection=header.sync_detection,
+    the accumulator says about its own figures. ``judge=False``: no verdict and no bound (the
+    figures alone, where judging failed)."""
+    code, message, findings = (
+        acc.verdict(
+            asynchronous=header.asynchronous,
+            sync_sites=sync_sites,
+            sync_detection=header.sync_detection,
+        )
+        if judge
+        else ("", "", [])
     )
     figures = acc.figures()
-    bound = acc.bound(asynchronous=header.asynchronous)
+    bound = acc.bound(asynchronous=header.asynchronous) if judge else None
     return SessionReport(
         name=header.name,
         device_kind=header.device_kind,

@@ -14,9 +14,17 @@ Each finished window is written as ``<dir>/<run>/{worker}.{time_ns}.pt.trace.jso
 layout the TensorBoard profiler plugin reads; ``worker`` is ``{host}_{pid}`` plus ``_rank{N}``
 under torch.distributed, so files from every host, process and rank stay apart, and within a
 process ``time_ns`` is moved on past any name already taken, so no file is ever overwritten.
-Each file is written under a temporary name and renamed into place. ``run`` is sanitized like
-a records file name (no path separators, no ``..``). A window that cannot be written (folder
-read-only, disk full) is a warning, never an error in the training loop. The step ranges are
+Each file is written under a temporary name, checked (it decompresses, holds one complete JSON
+object) and only then renamed into place, so a file without ``.tmp`` is always complete: an
+empty or unreadable output (Kineto could not write its JSON, and torch gzipped the empty file)
+is deleted with a warning. ``run`` and the host name in ``worker`` are sanitized like a records
+file name (no path separators, no ``..``, no leading dot).
+
+Everything of the ``on_trace_ready`` path (export, check, annotated copy, ``on_trace``) runs
+inside the user's ``step()``: whatever fails there (``OSError``, ``MemoryError``, an error of the
+annotator) is an :class:`~asynctrace.errors.AsyncTraceWarning` and training continues; with
+``strict=True`` it is a :class:`~asynctrace.errors.CaptureError` out of that ``step()``.
+``KeyboardInterrupt`` and ``SystemExit`` always propagate. The step ranges are
 ``ProfilerStep#N`` with N the session's step number.
 
 An ``on_trace`` callback (the session's, which hands the path to its sinks: the annotator writes
@@ -26,15 +34,19 @@ the annotated copy) is called with each written path.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import os
 import socket
 import threading
 import time
 import warnings
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from asynctrace.capture._distributed import rank_and_world
 from asynctrace.capture._writer import sanitize_name
@@ -45,6 +57,7 @@ __all__ = [
     "DeepProfiler",
     "Profile",
     "annotated_path",
+    "check_trace",
     "make_profiler",
     "worker_name",
 ]
@@ -87,7 +100,8 @@ def worker_name(*, host: str | None = None, pid: int | None = None, rank: int | 
     """
     host = host if host is not None else socket.gethostname()
     pid = pid if pid is not None else os.getpid()
-    name = f"{host}_{pid}"
+    # the host name goes into a path: "../../esc" (sethostname accepts it) must stay one name
+    name = f"{sanitize_name(host, default='host')}_{int(pid)}"
     return f"{name}_rank{rank}" if rank is not None else name
 
 
@@ -106,10 +120,13 @@ class DeepProfiler:
         run: str,
         worker: str | None = None,
         on_trace: Callable[[Path], None] | None = None,
+        strict: bool = False,
     ) -> None:
         import torch.profiler
 
         self.options = options
+        #: a window that cannot be written or annotated raises CaptureError out of step()
+        self.strict = strict
         self.run_dir = Path(dir) / sanitize_name(options.run or run)
         self.worker = worker or worker_name(rank=rank_and_world()[0])
         self.on_trace = on_trace
@@ -162,12 +179,16 @@ class DeepProfiler:
         if prof is None:
             self._maybe_open()
             return
-        prof.step()
-        if prof.current_action == self._none:
-            # The window ended (its trace is written by now); drop the profiler so the steps
-            # until the next window cost nothing.
-            self._prof = None
-            prof.stop()
+        try:
+            prof.step()
+        finally:
+            # also when the window's writing raised (strict, an interrupt): a profiler whose
+            # window is over is dropped, never stepped or written again
+            if prof.current_action == self._none:
+                # The window ended (its trace is written by now); drop the profiler so the
+                # steps until the next window cost nothing.
+                self._prof = None
+                prof.stop()
 
     def stop(self) -> None:
         """End profiling; a window cut short by the session's end is still written. Only in
@@ -213,29 +234,112 @@ class DeepProfiler:
             t += 1
 
     def _write(self, prof: Any) -> None:
-        # called by torch.profiler from inside a step: it must not raise into the training loop
-        tmp: Path | None = None
+        # torch.profiler's on_trace_ready: called from inside the user's step() (or the
+        # session's end). Nothing may raise out of it into the training loop but an interrupt
+        # (KeyboardInterrupt, SystemExit: BaseException, not caught here) or, with strict, a
+        # CaptureError: a MemoryError of the annotator must not end a week-long job.
         try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            path = self._unique_path()
-            tmp = _tmp_path(path)
-            prof.export_chrome_trace(str(tmp))
-            os.replace(tmp, path)
-        except OSError as e:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-            warnings.warn(
-                f"asynctrace could not write a profiler trace under {self.run_dir}: "
-                f"{e.strerror or e}; training continues without it",
-                AsyncTraceWarning,
-                stacklevel=2,
-            )
+            path = self._export(prof)
+        except Exception as e:
+            self._failed(f"could not write a profiler trace under {self.run_dir}", e)
+            return
+        if path is None:
             return
         self.traces.append(path)
         if self.on_trace is not None:
-            # the session's sinks (the annotator among them); they never raise into the step
-            self.on_trace(path)
+            try:
+                self.on_trace(path)
+            except Exception as e:
+                self._failed(f"the on_trace callback failed for {path}", e)
+
+    def _export(self, prof: Any) -> Path | None:
+        """Write the window to a temporary name, check it, rename it into place; None (and a
+        warning) where torch produced nothing readable."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        path = self._unique_path()
+        tmp = _tmp_path(path)
+        try:
+            prof.export_chrome_trace(str(tmp))
+            problem = check_trace(tmp)
+        except BaseException:
+            # an interrupt too: a half-written temporary is nobody's file
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        if problem is not None:
+            # Kineto failed to write its JSON (file size limit, disk full: it only logs) and
+            # torch gzipped what there was: published, it would look like a complete trace
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            self._failed(
+                f"the profiler's trace of this window is {problem}; not published "
+                f"(the temporary file {tmp.name} was deleted)",
+                None,
+            )
+            return None
+        os.replace(tmp, path)
+        return path
+
+    def _failed(self, what: str, error: BaseException | None) -> None:
+        reason = "" if error is None else f": {_describe(error)}"
+        if self.strict:
+            raise CaptureError(f"asynctrace {what}{reason}") from error
+        warnings.warn(
+            f"asynctrace {what}{reason}; training continues without it",
+            AsyncTraceWarning,
+            # torch.profiler's own frames sit between this and the user's step()
+            stacklevel=2,
+        )
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+#: a trace inflating to at most this much is parsed whole (msgspec.Raw: no objects built);
+#: a larger one is checked for a complete gzip stream holding one JSON object, start to end
+_FULL_CHECK_BYTES = 32 << 20
+_CHUNK = 1 << 20
+_WHITESPACE = b" \t\r\n"
+
+
+def check_trace(path: Path) -> str | None:
+    """None where ``path`` (a ``.json.gz`` trace) is complete; else what is wrong with it.
+
+    Reads the file through once, in bounded memory: the gzip stream must end properly (its
+    length and CRC check), and its text be one JSON object or array (parsed whole up to 32 MiB)."""
+    kept: list[bytes] | None = []
+    size = 0
+    first = last = b""
+    try:
+        with gzip.open(path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                size += len(chunk)
+                stripped = chunk.strip(_WHITESPACE)
+                if stripped:
+                    if not first:
+                        first = stripped[:1]
+                    last = stripped[-1:]
+                if kept is not None:
+                    kept.append(chunk)
+                    if size > _FULL_CHECK_BYTES:
+                        kept = None
+    except (OSError, EOFError, zlib.error) as e:
+        return f"not a complete gzip file ({_describe(e)})"
+    if not first:
+        return "empty" if size == 0 else "blank"
+    # an object (what torch writes) or, as old Kineto wrote, a bare list of events
+    if (first, last) not in ((b"{", b"}"), (b"[", b"]")):
+        return "not one complete JSON document (truncated?)"
+    if kept is not None:
+        try:
+            msgspec.json.decode(b"".join(kept), type=msgspec.Raw)
+        except msgspec.DecodeError as e:
+            return f"not valid JSON ({e})"
+    return None
 
 
 def _tmp_path(trace: Path) -> Path:
@@ -259,6 +363,7 @@ def make_profiler(
     dir: str | os.PathLike[str],
     run: str,
     on_trace: Callable[[Path], None] | None = None,
+    strict: bool = False,
 ) -> DeepProfiler | None:
     """The session's deep mode from ``profile=``: None, True (the defaults) or a Profile."""
     if profile is None or profile is False:
@@ -268,4 +373,4 @@ def make_profiler(
         raise CaptureError(
             f"profile={profile!r}: pass True or asynctrace.Profile(wait=, warmup=, active=, ...)"
         )
-    return DeepProfiler(options, dir=dir, run=run, on_trace=on_trace)
+    return DeepProfiler(options, dir=dir, run=run, on_trace=on_trace, strict=strict)

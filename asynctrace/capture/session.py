@@ -32,6 +32,7 @@ import contextlib
 import functools
 import inspect
 import os
+import signal
 import socket
 import sys
 import threading
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 from asynctrace.capture._clock import StepClock
 from asynctrace.capture._distributed import rank_and_world
 from asynctrace.capture._nsys import NsysCapture
+from asynctrace.capture._signals import deferred_signals
 from asynctrace.capture._writer import sanitize_name
 from asynctrace.capture.devices import ClockAlignment, Device, get_device
 from asynctrace.capture.options import TraceOptions
@@ -183,7 +185,12 @@ class CaptureSession:
         self._active = False
         # the thread that entered the session: its optimizer steps and syncs are this session's
         self._thread = 0
+        # the process that entered the session: a forked child that leaves the block it
+        # inherited ends nothing
+        self._pid = 0
         self._run = 0
+        # step boundaries and the end are serialized: two threads stepping at once would
+        # interleave one boundary's reads and writes (steps were lost)
         self._lock = threading.Lock()
         self._reset_run_state()
 
@@ -233,6 +240,7 @@ class CaptureSession:
         self._check_can_enter()
         self._reset_run_state()
         self._thread = threading.get_ident()
+        self._pid = os.getpid()
         global _fork_hook_registered
         if not _fork_hook_registered and hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_forget_sessions_in_child)
@@ -300,27 +308,31 @@ class CaptureSession:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._pid != os.getpid():
+            # a forked child leaving the block it inherited: the session is the parent's
+            return
         if self._active:
             self._check_exit_thread()
-        self._wall_ns = self._now() - self._t0
-        if exc is not None:
-            self._error = _describe_exit(exc)
-        # Each part runs whatever happened in the ones before: the sinks are finished even when
-        # restoring a global or collecting the device's figures fails or is interrupted (a
-        # second Ctrl-C while a deep-mode window is being written, a DataLoader worker's
-        # SIGCHLD handler raising).
         failure: BaseException | None = None
-        for part in (self._clock.discard_open, self._deactivate, self._clock.drain):
-            try:
-                part()
-            except BaseException as e:
+        try:
+            # Python signal handlers (torch's SIGCHLD one for a dead DataLoader worker) run once
+            # the end is done, and raise then; SIGINT still interrupts the wait for the device
+            # (each part survives that). The lock: a step() of another thread waits.
+            with self._lock, deferred_signals(keep=(signal.SIGINT,)):
+                failure = self._end_run(exc)
+        except BaseException as e:
+            # what a deferred handler raised, once the sinks had finished
+            if exc is not None and isinstance(e, Exception):
+                warnings.warn(
+                    f"asynctrace: after {type(exc).__name__}, a signal handler raised while the "
+                    f"session ended (run once its records were written): {e}",
+                    AsyncTraceWarning,
+                    stacklevel=2,
+                )
+            else:
                 failure = _worse(failure, e)
-        if failure is not None and self._error is None:
-            self._error = _describe_exit(failure)
-        failure = self._finish_sinks(self._end(started=True), failure=failure)
-        clean = exc is None
         if failure is not None:
-            if clean or not isinstance(failure, Exception):
+            if exc is None or not isinstance(failure, Exception):
                 # ours to raise: the session ended cleanly, or the cleanup was interrupted
                 # (KeyboardInterrupt, SystemExit), which must not be swallowed
                 raise failure
@@ -330,6 +342,30 @@ class CaptureSession:
                 AsyncTraceWarning,
                 stacklevel=2,
             )
+
+    def _end_run(self, exc: BaseException | None) -> BaseException | None:
+        """Every part of the end, each whatever happened in the ones before; returns the worst
+        failure instead of raising it."""
+        self._wall_ns = self._now() - self._t0
+        if exc is not None:
+            self._error = _describe_exit(exc)
+        # the sinks are finished even when restoring a global or collecting the device's
+        # figures fails or is interrupted (a second Ctrl-C while a deep-mode window is written)
+        failure: BaseException | None = None
+        for part in (self._clock.discard_open, self._deactivate, self._clock.drain):
+            try:
+                part()
+            except BaseException as e:
+                failure = _worse(failure, e)
+        if failure is not None and self._error is None:
+            self._error = _describe_exit(failure)
+        try:
+            # bounded work (writes and a rename, no device wait): a Ctrl-C waits for it
+            with deferred_signals():
+                failure = self._finish_sinks(self._end(started=True), failure=failure)
+        except BaseException as e:
+            failure = _worse(failure, e)
+        return failure
 
     def _end(self, *, started: bool) -> SessionEnd:
         assert self._header is not None
@@ -426,8 +462,9 @@ class CaptureSession:
             )
         if threading.get_ident() != self._thread:
             self._foreign_steps += 1
-        # two threads stepping at once would interleave one boundary's reads and writes
         with self._lock:
+            if not self._active:  # ended by another thread while this one waited
+                raise CaptureError("step() called after the session ended")
             self._clock.boundary()
 
     def steps(self, iterable: Iterable[_T]) -> Iterator[_T]:
@@ -478,15 +515,17 @@ class CaptureSession:
             async def step_awaited(*args: Any, **kwargs: Any) -> Any:
                 if not self._active:
                     return await fn(*args, **kwargs)
-                self._clock.open_call()
+                with self._lock:
+                    self._clock.open_call()
                 try:
                     result = await fn(*args, **kwargs)
                 except BaseException:
                     if self._active:
                         self._clock.discard_open()
                     raise
-                if self._active:
-                    self._clock.close_call()
+                with self._lock:
+                    if self._active:
+                        self._clock.close_call()
                 return result
 
             return cast(Callable[_P, _R], step_awaited)
@@ -495,15 +534,17 @@ class CaptureSession:
         def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             if not self._active:
                 return fn(*args, **kwargs)
-            self._clock.open_call()
+            with self._lock:
+                self._clock.open_call()
             try:
                 result = fn(*args, **kwargs)
             except BaseException:
                 if self._active:
                     self._clock.discard_open()
                 raise
-            if self._active:
-                self._clock.close_call()
+            with self._lock:
+                if self._active:
+                    self._clock.close_call()
             return result
 
         return wrapper
@@ -561,8 +602,9 @@ class CaptureSession:
     ) -> CaptureError | None:
         """A sink raised: it gets nothing more, and the user hears of it once. Returns the
         error to raise under ``strict`` (else None: a warning was given)."""
-        with contextlib.suppress(ValueError):
-            self._live_sinks.remove(sink)
+        # a new list, not removed in place: the loop that called this goes on over the old
+        # one, so the sinks after the failed one still get this step
+        self._live_sinks = [s for s in self._live_sinks if s is not sink]
         describe = getattr(sink, "describe_failure", None)
         text = describe(error) if describe is not None else None
         if text is None:
@@ -630,6 +672,7 @@ class CaptureSession:
             dir=self.dir,
             run=sanitize_name(self.name or "session"),
             on_trace=self._trace_written,
+            strict=self.strict,
         )
         if profiler is None:
             return

@@ -20,17 +20,22 @@ the same curves. Written with tensorboard's own event writer and summary protos:
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import itertools
 import os
 import queue
+import socket
+import struct
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, BinaryIO
 
 from asynctrace.analysis.accumulate import SessionReport
+from asynctrace.capture._writer import sanitize_name
 from asynctrace.records import Records, SessionHeader, SessionSummary, StepRecord, SyncSite
 
 __all__ = [
@@ -206,17 +211,49 @@ def _md(s: str) -> str:
     return s.translate(_MD_TABLE)
 
 
+#: what the writing thread is handed: ("step", StepRecord, step, wall time), ("text",
+#: Summary, step, wall time) or ("flush", threading.Event, 0, 0.0)
+_Item = tuple[str, Any, int, float]
+
+
+#: per-process file counter, as tensorboard's own writers number theirs
+_file_ids = itertools.count()
+#: flush the event file at most this often while steps come in (close() always flushes)
+_FLUSH_SECS = 30.0
+
+
+def _frame(data: bytes) -> bytes:
+    """One TFRecord: length, its masked CRC-32C, the data, its masked CRC-32C (what
+    tensorboard's RecordWriter writes)."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    header = struct.pack("<Q", len(data))
+    return (
+        header
+        + struct.pack("<I", masked_crc32c(header))
+        + data
+        + struct.pack("<I", masked_crc32c(data))
+    )
+
+
 class TensorBoardWriter:
     """Writes asynctrace scalars into ``<logdir>/<run>/`` as a TensorBoard event file.
 
     Usable live (the session calls :meth:`add_step` after each collected step) and offline
     (:func:`write_records`). A context manager; :meth:`close` flushes.
 
+    The file is ``events.out.tfevents.<time>.<host>.<pid>.<counter>``, created exclusively (a
+    name another writer holds moves the counter on); ``run`` and the host name are sanitized
+    (no separator, no ``..``), so the file always lands inside ``logdir``.
+
     With ``background=True`` (what a live session uses) :meth:`add_step` only queues the step
-    (about a microsecond) and a daemon thread builds and writes the protos; at most
-    ``max_queued`` steps wait, beyond that steps are dropped and counted in :attr:`dropped`
-    rather than blocking the training loop. An error of the writing thread (disk full, folder
-    gone) is raised by the next :meth:`add_step`, :meth:`flush` or :meth:`close`.
+    (about a microsecond) and one daemon thread of ours builds the protos and writes them; at
+    most ``max_queued`` steps wait, beyond that steps are dropped and counted in
+    :attr:`dropped` rather than blocking the training loop. An error of the writing thread
+    (disk full, folder gone) ends its writing quietly (no traceback of a dying thread) and is
+    raised by the next :meth:`add_step`, :meth:`flush` or :meth:`close`. (tensorboard's own
+    ``EventFileWriter`` is not used: its thread prints its traceback on such an error, and it
+    puts the raw host name into the file name.)
     """
 
     def __init__(
@@ -227,18 +264,32 @@ class TensorBoardWriter:
         background: bool = False,
         max_queued: int = 65536,
     ) -> None:
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-        self.path = Path(logdir) / run if run else Path(logdir)
+        self.path = Path(logdir) / sanitize_name(run, default="run") if run else Path(logdir)
         self.path.mkdir(parents=True, exist_ok=True)
-        # flush_secs is long on purpose: a step's write only enqueues; close() flushes.
-        self._writer: Any = EventFileWriter(str(self.path), max_queue_size=1024, flush_secs=30)
+        self._file: BinaryIO = self._create()
         self._closed = False
         #: steps not written because the background queue was full
         self.dropped = 0
         self._error: BaseException | None = None
-        self._queue: queue.Queue[tuple[StepRecord, float] | None] | None = None
+        self._next_flush = 0.0
+        self._queue: queue.Queue[_Item | None] | None = None
         self._thread: threading.Thread | None = None
+        try:
+            from tensorboard.compat.proto import event_pb2
+
+            # the first record of every event file, as tensorboard writes it
+            self._write_event(
+                event_pb2.Event(
+                    wall_time=time.time(),
+                    file_version="brain.Event:2",
+                    source_metadata=event_pb2.SourceMetadata(writer="asynctrace"),
+                )
+            )
+            self._file.flush()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            raise
         if background:
             self._queue = queue.Queue(maxsize=max_queued)
             self._thread = threading.Thread(
@@ -246,27 +297,32 @@ class TensorBoardWriter:
             )
             self._thread.start()
 
+    def _create(self) -> BinaryIO:
+        host = sanitize_name(socket.gethostname(), default="host")
+        stamp = int(time.time())
+        while True:
+            name = f"events.out.tfevents.{stamp:010d}.{host}.{os.getpid()}.{next(_file_ids)}"
+            try:
+                # "x": a file of that name (torch's SummaryWriter numbers its own from 0 too)
+                # is never written over
+                return open(self.path / name, "xb")
+            except FileExistsError:
+                continue
+
+    # ---------------------------------------------------------------- writing (one thread)
+    def _write_event(self, event: Any) -> None:
+        self._file.write(_frame(event.SerializeToString()))
+
     def _emit(self, summary: Any, step: int, wall_time: float | None) -> None:
         from tensorboard.compat.proto import event_pb2
 
-        event = event_pb2.Event(
-            wall_time=time.time() if wall_time is None else wall_time, step=step, summary=summary
+        self._write_event(
+            event_pb2.Event(
+                wall_time=time.time() if wall_time is None else wall_time,
+                step=step,
+                summary=summary,
+            )
         )
-        self._writer.add_event(event)
-
-    def add_step(self, step: StepRecord, *, wall_time: float | None = None) -> None:
-        """The scalars of one step (see :data:`SCALAR_TAGS`), at TensorBoard step ``step.step``."""
-        if self._error is not None:
-            raise self._error
-        when = time.time() if wall_time is None else wall_time
-        q = self._queue
-        if q is None:
-            self._write_step(step, when)
-            return
-        try:
-            q.put_nowait((step, when))
-        except queue.Full:
-            self.dropped += 1
 
     def _write_step(self, step: StepRecord, wall_time: float) -> None:
         from tensorboard.compat.proto import summary_pb2
@@ -281,6 +337,24 @@ class TensorBoardWriter:
         )
         self._emit(summary, step.step, wall_time)
 
+    def _write_item(self, item: _Item) -> None:
+        kind, payload, step, wall_time = item
+        if kind == "step":
+            self._write_step(payload, wall_time)
+        elif kind == "text":
+            self._emit(payload, step, wall_time)
+        else:  # "flush": the caller waits on the event
+            try:
+                self._file.flush()
+            finally:
+                payload.set()
+            return
+        now = time.monotonic()
+        if now >= self._next_flush:
+            # TensorBoard reads the file while it grows: what is written shows within 30 s
+            self._file.flush()
+            self._next_flush = now + _FLUSH_SECS
+
     def _drain(self) -> None:
         q = self._queue
         assert q is not None
@@ -289,11 +363,15 @@ class TensorBoardWriter:
             if item is None:
                 return
             if self._error is not None:
-                continue
+                if item[0] == "flush":
+                    item[1].set()
+                continue  # emptied so that nothing waits on a full queue
             try:
-                self._write_step(*item)
-            except BaseException as e:  # handed to the caller's thread, never lost
+                self._write_item(item)
+            except BaseException as e:  # handed to the caller's thread, never printed here
                 self._error = e
+                if item[0] == "flush":
+                    item[1].set()
 
     def _join(self) -> None:
         thread, self._thread = self._thread, None
@@ -301,25 +379,62 @@ class TensorBoardWriter:
             self._queue.put(None)
             thread.join()
 
+    def _raise_error(self) -> None:
+        error = self._error
+        if error is not None:
+            raise error
+
+    # ---------------------------------------------------------------- the caller's side
+    def add_step(self, step: StepRecord, *, wall_time: float | None = None) -> None:
+        """The scalars of one step (see :data:`SCALAR_TAGS`), at TensorBoard step ``step.step``."""
+        self._raise_error()
+        when = time.time() if wall_time is None else wall_time
+        q = self._queue
+        if q is None:
+            self._write_item(("step", step, step.step, when))
+            return
+        try:
+            q.put_nowait(("step", step, step.step, when))
+        except queue.Full:
+            self.dropped += 1
+
     def add_text(self, markdown: str, *, tag: str = TEXT_TAG, step: int = 0) -> None:
         from tensorboard.plugins.text import summary_v2 as text_summary
 
-        self._emit(text_summary.text_pb(tag, markdown), step, None)
+        self._raise_error()
+        item: _Item = ("text", text_summary.text_pb(tag, markdown), step, time.time())
+        if self._queue is None or self._thread is None:
+            self._write_item(item)
+        else:
+            # in order after the queued steps; waits for room rather than dropping the summary
+            self._queue.put(item)
 
     def flush(self) -> None:
-        if self._error is not None:
-            raise self._error
-        self._writer.flush()
+        self._raise_error()
+        if self._queue is None or self._thread is None:
+            self._file.flush()
+            return
+        done = threading.Event()
+        self._queue.put(("flush", done, 0, 0.0))
+        done.wait()
+        self._raise_error()
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._join()
+            if self._error is None:
+                self._file.flush()
+        finally:
             try:
-                self._join()
-            finally:
-                self._writer.close()
-            if self._error is not None:
-                raise self._error
+                self._file.close()
+            except OSError as e:
+                # the flush inside close() met the full disk
+                if self._error is None:
+                    self._error = e
+        self._raise_error()
 
     def __enter__(self) -> TensorBoardWriter:
         return self
@@ -338,11 +453,12 @@ def write_records(
 ) -> Path:
     """Write a session's records as TensorBoard scalars + text; returns the run folder.
 
-    ``run`` defaults to the session's name (and rank), so sessions land side by side.
+    ``run`` defaults to the session's name (and rank), so sessions land side by side; a name
+    from the file (which may come from anywhere) is sanitized like every run name.
     """
     h = records.header
     if run is None:
-        run = h.name + (f".rank{h.rank}" if h.rank is not None else "")
+        run = h.name + (f"_rank{h.rank}" if h.rank is not None else "")
     started_s = h.started_unix_ns / 1e9
     with TensorBoardWriter(logdir, run=run) as w:
         _add_steps(w, records.steps, started_s)

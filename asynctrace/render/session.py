@@ -73,9 +73,8 @@ def print_report(
     from rich.console import Console
     from rich.table import Table
 
-    from asynctrace.analysis.verdict import verdict_line
-
     from asynctrace._text import printable_fields
+    from asynctrace.analysis.verdict import verdict_line
 
     console = Console(file=file if file is not None else sys.stdout, highlight=False)
     # names, sites and ops come from the program and its files: control characters escaped

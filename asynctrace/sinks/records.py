@@ -90,7 +90,7 @@ class RecordsSink(BaseSink):
         try:
             for row in end.syncs:
                 w.write(row)
-            w.write(self._summary_line(self._notes()))
+            w.write(self._last_line(end))
             self.path = w.finish()
         except OSError as e:
             self._writer = w
@@ -99,6 +99,19 @@ class RecordsSink(BaseSink):
             # interrupted (Ctrl-C, a signal handler raising): what was flushed stays as .tmp
             w.abort()
             raise
+
+    def _last_line(self, end: SessionEnd) -> SessionSummary:
+        try:
+            return self._summary_line(self._notes())
+        except Exception as e:
+            # a bug of the summary must not cost the records: the line says what is known
+            return SessionSummary(
+                steps=end.steps,
+                wall_ns=end.wall_ns,
+                collected_at_exit=end.collected_at_exit,
+                notes=[*end.notes, f"no summary: building it failed ({type(e).__name__}: {e})"],
+                error=end.error,
+            )
 
     def forget_in_child(self) -> None:
         w, self._writer = self._writer, None

@@ -3,10 +3,13 @@ StepAccumulator`, and the session's :class:`~asynctrace.analysis.accumulate.Sess
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from asynctrace.analysis.accumulate import SessionReport, StepAccumulator, session_report
 from asynctrace.capture.sinks import BaseSink, SessionEnd
+from asynctrace.errors import AsyncTraceWarning
 from asynctrace.records import SessionHeader, SessionSummary, StepRecord
 
 __all__ = ["SummarySink"]
@@ -15,8 +18,11 @@ __all__ = ["SummarySink"]
 class SummarySink(BaseSink):
     """Accumulates the steps; builds the summary (live while the session runs, final after)."""
 
-    def __init__(self, *, window: int) -> None:
+    def __init__(self, *, window: int, strict: bool = False) -> None:
         self.acc = StepAccumulator(window=window)
+        self.strict = strict
+        #: why judging the steps failed (then the summary has figures and no verdict)
+        self.judge_error: str | None = None
         #: the session's end, once it ended
         self.end: SessionEnd | None = None
 
@@ -24,6 +30,7 @@ class SummarySink(BaseSink):
         # one object serves every run of its session; each run is summarized on its own
         self.acc = StepAccumulator(window=self.acc.window)
         self.end = None
+        self.judge_error = None
         # the accumulator's own method: one call less per step of the user's loop
         self.step = self.acc.add  # type: ignore[method-assign,assignment]
 
@@ -34,19 +41,34 @@ class SummarySink(BaseSink):
         self.end = end
 
     def final(self, *, notes: Sequence[str] = (), records_path: str | None = None) -> SessionReport:
-        """The report of the ended session; ``notes`` follow the session's own."""
+        """The report of the ended session; ``notes`` follow the session's own. Judging the
+        steps is analysis run at the end of a training job: where it fails, the figures are
+        still reported, with a note (and one warning) instead of a verdict."""
         end = self.end
         assert end is not None, "final() before the session ended"
-        return session_report(
-            self.acc,
-            header=end.header,
-            wall_ns=end.wall_ns,
-            collected_at_exit=end.collected_at_exit,
-            sync_sites=end.syncs,
-            notes=[*end.notes, *notes],
-            error=end.error,
-            records_path=records_path,
-        )
+        args: dict[str, Any] = {
+            "header": end.header,
+            "wall_ns": end.wall_ns,
+            "collected_at_exit": end.collected_at_exit,
+            "sync_sites": end.syncs,
+            "error": end.error,
+            "records_path": records_path,
+        }
+        if self.judge_error is None:
+            try:
+                return session_report(self.acc, notes=[*end.notes, *notes], **args)
+            except Exception as e:
+                if self.strict:
+                    raise
+                self.judge_error = f"{type(e).__name__}: {e}"
+                warnings.warn(
+                    f"asynctrace could not judge the session's steps ({self.judge_error}); the "
+                    "records and figures are complete",
+                    AsyncTraceWarning,
+                    stacklevel=2,
+                )
+        failed = f"no verdict: judging the steps failed ({self.judge_error})"
+        return session_report(self.acc, notes=[*end.notes, *notes, failed], judge=False, **args)
 
     def summary_line(self, *, notes: Sequence[str] = ()) -> SessionSummary:
         """The records file's last line."""
@@ -55,7 +77,7 @@ class SummarySink(BaseSink):
             steps=report.steps,
             wall_ns=report.wall_ns,
             collected_at_exit=report.collected_at_exit,
-            verdict=report.verdict,
+            verdict=report.verdict or None,
             notes=report.notes,
             error=report.error,
         )

@@ -18,13 +18,14 @@ from asynctrace.capture.sinks import BaseSink, SessionEnd
 from asynctrace.export.tensorboard import TensorBoardWriter, session_markdown
 from asynctrace.records import SessionHeader, StepRecord
 
-__all__ = ["TensorBoardSink", "run_name"]
+__all__ = ["TensorBoardSink", "run_stamp"]
 
 
-def run_name(name: str, started_unix_ns: int) -> str:
-    """``<name>/<YYYYmmdd-HHMMSS>-<pid>``: one TensorBoard run per session, sorted by time."""
+def run_stamp(started_unix_ns: int) -> str:
+    """``<YYYYmmdd-HHMMSS>-<pid>``: a session's TensorBoard run under ``<dir>/<name>/``, one
+    run per session, sorted by time."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started_unix_ns / 1e9))
-    return f"{sanitize_name(name)}/{stamp}-{os.getpid()}"
+    return f"{stamp}-{os.getpid()}"
 
 
 class TensorBoardSink(BaseSink):
@@ -41,8 +42,11 @@ class TensorBoardSink(BaseSink):
 
     def start(self, header: SessionHeader) -> None:
         self.notes = []
+        # <dir>/<name>/<time>-<pid>: the writer sanitizes its run name, so one level each
         self._writer = TensorBoardWriter(
-            self.dir, run=run_name(header.name, header.started_unix_ns), background=True
+            self.dir / sanitize_name(header.name),
+            run=run_stamp(header.started_unix_ns),
+            background=True,
         )
         self.path = self._writer.path
 

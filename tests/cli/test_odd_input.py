@@ -13,10 +13,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from asynctrace.session import current_session
 from asynctrace.cli import main
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import SessionHeader, StepRecord, read_records
+from asynctrace.session import current_session
 from asynctrace.traces.load import find_traces
 
 from .test_user_errors import TINY

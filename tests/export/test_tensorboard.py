@@ -302,3 +302,110 @@ def test_summary_strings_render_as_written_in_tensorboards_text_dashboard(tmp_pa
     path = write_records_file(tmp_path / "a.records.jsonl", make_steps(1), syncs=syncs)
     page = plugin_util.markdown_to_safe_html(summary_markdown(read_records(path)))
     assert '<td>train.py:12 &lt;module&gt; a|b_c &amp; &amp;lt; "q" next</td>' in page
+
+
+# --- a full disk: one warning, never a traceback of a writer thread ------------------------
+
+
+def _events_fd(run_dir: Path) -> int:
+    """The descriptor this process holds open on the run's event file."""
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{name}")
+            if target.startswith(str(run_dir)) and "events.out.tfevents." in target:
+                return int(name)
+    raise AssertionError(f"no open event file under {run_dir}")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_full_disk_reaches_the_caller_without_a_thread_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import threading
+
+    hooked: list[Any] = []
+    monkeypatch.setattr(threading, "excepthook", hooked.append)
+    w = TensorBoardWriter(tmp_path, run="full", background=True)
+    steps = make_steps(200, frontend_ns=1_000_000)
+    w.add_step(steps[0])
+    w.flush()
+    # every later write(2) of the event file fails as on a full disk: ENOSPC from the kernel
+    full = os.open("/dev/full", os.O_WRONLY)
+    try:
+        os.dup2(full, _events_fd(tmp_path / "full"))
+    finally:
+        os.close(full)
+    raised: list[BaseException] = []
+    for s in steps[1:]:
+        try:
+            w.add_step(s)
+        except OSError as e:
+            raised.append(e)
+            break
+    with pytest.raises(OSError, match="No space left on device"):
+        w.close()
+    assert all("No space left" in str(e) for e in raised)
+    assert hooked == []  # no thread of ours (or tensorboard's) died with a traceback
+    err = capfd.readouterr().err
+    assert "Traceback" not in err
+    assert "Exception in thread" not in err
+
+
+_FILL_THE_DISK = """
+import os, sys, torch
+from asynctrace.session import Session
+
+out = sys.argv[1]
+with Session("t", dir=out, device="cpu", detect_syncs="off", print_summary=False,
+             write=False, tensorboard=True) as s:
+    x = torch.randn(8, 8)
+    for i in range(400):
+        x = x @ x / 8
+        s.step()
+        if i == 5:
+            # the disk fills up: another process's file takes what is left
+            fd = os.open(os.path.join(out, "filler"), os.O_WRONLY | os.O_CREAT)
+            try:
+                while os.write(fd, bytes(4096)):
+                    pass
+            except OSError:
+                pass
+            os.close(fd)
+print("steps", s.summary().steps)
+"""
+
+
+@pytest.mark.slow
+def test_a_session_on_a_disk_that_fills_says_it_in_one_warning(tmp_path: Path) -> None:
+    unshare = shutil.which("unshare")
+    if unshare is None or sys.platform != "linux":
+        pytest.skip("needs unshare(1) to mount a small tmpfs (Linux)")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    script = tmp_path / "fill.py"
+    script.write_text(_FILL_THE_DISK)
+    repo = Path(__file__).resolve().parents[2]
+    cmd = (
+        f"mount -t tmpfs -o size=256k tmpfs {mnt} && "
+        f"{sys.executable} -W default {script} {mnt / 'out'}"
+    )
+    probe = subprocess.run(
+        [unshare, "-m", "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {mnt}"],
+        capture_output=True,
+        timeout=30,
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {probe.stderr.decode().strip()}")
+    r = subprocess.run(
+        [unshare, "-m", "sh", "-c", cmd],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "steps 400" in r.stdout
+    assert r.stderr.count("could not write TensorBoard events") == 1, r.stderr
+    assert "No space left on device" in r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    assert "Exception in thread" not in r.stderr, r.stderr
