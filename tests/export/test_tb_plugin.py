@@ -4,7 +4,6 @@ analysis's JSON, and its page renders in headless Chromium with the network cut 
 from __future__ import annotations
 
 import contextlib
-import gzip
 import json
 import os
 import shutil
@@ -67,7 +66,8 @@ def test_sources_are_records_and_traces_not_derived_files() -> None:
     assert source_kind("w.123.pt.trace.json.gz") == "trace"
     assert source_kind("rank0.json.gz") == "trace"
     assert source_kind("x.sqlite") == "trace"
-    for name in ("w.1.annotated.json.gz", "demo.summary.json", "events.out.tfevents.1", ".x.json.gz"):
+    derived = ("w.1.annotated.json.gz", "demo.summary.json", "events.out.tfevents.1", ".x.json.gz")
+    for name in derived:
         assert source_kind(name) is None
 
 
@@ -93,7 +93,9 @@ def test_report_is_the_analysis_json_passed_through(logdir: Path) -> None:
     data = PluginData(logdir)
     rec = _records(logdir)[0]
     got = json.loads(data.report(rec))
-    assert got["ok"] and got["kind"] == "records" and got["run"] == rec
+    assert got["ok"]
+    assert got["kind"] == "records"
+    assert got["run"] == rec
     want = json.loads(msgspec.json.encode(summarize_records(read_records(logdir / rec))))
     assert got["report"] == want
     assert [b["step"] for b in got["bars"]["bars"]] == [
@@ -102,7 +104,8 @@ def test_report_is_the_analysis_json_passed_through(logdir: Path) -> None:
     trace = next((logdir / "demo-profiled").glob("*.pt.trace.json.gz"))
     got = json.loads(data.report(trace.relative_to(logdir).as_posix()))
     want = json.loads(analyze(load(trace), keep_sync_calls=False).to_json())
-    assert got["ok"] and got["report"] == want
+    assert got["ok"]
+    assert got["report"] == want
     assert [w["step"] for w in got["windows"]] == [s["step"] for s in want["steps"]]
 
 
@@ -139,13 +142,16 @@ def test_step_window_is_one_step_clipped_and_cached(logdir: Path) -> None:
     first = report["steps"][0]
     win = json.loads(data.step_window(rel, first["step"]))
     assert win["step"] == first["step"]
-    assert win["start_ns"] <= first["start_ns"] and win["end_ns"] >= first["end_ns"]
+    assert win["start_ns"] <= first["start_ns"]
+    assert win["end_ns"] >= first["end_ns"]
     for a in win["device"]:
-        assert a["start_ns"] < win["end_ns"] and a["start_ns"] + a["dur_ns"] >= win["start_ns"]
+        assert a["start_ns"] < win["end_ns"]
+        assert a["start_ns"] + a["dur_ns"] >= win["start_ns"]
     # every activity the report gave the step is in its window, and marked as the step's
     assert sum(a["in_step"] for a in win["device"]) == first["activities"]
     starts = {a["start_ns"] for a in win["device"]}
-    assert win["links"] and all(lk["executed_ns"] in starts for lk in win["links"])
+    assert win["links"]
+    assert all(lk["executed_ns"] in starts for lk in win["links"])
     assert {q["lane"] for q in win["queue"]} <= {ln["id"] for ln in win["lanes"]}
     loads = data.cache.loads
     t = time.perf_counter()
@@ -154,7 +160,8 @@ def test_step_window_is_one_step_clipped_and_cached(logdir: Path) -> None:
     assert again["step"] == report["steps"][1]["step"]
     assert time.perf_counter() - t < 2.0
     capped = json.loads(data.step_window(rel, first["step"], max_events=5))
-    assert capped["capped"] and len(capped["device"]) == 5
+    assert capped["capped"]
+    assert len(capped["device"]) == 5
     assert any("capped" in n for n in capped["notes"])
     assert json.loads(data.step_window(rel, 10**9))["ok"] is False
     assert json.loads(data.step_window(_records(logdir)[0], None))["ok"] is False
@@ -189,7 +196,8 @@ def test_compare_uses_the_analysis_compare(logdir: Path) -> None:
     assert got["comparison"] == json.loads(msgspec.json.encode(want))
     trace = next((logdir / "demo-profiled").glob("*.pt.trace.json.gz")).relative_to(logdir)
     mixed = json.loads(data.compare(a, trace.as_posix()))
-    assert mixed["ok"] is False and "two records files or two traces" in mixed["error"]
+    assert mixed["ok"] is False
+    assert "two records files or two traces" in mixed["error"]
 
 
 def test_step_bars_show_idle_by_cause_when_the_report_has_it() -> None:
@@ -392,9 +400,11 @@ def test_page_renders_offline_in_headless_chromium(server: str, logdir: Path) ->
             page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
             page.on(
                 "console",
-                lambda m: problems.append(f"console {m.type}: {m.text}")
-                if m.type in ("error", "warning")
-                else None,
+                lambda m: (
+                    problems.append(f"console {m.type}: {m.text}")
+                    if m.type in ("error", "warning")
+                    else None
+                ),
             )
             page.route("**/*", route)
             page.goto(f"{server}/data/plugin_entry.html?name=asynctrace")

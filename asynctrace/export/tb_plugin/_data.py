@@ -114,6 +114,8 @@ class ReportAnswer(msgspec.Struct, frozen=True, kw_only=True):
     ok: bool
     error: str | None = None
     report: msgspec.Raw | None = None
+    #: the verdict as one line, its code said once (``verdict_line``, as the text report)
+    verdict_line: str | None = None
     bars: StepBars | None = None
     #: the steps /step_window can show (traces with steps only)
     windows: list[StepRef] = msgspec.field(default_factory=list)
@@ -133,6 +135,8 @@ class CompareAnswer(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     #: :class:`asynctrace.analysis.compare.Comparison` as its JSON
     comparison: msgspec.Raw | None = None
+    verdict_line_a: str | None = None
+    verdict_line_b: str | None = None
 
 
 @dataclass
@@ -141,6 +145,7 @@ class _Loaded:
 
     kind: str
     report_json: bytes
+    verdict_line: str
     bars: StepBars
     steps: dict[int, dict[str, Any]]
     report: Any = None  # Report, for compare_reports
@@ -161,6 +166,7 @@ def _describe(e: BaseException) -> str:
 
 def _load(path: Path, kind: str) -> _Loaded:
     from asynctrace.analysis.report import analyze, summarize_records
+    from asynctrace.analysis.verdict import verdict_line
     from asynctrace.render.views import records_step_bars, report_step_bars
 
     if kind == "records":
@@ -172,6 +178,7 @@ def _load(path: Path, kind: str) -> _Loaded:
         return _Loaded(
             kind=kind,
             report_json=msgspec.json.encode(summary),
+            verdict_line=verdict_line(summary.verdict.code, summary.verdict.message),
             bars=records_step_bars(steps),
             steps={int(s["step"]): s for s in steps},
             records=records,
@@ -185,6 +192,7 @@ def _load(path: Path, kind: str) -> _Loaded:
     return _Loaded(
         kind=kind,
         report_json=msgspec.json.encode(report),
+        verdict_line=verdict_line(report.verdict.code, report.verdict.message),
         bars=report_step_bars(steps),
         steps={int(s["step"]): s for s in steps},
         report=report,
@@ -353,6 +361,7 @@ class PluginData:
             kind=kind,
             ok=True,
             report=msgspec.Raw(got.report_json),
+            verdict_line=got.verdict_line,
             bars=got.bars,
             windows=windows,
         )
@@ -409,6 +418,7 @@ class PluginData:
         """Two sources compared (:func:`~asynctrace.analysis.compare.compare_records` for two
         records files, :func:`~asynctrace.analysis.compare.compare_reports` for two traces)."""
         from asynctrace.analysis.compare import compare_records, compare_reports
+        from asynctrace.analysis.verdict import verdict_line
 
         try:
             (pa, ka, _), (pb, kb, _) = self.resolve(a), self.resolve(b)
@@ -427,6 +437,11 @@ class PluginData:
         else:
             comparison = compare_reports(la.report, lb.report)
         answer = CompareAnswer(
-            ok=True, a=a, b=b, comparison=msgspec.Raw(msgspec.json.encode(comparison))
+            ok=True,
+            a=a,
+            b=b,
+            comparison=msgspec.Raw(msgspec.json.encode(comparison)),
+            verdict_line_a=verdict_line(comparison.verdict_a.code, comparison.verdict_a.message),
+            verdict_line_b=verdict_line(comparison.verdict_b.code, comparison.verdict_b.message),
         )
         return msgspec.json.encode(answer)

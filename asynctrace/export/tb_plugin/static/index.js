@@ -67,10 +67,12 @@ function table(head, rows, cls = "") {
 
 // ------------------------------------------------------------------ verdict, bound, warnings
 
-function verdictBox(v) {
+// `line`: the verdict in one line with its code said once, as the server wrote it
+function verdictBox(v, line) {
   const box = el("div", { class: "at-verdict", "data-verdict": v.code });
   box.appendChild(el("b", {}, v.code));
-  if (v.message) box.appendChild(document.createTextNode(`: ${v.message}`));
+  const rest = line && line.startsWith(v.code) ? line.slice(v.code.length) : `: ${v.message}`;
+  if (v.message) box.appendChild(document.createTextNode(rest));
   const others = (v.findings || []).filter((f) => f !== v.message);
   if (others.length) box.appendChild(el("ul", {}, ...others.map((f) => el("li", {}, f))));
   return box;
@@ -131,7 +133,7 @@ function stepBars(bars, colors, labels) {
     "aria-label": "per-step host and device bars" });
   const plotW = W - L - 10, plotH = H - B - T;
   const slot = plotW / Math.max(n, 1);
-  const bw = Math.max(slot * 0.38, 0.5);
+  const bw = Math.min(Math.max(slot * 0.38, 0.5), 48);
   const yOf = (ns) => T + plotH - (ns / max) * plotH;
   // y axis
   for (let i = 0; i <= 4; i++) {
@@ -144,7 +146,7 @@ function stepBars(bars, colors, labels) {
   const kinds = new Set();
   const stride = Math.max(1, Math.ceil(n / 20));
   bars.forEach((b, i) => {
-    const x = L + i * slot + slot * 0.1;
+    const x = L + i * slot + slot / 2 - bw - slot * 0.01;
     for (const [parts, dx, side] of [[b.host, 0, "host"], [b.device, bw + slot * 0.02, "device"]]) {
       let acc = 0;
       for (const p of parts) {
@@ -177,7 +179,9 @@ function seriesChart(bars, colors, kindLabel) {
   const plotW = W - L - R, plotH = H - B - T;
   const xOf = (i) => L + (n <= 1 ? plotW / 2 : (i / (n - 1)) * plotW);
   const vals = ra.filter((v) => v !== null && v !== undefined);
-  const lo = Math.min(0, ...vals), hi = Math.max(1, ...vals);
+  const lo = Math.min(0, ...vals);
+  let hi = Math.max(0, ...vals);
+  if (hi - lo < 1000) hi = lo + 1e6; // all (near) zero: a 1 ms scale, not a 1 ns one
   const yRa = (v) => T + plotH - ((v - lo) / (hi - lo || 1)) * plotH;
   const cmax = Math.max(1, ...counts) * 1.15;
   const yC = (v) => T + plotH - (v / cmax) * plotH;
@@ -254,12 +258,12 @@ function timelineSection(src, answer, colors, labels) {
   const reset = el("button", { type: "button" }, "reset");
   const note = el("div", { class: "at-notes" });
   const area = el("div", { class: "at-timeline-area" });
-  const kinds = ["launch", "sync", "op", "busy", "arrow", "queue"];
+  const legendBox = el("div");
   box.append(
     el("h4", {}, "Timeline of one step"),
     el("div", { class: "at-controls" }, "step ", pick, " ", zoomIn, zoomOut, reset,
       el("span", { class: "at-hint" }, " wheel: zoom · drag: pan · double-click: fit")),
-    area, note, legendRow(kinds, colors, labels),
+    area, note, legendBox,
   );
   let handle = null;
   async function show() {
@@ -269,6 +273,12 @@ function timelineSection(src, answer, colors, labels) {
       const win = await getJSON("step_window", { path: src.path, step: pick.value });
       if (win.ok === false) { area.textContent = win.error; return; }
       handle = drawTimeline(area, win, colors);
+      const kinds = [...new Set(win.host.map((h) => h.kind))];
+      if (win.device.length) kinds.push("busy");
+      if (win.links.length) kinds.push("arrow");
+      if (win.queue.length) kinds.push("queue");
+      legendBox.textContent = "";
+      legendBox.appendChild(legendRow(kinds, colors, labels));
       const c = win.counts;
       note.textContent = [`${c.device_shown} device activities, ${c.host_shown} host calls, ${c.links_shown} links shown`,
         ...win.notes].join(" · ");
@@ -287,8 +297,6 @@ function timelineSection(src, answer, colors, labels) {
 
 function renderSource(box, src, answer, colors, labels) {
   box.textContent = "";
-  const head = el("h3", {}, src.path.split("/").pop(), el("span", { class: "at-kind" }, ` ${src.kind}`));
-  box.appendChild(head);
   if (!answer.ok) {
     box.classList.add("at-unreadable");
     box.dataset.status = "unreadable";
@@ -307,13 +315,18 @@ function renderSource(box, src, answer, colors, labels) {
       `${r.device} (${r.device_kind})${r.rank !== null ? ` · rank ${r.rank}` : ""} · ${r.steps} steps` +
       (r.complete ? "" : " · incomplete file")));
   }
-  box.appendChild(verdictBox(r.verdict));
+  box.appendChild(verdictBox(r.verdict, answer.verdict_line));
   if (r.bound) box.appendChild(boundBox(r.bound));
   if (Array.isArray(r.warnings) && r.warnings.length) box.appendChild(warningsBox(r.warnings));
   if (answer.bars && answer.bars.bars.length) {
     box.appendChild(el("h4", {}, "Per step"));
     box.appendChild(stepBars(answer.bars.bars, colors, labels));
-    box.appendChild(seriesChart(answer.bars, colors));
+    if (answer.bars.bars.length > 1) box.appendChild(seriesChart(answer.bars, colors));
+    else {
+      const b = answer.bars;
+      const count = b.queue_max ? `queue max ${b.queue_max[0]}` : `in flight ${b.in_flight[0]}`;
+      box.appendChild(el("p", { class: "at-meta" }, `run-ahead ${ms(b.run_ahead_ns[0])} ms · ${count}`));
+    }
   }
   if (src.kind === "records") box.appendChild(figuresTable(r));
   for (const n of syncTable(src.kind, r)) box.appendChild(n);
@@ -341,7 +354,9 @@ function compareSection(sources) {
     a.appendChild(el("option", { value: s.path }, s.path));
     b.appendChild(el("option", { value: s.path }, s.path));
   }
-  if (sources.length > 1) b.selectedIndex = 1;
+  // B: the next source of A's kind (records compare with records, traces with traces)
+  const sameKind = sources.findIndex((s, i) => i > 0 && s.kind === sources[0].kind);
+  b.selectedIndex = sameKind > 0 ? sameKind : Math.min(1, sources.length - 1);
   const go = el("button", { type: "button", class: "at-compare-go" }, "compare");
   const out = el("div", { class: "at-compare-out" });
   box.append(el("h2", {}, "Compare two runs"), el("div", { class: "at-controls" }, "A ", a, " B ", b, " ", go), out);
@@ -356,8 +371,8 @@ function compareSection(sources) {
       out.append(
         el("p", { class: "at-outcome" }, el("b", {}, `B is: ${c.outcome}`), ` (judged on step time; ${c.noise})`),
         el("div", { class: "at-side-by-side" },
-          el("div", {}, el("h4", {}, `A: ${c.a.split("/").pop()}`), verdictBox(c.verdict_a)),
-          el("div", {}, el("h4", {}, `B: ${c.b.split("/").pop()}`), verdictBox(c.verdict_b))),
+          el("div", {}, el("h4", {}, `A: ${c.a.split("/").pop()}`), verdictBox(c.verdict_a, ans.verdict_line_a)),
+          el("div", {}, el("h4", {}, `B: ${c.b.split("/").pop()}`), verdictBox(c.verdict_b, ans.verdict_line_b))),
         el("p", {}, c.verdict_changed ? "the verdict changed" : "the verdict is the same"),
         table(["figure", "unit", "A median", "B median", "delta", "delta %", "p", "change"],
           c.figures.map((f) => [f.figure, f.unit, fmtValue("", f.a_median), fmtValue("", f.b_median),
@@ -406,8 +421,9 @@ export async function render() {
     section.appendChild(el("h2", {}, run.run));
     for (const src of run.sources) {
       const det = el("details", { class: "at-source-wrap" });
-      det.appendChild(el("summary", {}, `${src.path} (${src.kind}, ${(src.size_bytes / 1e6).toFixed(2)} MB)` +
-        (src.error ? " — unreadable" : "")));
+      det.appendChild(el("summary", {}, el("span", { class: "at-file" }, src.path.split("/").pop()),
+        el("span", { class: "at-kind" }, ` ${src.kind}, ${(src.size_bytes / 1e6).toFixed(2)} MB` +
+          (src.error ? " — unreadable" : ""))));
       const box = el("div", { class: "at-source", "data-path": src.path, "data-kind": src.kind });
       det.appendChild(box);
       section.appendChild(det);
