@@ -334,7 +334,7 @@ class BarPart(msgspec.Struct, frozen=True, kw_only=True):
     #: a kind of :mod:`asynctrace.render.legend` ("host", "sync", "data", "busy", "idle",
     #: "idle:<cause>")
     kind: str
-    ns: int
+    dur_ns: int
 
 
 class StepBar(msgspec.Struct, frozen=True, kw_only=True):
@@ -369,15 +369,15 @@ def report_step_bars(steps: Sequence[Mapping[str, Any]]) -> StepBars:
     bars = []
     for s in steps:
         host = [
-            BarPart(kind="host", ns=max(int(s["cpu_ns"]) - int(s["sync_wait_ns"]), 0)),
-            BarPart(kind="sync", ns=int(s["sync_wait_ns"])),
+            BarPart(kind="host", dur_ns=max(int(s["cpu_ns"]) - int(s["sync_wait_ns"]), 0)),
+            BarPart(kind="sync", dur_ns=int(s["sync_wait_ns"])),
         ]
-        device = [BarPart(kind="busy", ns=int(s["gpu_busy_ns"]))]
+        device = [BarPart(kind="busy", dur_ns=int(s["gpu_busy_ns"]))]
         causes = _idle_causes(s)
         if causes:
-            device += [BarPart(kind=f"idle:{k}", ns=v) for k, v in causes.items()]
+            device += [BarPart(kind=f"idle:{k}", dur_ns=v) for k, v in causes.items()]
         else:
-            device.append(BarPart(kind="idle", ns=int(s["gpu_idle_ns"])))
+            device.append(BarPart(kind="idle", dur_ns=int(s["gpu_idle_ns"])))
         bars.append(StepBar(step=int(s["step"]), host=host, device=device))
     return StepBars(
         bars=bars,
@@ -394,14 +394,14 @@ def records_step_bars(steps: Sequence[Mapping[str, Any]]) -> StepBars:
     for s in steps:
         fe, dw, sw = int(s["frontend_ns"]), int(s.get("data_wait_ns", 0)), int(s["sync_wait_ns"])
         host = [
-            BarPart(kind="host", ns=max(fe - dw - sw, 0)),
-            BarPart(kind="data", ns=dw),
-            BarPart(kind="sync", ns=sw),
+            BarPart(kind="host", dur_ns=max(fe - dw - sw, 0)),
+            BarPart(kind="data", dur_ns=dw),
+            BarPart(kind="sync", dur_ns=sw),
         ]
-        device = [] if s.get("device_ns") is None else [BarPart(kind="busy", ns=s["device_ns"])]
+        device = [] if s.get("device_ns") is None else [BarPart(kind="busy", dur_ns=s["device_ns"])]
         causes = _idle_causes(s)
         if causes:
-            device += [BarPart(kind=f"idle:{k}", ns=v) for k, v in causes.items()]
+            device += [BarPart(kind=f"idle:{k}", dur_ns=v) for k, v in causes.items()]
         bars.append(StepBar(step=int(s["step"]), host=host, device=device))
     return StepBars(
         bars=bars,

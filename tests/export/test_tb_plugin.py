@@ -209,8 +209,8 @@ def test_step_bars_show_idle_by_cause_when_the_report_has_it() -> None:
         "idle_by_cause_ns": {"host": 2, "sync": 1},
     }  # fmt: skip
     bars = report_step_bars([step])
-    assert [(p.kind, p.ns) for p in bars.bars[0].host] == [("host", 6), ("sync", 4)]
-    assert [(p.kind, p.ns) for p in bars.bars[0].device] == [
+    assert [(p.kind, p.dur_ns) for p in bars.bars[0].host] == [("host", 6), ("sync", 4)]
+    assert [(p.kind, p.dur_ns) for p in bars.bars[0].device] == [
         ("busy", 5),
         ("idle:host", 2),
         ("idle:sync", 1),

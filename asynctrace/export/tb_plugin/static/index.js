@@ -127,7 +127,7 @@ function legendRow(kinds, colors, labels) {
 function stepBars(bars, colors, labels) {
   const W = 1000, H = 220, L = 56, B = 28, T = 10;
   const n = bars.length;
-  const totals = bars.map((b) => Math.max(b.host.reduce((s, p) => s + p.ns, 0), b.device.reduce((s, p) => s + p.ns, 0)));
+  const totals = bars.map((b) => Math.max(b.host.reduce((s, p) => s + p.dur_ns, 0), b.device.reduce((s, p) => s + p.dur_ns, 0)));
   const max = Math.max(1, ...totals);
   const svg = svgEl("svg", { class: "at-bars", viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img",
     "aria-label": "per-step host and device bars" });
@@ -150,13 +150,13 @@ function stepBars(bars, colors, labels) {
     for (const [parts, dx, side] of [[b.host, 0, "host"], [b.device, bw + slot * 0.02, "device"]]) {
       let acc = 0;
       for (const p of parts) {
-        if (!p.ns) continue;
+        if (!p.dur_ns) continue;
         kinds.add(p.kind);
-        const r = svgEl("rect", { class: `at-bar at-${side}`, x: (x + dx).toFixed(2), y: yOf(acc + p.ns).toFixed(2),
-          width: bw.toFixed(2), height: Math.max(yOf(acc) - yOf(acc + p.ns), 0).toFixed(2), fill: colors[p.kind] || "#999" });
-        r.appendChild(svgEl("title", {}, `step ${b.step}, ${labels[p.kind] || p.kind}: ${ms(p.ns)} ms`));
+        const r = svgEl("rect", { class: `at-bar at-${side}`, x: (x + dx).toFixed(2), y: yOf(acc + p.dur_ns).toFixed(2),
+          width: bw.toFixed(2), height: Math.max(yOf(acc) - yOf(acc + p.dur_ns), 0).toFixed(2), fill: colors[p.kind] || "#999" });
+        r.appendChild(svgEl("title", {}, `step ${b.step}, ${labels[p.kind] || p.kind}: ${ms(p.dur_ns)} ms`));
         svg.appendChild(r);
-        acc += p.ns;
+        acc += p.dur_ns;
       }
     }
     if (i % stride === 0) {
@@ -168,12 +168,12 @@ function stepBars(bars, colors, labels) {
   return el("figure", { class: "at-figure" }, svg, legendRow([...kinds], colors, labels));
 }
 
-function seriesChart(bars, colors, kindLabel) {
-  const W = 1000, H = 180, L = 56, R = 56, B = 28, T = 10;
+// run-ahead (left axis) and a count per step (right axis): steps in flight, or a trace's
+// highest queue depth in the step
+function seriesChart(bars, colors, counts, countLabel) {
+  const W = 1000, H = 170, L = 56, R = 56, B = 28, T = 10;
   const n = bars.bars.length;
   const ra = bars.run_ahead_ns;
-  const counts = bars.queue_max || bars.in_flight;
-  const countLabel = bars.queue_max ? "queue max" : "in flight";
   const svg = svgEl("svg", { class: "at-series", viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img",
     "aria-label": "run-ahead and in-flight per step" });
   const plotW = W - L - R, plotH = H - B - T;
@@ -321,11 +321,13 @@ function renderSource(box, src, answer, colors, labels) {
   if (answer.bars && answer.bars.bars.length) {
     box.appendChild(el("h4", {}, "Per step"));
     box.appendChild(stepBars(answer.bars.bars, colors, labels));
-    if (answer.bars.bars.length > 1) box.appendChild(seriesChart(answer.bars, colors));
-    else {
-      const b = answer.bars;
-      const count = b.queue_max ? `queue max ${b.queue_max[0]}` : `in flight ${b.in_flight[0]}`;
-      box.appendChild(el("p", { class: "at-meta" }, `run-ahead ${ms(b.run_ahead_ns[0])} ms · ${count}`));
+    const b = answer.bars;
+    if (b.bars.length > 1) {
+      box.appendChild(seriesChart(b, colors, b.in_flight, "steps in flight"));
+      if (b.queue_max) box.appendChild(seriesChart(b, colors, b.queue_max, "queue max (ops)"));
+    } else {
+      box.appendChild(el("p", { class: "at-meta" }, `run-ahead ${ms(b.run_ahead_ns[0])} ms · ` +
+        `in flight ${b.in_flight[0]}` + (b.queue_max ? ` · queue max ${b.queue_max[0]}` : "")));
     }
   }
   if (src.kind === "records") box.appendChild(figuresTable(r));
