@@ -184,6 +184,28 @@ def test_cache_is_bounded_and_keyed_by_mtime(tmp_path: Path) -> None:
     assert data.cache.loads == 4
 
 
+def test_cache_keeps_the_newest_file_within_its_byte_bound(logdir: Path) -> None:
+    data = PluginData(logdir, cache_bytes=1)
+    a, b = _records(logdir)[:2]
+    data.report(a)
+    data.report(a)  # the newest stays, however large
+    assert data.cache.loads == 1
+    data.report(b)
+    data.report(a)
+    assert data.cache.loads == 3
+
+
+def test_inactive_without_records_or_traces(tmp_path: Path) -> None:
+    assert PluginData(tmp_path / "missing").is_active() is False
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "events.out.tfevents.1").write_bytes(b"")
+    (tmp_path / "run" / "w.1.annotated.json.gz").write_bytes(b"")
+    assert PluginData(tmp_path).is_active() is False
+    assert PluginData(None).runs().notes
+    (tmp_path / "run" / "x.records.jsonl").write_text("")
+    assert PluginData(tmp_path).is_active() is True
+
+
 def test_compare_uses_the_analysis_compare(logdir: Path) -> None:
     from asynctrace.analysis.compare import compare_records
     from asynctrace.records import read_records
@@ -346,6 +368,8 @@ def test_tensorboard_lists_the_plugin_and_its_routes_answer(server: str, logdir:
     a, b = _records(logdir)[:2]
     q = urllib.parse.urlencode({"a": a, "b": b})
     assert _get(f"{plugin}/compare?{q}") == json.loads(data.compare(a, b))
+    bad = _get(f"{plugin}/step_window?" + urllib.parse.urlencode({"path": "x", "step": "two"}))
+    assert bad == {"ok": False, "error": "step='two': give an integer"}
     with urllib.request.urlopen(f"{plugin}/index.js", timeout=10) as r:
         assert r.headers["Content-Type"].startswith("text/javascript")
         assert b"export async function render" in r.read()

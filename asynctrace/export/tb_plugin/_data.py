@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from asynctrace.traces.model import Trace
 
 __all__ = [
+    "DEFAULT_CACHE_BYTES",
     "DEFAULT_CACHE_ENTRIES",
     "PLUGIN_SCHEMA_VERSION",
     "LoadCache",
@@ -53,8 +54,11 @@ __all__ = [
 
 #: version of the plugin's own JSON wrappers (the Report inside carries its own)
 PLUGIN_SCHEMA_VERSION = 1
-#: loaded files kept in memory (a 400 MB trace's model takes ~170 MB)
+#: loaded files kept in memory at most
 DEFAULT_CACHE_ENTRIES = 6
+#: and their models' bytes at most (a 400 MB trace's columns take ~170 MB); the newest file
+#: stays even when it alone is larger
+DEFAULT_CACHE_BYTES = 2 << 30
 _TRACE_SUFFIXES = (".json.gz", ".sqlite", ".sqlite3", ".pt.trace.json")
 #: how long is_active() trusts its last walk of the logdir
 _ACTIVE_TTL_S = 10.0
@@ -157,6 +161,21 @@ class _Loaded:
     queues: dict[str, tuple[QueueSeries, QueueSeries]] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    @property
+    def nbytes(self) -> int:
+        """The model's columns and the report's JSON (what the cache's byte bound counts)."""
+        n = len(self.report_json)
+        t = self.trace
+        if t is not None:
+            n += sum(
+                tab.nbytes()
+                for tab in (t.runtime, t.activities, t.ranges, t.python_frames, t.device_syncs)
+            )
+            n += sum(len(x) for x in t.strings)
+        elif self.records is not None:
+            n += 200 * len(self.records.steps)
+        return n
+
 
 def _describe(e: BaseException) -> str:
     if isinstance(e, TraceFormatError):
@@ -205,8 +224,11 @@ class LoadCache:
     that changes is read again. A failure is remembered under the same key. Thread-safe; two
     requests for the same file wait for one load."""
 
-    def __init__(self, max_entries: int = DEFAULT_CACHE_ENTRIES) -> None:
+    def __init__(
+        self, max_entries: int = DEFAULT_CACHE_ENTRIES, max_bytes: int = DEFAULT_CACHE_BYTES
+    ) -> None:
         self.max_entries = max(1, max_entries)
+        self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple[str, int, int], _Loaded | str] = OrderedDict()
         self._loading: dict[tuple[str, int, int], threading.Lock] = {}
         self._lock = threading.Lock()
@@ -226,6 +248,19 @@ class LoadCache:
         with self._lock:
             v = self._entries.get(k)
         return v if isinstance(v, str) else None
+
+    def _evict(self) -> None:
+        """Drop the least recently used files beyond the bounds (the caller holds the lock)."""
+
+        def size(v: _Loaded | str) -> int:
+            return len(v) if isinstance(v, str) else v.nbytes
+
+        total = sum(size(v) for v in self._entries.values())
+        while len(self._entries) > 1 and (
+            len(self._entries) > self.max_entries or total > self.max_bytes
+        ):
+            _, v = self._entries.popitem(last=False)
+            total -= size(v)
 
     def get(self, path: Path, kind: str) -> _Loaded:
         """The loaded file; raises :class:`TraceFormatError` with the reason if unreadable."""
@@ -252,8 +287,7 @@ class LoadCache:
                         self.loads += 1
                         self._entries[k] = v
                         self._loading.pop(k, None)
-                        while len(self._entries) > self.max_entries:
-                            self._entries.popitem(last=False)
+                        self._evict()
         if isinstance(v, str):
             raise TraceFormatError(str(path), v.removeprefix(f"{path}: "))
         return v
@@ -262,9 +296,15 @@ class LoadCache:
 class PluginData:
     """Everything the routes answer, for one logdir."""
 
-    def __init__(self, logdir: str | os.PathLike[str] | None, *, cache_entries: int = 6) -> None:
+    def __init__(
+        self,
+        logdir: str | os.PathLike[str] | None,
+        *,
+        cache_entries: int = DEFAULT_CACHE_ENTRIES,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
         self.logdir = Path(logdir).expanduser() if logdir else None
-        self.cache = LoadCache(cache_entries)
+        self.cache = LoadCache(cache_entries, cache_bytes)
         self._active: tuple[float, bool] | None = None
 
     # ------------------------------------------------------------------ listing

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
+import msgspec
 from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
@@ -88,16 +89,17 @@ class AsyncTracePlugin(base_plugin.TBPlugin):  # type: ignore[misc]
         return _respond(request, _static(path), content_type)
 
     def _serve_runs(self, request: wrappers.Request) -> wrappers.Response:
-        import msgspec
-
         return _respond(request, msgspec.json.encode(self._data.runs()), _JSON)
 
     def _serve_report(self, request: wrappers.Request) -> wrappers.Response:
         return _respond(request, self._data.report(request.args.get("path", "")), _JSON)
 
     def _serve_step_window(self, request: wrappers.Request) -> wrappers.Response:
-        step = _int_arg(request, "step")
-        max_events = _int_arg(request, "max_events")
+        try:
+            step = _int_arg(request, "step")
+            max_events = _int_arg(request, "max_events")
+        except ValueError as e:
+            return _respond(request, msgspec.json.encode({"ok": False, "error": str(e)}), _JSON)
         body = self._data.step_window(
             request.args.get("path", ""),
             step,
@@ -117,7 +119,7 @@ def _int_arg(request: wrappers.Request, name: str) -> int | None:
     try:
         return int(raw)
     except ValueError:
-        return None
+        raise ValueError(f"{name}={raw!r}: give an integer") from None
 
 
 class AsyncTraceLoader(base_plugin.TBLoader):  # type: ignore[misc]
