@@ -160,7 +160,7 @@ def screenshot(png: Path, scratch: Path) -> None:
             args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--no-first-run"],
         )  # fmt: skip
-        page = browser.new_page(viewport={"width": 1280, "height": 1500})
+        page = browser.new_page(viewport={"width": 1280, "height": 1250})
         page.route("**/*", route)
         page.goto(f"{base}/#asynctrace")
         frame = None
