@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_EVENTS",
+    "DEFAULT_MAX_STEPS",
     "BarPart",
     "DeviceActivity",
     "HostCall",
@@ -49,6 +50,8 @@ __all__ = [
 
 #: events per lane kind (host calls, device activities) one window holds at most
 DEFAULT_MAX_EVENTS = 4000
+#: steps the per-step bars hold at most (every k-th step beyond: real steps, not averages)
+DEFAULT_MAX_STEPS = 2000
 #: queued→executed links one window holds at most (evenly sampled beyond)
 _MAX_LINKS = 400
 #: queue-depth points per stream one window holds at most (maximum per bucket beyond)
@@ -345,6 +348,10 @@ class StepBar(msgspec.Struct, frozen=True, kw_only=True):
 
 class StepBars(msgspec.Struct, frozen=True, kw_only=True):
     bars: list[StepBar]
+    #: steps in the run; ``bars`` holds every ``stride``-th of them (1: all) so that a run of a
+    #: million steps stays a picture of at most ``DEFAULT_MAX_STEPS`` bars
+    total_steps: int = 0
+    stride: int = 1
     #: per step, in the order of ``bars``; None where not measured
     run_ahead_ns: list[int | None]
     #: steps in flight (records: ``in_flight``; traces: ``in_flight_steps``)
@@ -363,9 +370,18 @@ def _idle_causes(step: Mapping[str, Any]) -> dict[str, int] | None:
     return None
 
 
-def report_step_bars(steps: Sequence[Mapping[str, Any]]) -> StepBars:
+def _every(steps: Sequence[Mapping[str, Any]], max_steps: int) -> tuple[list[Any], int]:
+    stride = max(1, -(-len(steps) // max(max_steps, 1)))
+    return list(steps[::stride]), stride
+
+
+def report_step_bars(
+    steps: Sequence[Mapping[str, Any]], *, max_steps: int = DEFAULT_MAX_STEPS
+) -> StepBars:
     """Per step of a trace's report (steps as dicts, as in the report's JSON): host issuing +
     sync wait; device busy + idle (by cause where the report splits it)."""
+    total = len(steps)
+    steps, stride = _every(steps, max_steps)
     bars = []
     for s in steps:
         host = [
@@ -384,12 +400,18 @@ def report_step_bars(steps: Sequence[Mapping[str, Any]]) -> StepBars:
         run_ahead_ns=[s.get("run_ahead_ns") for s in steps],
         in_flight=[int(s.get("in_flight_steps", 0)) for s in steps],
         queue_max=[int(s.get("queue_max", 0)) for s in steps],
+        total_steps=total,
+        stride=stride,
     )
 
 
-def records_step_bars(steps: Sequence[Mapping[str, Any]]) -> StepBars:
+def records_step_bars(
+    steps: Sequence[Mapping[str, Any]], *, max_steps: int = DEFAULT_MAX_STEPS
+) -> StepBars:
     """Per step of a session's records (steps as dicts): host issuing + data wait + sync wait;
     device time where measured (and idle by cause where the records have it)."""
+    total = len(steps)
+    steps, stride = _every(steps, max_steps)
     bars = []
     for s in steps:
         fe, dw, sw = int(s["frontend_ns"]), int(s.get("data_wait_ns", 0)), int(s["sync_wait_ns"])
@@ -407,4 +429,6 @@ def records_step_bars(steps: Sequence[Mapping[str, Any]]) -> StepBars:
         bars=bars,
         run_ahead_ns=[s.get("run_ahead_ns") for s in steps],
         in_flight=[int(s.get("in_flight", 0)) for s in steps],
+        total_steps=total,
+        stride=stride,
     )

@@ -241,6 +241,21 @@ def test_step_bars_show_idle_by_cause_when_the_report_has_it() -> None:
     assert [p.kind for p in report_step_bars([step]).bars[0].device] == ["busy", "idle"]
 
 
+def test_step_bars_of_a_long_run_are_every_kth_step() -> None:
+    from asynctrace.render.views import records_step_bars
+
+    steps = [
+        {"step": i, "frontend_ns": 10 + i, "sync_wait_ns": 0, "data_wait_ns": 0}
+        for i in range(10_001)
+    ]
+    bars = records_step_bars(steps, max_steps=2000)
+    assert bars.total_steps == 10_001
+    assert bars.stride == 6
+    assert [b.step for b in bars.bars] == list(range(0, 10_001, 6))
+    assert bars.bars[1].host[0].dur_ns == 16  # a real step's figure, not an average
+    assert records_step_bars(steps[:5]).stride == 1
+
+
 def test_entry_point_and_package_data_are_declared() -> None:
     tomllib = pytest.importorskip("tomllib")
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -320,6 +320,10 @@ function renderSource(box, src, answer, colors, labels) {
   if (Array.isArray(r.warnings) && r.warnings.length) box.appendChild(warningsBox(r.warnings));
   if (answer.bars && answer.bars.bars.length) {
     box.appendChild(el("h4", {}, "Per step"));
+    if (answer.bars.stride > 1) {
+      box.appendChild(el("p", { class: "at-notes" },
+        `one step in ${answer.bars.stride} of ${answer.bars.total_steps} shown (each bar a real step)`));
+    }
     box.appendChild(stepBars(answer.bars.bars, colors, labels));
     const b = answer.bars;
     if (b.bars.length > 1) {
