@@ -9,7 +9,22 @@
 import { drawTimeline, svgEl } from "./timeline.js";
 
 const BASE = new URL(".", import.meta.url);
-const MAX_OPEN = 8; // sources whose report loads at once; the others load when opened
+const MAX_OPEN = 8; // sources opened (and loaded) at first; the others load when opened
+const MAX_LOADING = 2; // reports asked for at a time: each may be a large trace's first load
+
+let loading = 0;
+const waiting = [];
+async function limited(task) {
+  while (loading >= MAX_LOADING) await new Promise((resolve) => waiting.push(resolve));
+  loading++;
+  try {
+    return await task();
+  } finally {
+    loading--;
+    const next = waiting.shift();
+    if (next) next();
+  }
+}
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -342,7 +357,7 @@ function renderSource(box, src, answer, colors, labels) {
 async function loadSource(box, src, colors, labels) {
   box.textContent = "loading…";
   try {
-    const answer = await getJSON("report", { path: src.path });
+    const answer = await limited(() => getJSON("report", { path: src.path }));
     renderSource(box, src, answer, colors, labels);
   } catch (e) {
     box.dataset.status = "unreadable";
