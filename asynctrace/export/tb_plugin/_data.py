@@ -177,10 +177,21 @@ class _Loaded:
         return n
 
 
-def _describe(e: BaseException) -> str:
+class _Failure(msgspec.Struct, frozen=True):
+    """Why a file could not be read, kept in the cache like a loaded file."""
+
+    path: str
+    reason: str
+
+    def error(self) -> TraceFormatError:
+        return TraceFormatError(self.path, self.reason)
+
+
+def _failure(path: Path, e: Exception) -> _Failure:
     if isinstance(e, TraceFormatError):
-        return str(e)
-    return f"{type(e).__name__}: {e}"
+        return _Failure(e.path, e.reason)
+    # not a format error we know: still a reason on the page, never a broken page
+    return _Failure(str(path), f"{type(e).__name__}: {e}")
 
 
 def _load(path: Path, kind: str) -> _Loaded:
@@ -229,7 +240,7 @@ class LoadCache:
     ) -> None:
         self.max_entries = max(1, max_entries)
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[str, int, int], _Loaded | str] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, int, int], _Loaded | _Failure] = OrderedDict()
         self._loading: dict[tuple[str, int, int], threading.Lock] = {}
         self._lock = threading.Lock()
         #: files read so far (tests check that a second request reads nothing)
@@ -247,13 +258,13 @@ class LoadCache:
             return None
         with self._lock:
             v = self._entries.get(k)
-        return v if isinstance(v, str) else None
+        return str(v.error()) if isinstance(v, _Failure) else None
 
     def _evict(self) -> None:
         """Drop the least recently used files beyond the bounds (the caller holds the lock)."""
 
-        def size(v: _Loaded | str) -> int:
-            return len(v) if isinstance(v, str) else v.nbytes
+        def size(v: _Loaded | _Failure) -> int:
+            return len(v.reason) if isinstance(v, _Failure) else v.nbytes
 
         total = sum(size(v) for v in self._entries.values())
         while len(self._entries) > 1 and (
@@ -282,14 +293,14 @@ class LoadCache:
                     try:
                         v = _load(path, kind)
                     except Exception as e:  # the page shows why, and never breaks
-                        v = _describe(e)
+                        v = _failure(path, e)
                     with self._lock:
                         self.loads += 1
                         self._entries[k] = v
                         self._loading.pop(k, None)
                         self._evict()
-        if isinstance(v, str):
-            raise TraceFormatError(str(path), v.removeprefix(f"{path}: "))
+        if isinstance(v, _Failure):
+            raise v.error()
         return v
 
 
