@@ -449,6 +449,12 @@ def test_page_renders_offline_in_headless_chromium(server: str, logdir: Path) ->
             page.route("**/*", route)
             page.goto(f"{server}/data/plugin_entry.html?name=asynctrace")
             page.wait_for_selector("main.at-root[data-ready='true']", timeout=60_000)
+            # every run has its section
+            listed = [r.run for r in PluginData(logdir).runs().runs]
+            shown = page.locator("section.at-run").evaluate_all(
+                "(ss) => ss.map((s) => s.dataset.run)"
+            )
+            assert shown == listed
             good = [*_records(logdir), cpu_trace.as_posix(), *([small] if has_small else [])]
             for rel in good:
                 box = page.locator(f".at-source[data-path='{rel}']")
