@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from asynctrace._output import write_atomically
 from asynctrace.errors import AsyncTraceError
+from asynctrace.render.legend import COLORS, LABELS
 
 if TYPE_CHECKING:
     from asynctrace.analysis.report import Report
@@ -50,19 +51,8 @@ __all__ = [
     "save_figure",
 ]
 
-#: one colour per kind of time, shared by every picture and the HTML report
-COLORS: dict[str, str] = {
-    "host": "#4E79A7",
-    "op": "#76B7B2",
-    "launch": "#4E79A7",
-    "sync": "#E15759",
-    "data": "#EDC948",
-    "busy": "#59A14F",
-    "idle": "#BAB0AC",
-    "arrow": "#555555",
-    "run_ahead": "#F28E2B",
-    "queue": "#B07AA1",
-}
+# COLORS (one colour per kind of time) lives in asynctrace.render.legend, shared with the
+# TensorBoard plugin's page; re-exported here
 _MAX_ARROWS = 80
 _MAX_BARS = 4000
 
@@ -242,11 +232,11 @@ def _draw_lanes(ax: Any, lanes: _Lanes, *, title: str) -> None:
     has_op = any(k == "op" for _, _, k in lanes.host)
     ax.legend(
         handles=[
-            *([Patch(color=COLORS["data"], label="data wait (host)")] if has_data else []),
-            *([Patch(color=COLORS["op"], label="operator run on host")] if has_op else []),
-            Patch(color=COLORS["launch"], label="launch / issue (host)"),
-            Patch(color=COLORS["sync"], label="sync stall (host waits)"),
-            Patch(color=COLORS["busy"], label="executing (device)"),
+            *([Patch(color=COLORS["data"], label=LABELS["data"])] if has_data else []),
+            *([Patch(color=COLORS["op"], label=LABELS["op"])] if has_op else []),
+            Patch(color=COLORS["launch"], label=LABELS["launch"]),
+            Patch(color=COLORS["sync"], label=LABELS["sync"]),
+            Patch(color=COLORS["busy"], label=LABELS["busy"]),
         ],
         loc="upper right",
         fontsize=7,

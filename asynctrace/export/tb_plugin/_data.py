@@ -1,0 +1,498 @@
+"""The plugin's data: runs found in a logdir, and the JSON answers of its routes.
+
+No tensorboard or werkzeug here (``_plugin.py`` wraps these in WSGI routes), so everything is
+testable as plain functions. Nothing is computed here either: a report is
+:func:`~asynctrace.analysis.report.analyze` / ``summarize_records`` passed through as JSON
+(new Report fields show up with no change here), the bars and step windows are
+:mod:`asynctrace.render.views`, a comparison is :mod:`asynctrace.analysis.compare`.
+
+Runs: a folder under the logdir holding session records (``*.records.jsonl``) or traces
+(``*.pt.trace.json[.gz]``, ``*.json.gz``, ``*.sqlite``) is a run, named by its path relative to
+the logdir; a file directly in the logdir is a run by itself. A run's files are its *sources*
+(ranks, a session's records beside its deep-mode traces). Annotated copies and summaries that
+asynctrace writes beside a trace are not sources (:data:`asynctrace.traces.load.DERIVED_SUFFIXES`).
+
+Loaded files are kept in a bounded LRU cache keyed by (path, mtime, size): the second request
+for a step window of a 400 MB trace reads nothing and parses nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from asynctrace.errors import TraceFormatError
+from asynctrace.records import is_records_name
+from asynctrace.render.legend import LegendEntry, legend
+from asynctrace.render.views import DEFAULT_MAX_EVENTS, StepBars
+
+if TYPE_CHECKING:
+    from asynctrace.analysis.launches import LaunchLinks
+    from asynctrace.analysis.queue import QueueSeries
+    from asynctrace.records import Records
+    from asynctrace.traces.model import Trace
+
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "DEFAULT_CACHE_ENTRIES",
+    "PLUGIN_SCHEMA_VERSION",
+    "LoadCache",
+    "PluginData",
+    "RunEntry",
+    "RunListing",
+    "SourceEntry",
+    "source_kind",
+]
+
+#: version of the plugin's own JSON wrappers (the Report inside carries its own)
+PLUGIN_SCHEMA_VERSION = 1
+#: loaded files kept in memory at most
+DEFAULT_CACHE_ENTRIES = 6
+#: and their models' bytes at most (a 400 MB trace's columns take ~170 MB); the newest file
+#: stays even when it alone is larger
+DEFAULT_CACHE_BYTES = 2 << 30
+_TRACE_SUFFIXES = (".json.gz", ".sqlite", ".sqlite3", ".pt.trace.json")
+#: how long is_active() trusts its last walk of the logdir
+_ACTIVE_TTL_S = 10.0
+
+
+def source_kind(name: str) -> str | None:
+    """``"records"``, ``"trace"`` or None (not a file the plugin reads) for a file name."""
+    from asynctrace.traces.load import DERIVED_SUFFIXES
+
+    if name.startswith("."):
+        return None
+    if is_records_name(name):
+        return "records"
+    low = name.lower()
+    if low.endswith(_TRACE_SUFFIXES) and not low.endswith(DERIVED_SUFFIXES):
+        return "trace"
+    return None
+
+
+class SourceEntry(msgspec.Struct, frozen=True, kw_only=True):
+    #: path relative to the logdir, with "/" (the id the other routes take)
+    path: str
+    run: str
+    kind: str  # "records" or "trace"
+    size_bytes: int
+    mtime_ns: int
+    #: why the file could not be read, when an earlier request found out (else None)
+    error: str | None = None
+
+
+class RunEntry(msgspec.Struct, frozen=True, kw_only=True):
+    run: str
+    sources: list[SourceEntry]
+
+
+class RunListing(msgspec.Struct, frozen=True, kw_only=True):
+    schema_version: int = PLUGIN_SCHEMA_VERSION
+    logdir: str
+    runs: list[RunEntry]
+    legend: list[LegendEntry]
+    notes: list[str] = msgspec.field(default_factory=list)
+
+
+class StepRef(msgspec.Struct, frozen=True, kw_only=True):
+    step: int
+    name: str
+
+
+class ReportAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    """``/report``: one source's report (a trace's ``Report`` or a session's
+    ``RecordsSummary``, as their own JSON), its step bars and the steps a window can show."""
+
+    schema_version: int = PLUGIN_SCHEMA_VERSION
+    path: str
+    run: str
+    kind: str
+    ok: bool
+    error: str | None = None
+    report: msgspec.Raw | None = None
+    #: the verdict as one line, its code said once (``verdict_line``, as the text report)
+    verdict_line: str | None = None
+    bars: StepBars | None = None
+    #: the steps /step_window can show (traces with steps only)
+    windows: list[StepRef] = msgspec.field(default_factory=list)
+
+
+class ErrorAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    schema_version: int = PLUGIN_SCHEMA_VERSION
+    ok: bool = False
+    error: str
+
+
+class CompareAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    schema_version: int = PLUGIN_SCHEMA_VERSION
+    ok: bool
+    a: str
+    b: str
+    error: str | None = None
+    #: :class:`asynctrace.analysis.compare.Comparison` as its JSON
+    comparison: msgspec.Raw | None = None
+    verdict_line_a: str | None = None
+    verdict_line_b: str | None = None
+
+
+@dataclass
+class _Loaded:
+    """One file, read and analysed once."""
+
+    kind: str
+    report_json: bytes
+    verdict_line: str
+    bars: StepBars
+    steps: dict[int, dict[str, Any]]
+    report: Any = None  # Report, for compare_reports
+    records: Records | None = None
+    trace: Trace | None = None
+    # the window's inputs, computed at the first window request and kept
+    links: LaunchLinks | None = None
+    groups: Any = None
+    queues: dict[str, tuple[QueueSeries, QueueSeries]] | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def nbytes(self) -> int:
+        """The model's columns and the report's JSON (what the cache's byte bound counts)."""
+        n = len(self.report_json)
+        t = self.trace
+        if t is not None:
+            n += sum(
+                tab.nbytes()
+                for tab in (t.runtime, t.activities, t.ranges, t.python_frames, t.device_syncs)
+            )
+            n += sum(len(x) for x in t.strings)
+        elif self.records is not None:
+            n += 200 * len(self.records.steps)
+        return n
+
+
+class _Failure(msgspec.Struct, frozen=True):
+    """Why a file could not be read, kept in the cache like a loaded file."""
+
+    path: str
+    reason: str
+
+    def error(self) -> TraceFormatError:
+        return TraceFormatError(self.path, self.reason)
+
+
+def _failure(path: Path, e: Exception) -> _Failure:
+    if isinstance(e, TraceFormatError):
+        return _Failure(e.path, e.reason)
+    # not a format error we know: still a reason on the page, never a broken page
+    return _Failure(str(path), f"{type(e).__name__}: {e}")
+
+
+def _load(path: Path, kind: str) -> _Loaded:
+    from asynctrace.analysis.report import analyze, summarize_records
+    from asynctrace.analysis.verdict import verdict_line
+    from asynctrace.render.views import records_step_bars, report_step_bars
+
+    if kind == "records":
+        from asynctrace.records import read_records
+
+        records = read_records(path)
+        summary = summarize_records(records)
+        steps = [msgspec.to_builtins(s) for s in records.steps]
+        return _Loaded(
+            kind=kind,
+            report_json=msgspec.json.encode(summary),
+            verdict_line=verdict_line(summary.verdict.code, summary.verdict.message),
+            bars=records_step_bars(steps),
+            steps={int(s["step"]): s for s in steps},
+            records=records,
+        )
+    from asynctrace.traces.load import load
+
+    trace = load(path)
+    # every sync call is in the trace; the page lists the sites
+    report = analyze(trace, keep_sync_calls=False)
+    steps = msgspec.to_builtins(report)["steps"]
+    return _Loaded(
+        kind=kind,
+        report_json=msgspec.json.encode(report),
+        verdict_line=verdict_line(report.verdict.code, report.verdict.message),
+        bars=report_step_bars(steps),
+        steps={int(s["step"]): s for s in steps},
+        report=report,
+        trace=trace,
+    )
+
+
+class LoadCache:
+    """Loaded files, least recently used dropped first, keyed by (path, mtime, size): a file
+    that changes is read again. A failure is remembered under the same key. Thread-safe; two
+    requests for the same file wait for one load."""
+
+    def __init__(
+        self, max_entries: int = DEFAULT_CACHE_ENTRIES, max_bytes: int = DEFAULT_CACHE_BYTES
+    ) -> None:
+        self.max_entries = max(1, max_entries)
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[str, int, int], _Loaded | _Failure] = OrderedDict()
+        self._loading: dict[tuple[str, int, int], threading.Lock] = {}
+        self._lock = threading.Lock()
+        #: files read so far (tests check that a second request reads nothing)
+        self.loads = 0
+
+    @staticmethod
+    def key(path: Path) -> tuple[str, int, int]:
+        st = path.stat()
+        return (str(path), st.st_mtime_ns, st.st_size)
+
+    def known_error(self, path: Path) -> str | None:
+        try:
+            k = self.key(path)
+        except OSError:
+            return None
+        with self._lock:
+            v = self._entries.get(k)
+        return str(v.error()) if isinstance(v, _Failure) else None
+
+    def _evict(self) -> None:
+        """Drop the least recently used files beyond the bounds (the caller holds the lock)."""
+
+        def size(v: _Loaded | _Failure) -> int:
+            return len(v.reason) if isinstance(v, _Failure) else v.nbytes
+
+        total = sum(size(v) for v in self._entries.values())
+        while len(self._entries) > 1 and (
+            len(self._entries) > self.max_entries or total > self.max_bytes
+        ):
+            _, v = self._entries.popitem(last=False)
+            total -= size(v)
+
+    def get(self, path: Path, kind: str) -> _Loaded:
+        """The loaded file; raises :class:`TraceFormatError` with the reason if unreadable."""
+        try:
+            k = self.key(path)
+        except OSError as e:
+            raise TraceFormatError(str(path), f"cannot read: {e.strerror or e}") from None
+        with self._lock:
+            v = self._entries.get(k)
+            if v is None:
+                gate = self._loading.setdefault(k, threading.Lock())
+            else:
+                self._entries.move_to_end(k)
+        if v is None:
+            with gate:
+                with self._lock:
+                    v = self._entries.get(k)
+                if v is None:
+                    try:
+                        v = _load(path, kind)
+                    except Exception as e:  # the page shows why, and never breaks
+                        v = _failure(path, e)
+                    with self._lock:
+                        self.loads += 1
+                        self._entries[k] = v
+                        self._loading.pop(k, None)
+                        self._evict()
+        if isinstance(v, _Failure):
+            raise v.error()
+        return v
+
+
+class PluginData:
+    """Everything the routes answer, for one logdir."""
+
+    def __init__(
+        self,
+        logdir: str | os.PathLike[str] | None,
+        *,
+        cache_entries: int = DEFAULT_CACHE_ENTRIES,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
+        self.logdir = Path(logdir).expanduser() if logdir else None
+        self.cache = LoadCache(cache_entries, cache_bytes)
+        self._active: tuple[float, bool] | None = None
+
+    # ------------------------------------------------------------------ listing
+
+    def _walk(self) -> Iterator[tuple[str, str, Path]]:
+        """(run, kind, path) of every source under the logdir, in a stable order."""
+        root = self.logdir
+        if root is None or not root.is_dir():
+            return
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")))
+            rel = Path(dirpath).relative_to(root).as_posix()
+            for name in sorted(filenames):
+                kind = source_kind(name)
+                if kind is None:
+                    continue
+                yield (name if rel == "." else rel), kind, Path(dirpath) / name
+
+    def is_active(self) -> bool:
+        now = time.monotonic()
+        if self._active is not None and now - self._active[0] < _ACTIVE_TTL_S:
+            return self._active[1]
+        active = next(self._walk(), None) is not None
+        self._active = (now, active)
+        return active
+
+    def runs(self) -> RunListing:
+        root = self.logdir
+        notes: list[str] = []
+        if root is None:
+            notes.append("TensorBoard was started without --logdir: nothing to list")
+        elif not root.is_dir():
+            notes.append(f"{root}: not a directory")
+        runs: dict[str, list[SourceEntry]] = {}
+        for run, kind, path in self._walk():
+            assert root is not None
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            runs.setdefault(run, []).append(
+                SourceEntry(
+                    path=path.relative_to(root).as_posix(),
+                    run=run,
+                    kind=kind,
+                    size_bytes=st.st_size,
+                    mtime_ns=st.st_mtime_ns,
+                    error=self.cache.known_error(path),
+                )
+            )
+        return RunListing(
+            logdir=str(root) if root is not None else "",
+            runs=[RunEntry(run=r, sources=s) for r, s in runs.items()],
+            legend=legend(),
+            notes=notes,
+        )
+
+    # ------------------------------------------------------------------ one source
+
+    def resolve(self, rel: str) -> tuple[Path, str, str]:
+        """(path, kind, run) of a source named by its path relative to the logdir; refuses
+        anything outside the logdir or not a source."""
+        root = self.logdir
+        if root is None:
+            raise TraceFormatError(rel, "no logdir")
+        parts = Path(rel).parts
+        if not rel or Path(rel).is_absolute() or ".." in parts:
+            raise TraceFormatError(rel, "not a path inside the logdir")
+        path = root / rel
+        kind = source_kind(path.name)
+        if kind is None or not path.is_file():
+            raise TraceFormatError(rel, "not a records file or trace in the logdir")
+        parent = path.parent.relative_to(root).as_posix()
+        return path, kind, (path.name if parent == "." else parent)
+
+    def report(self, rel: str) -> bytes:
+        try:
+            path, kind, run = self.resolve(rel)
+        except TraceFormatError as e:
+            return msgspec.json.encode(ErrorAnswer(error=str(e)))
+        try:
+            got = self.cache.get(path, kind)
+        except TraceFormatError as e:
+            answer = ReportAnswer(path=rel, run=run, kind=kind, ok=False, error=str(e))
+            return msgspec.json.encode(answer)
+        windows = (
+            [StepRef(step=n, name=str(s.get("name", ""))) for n, s in got.steps.items()]
+            if kind == "trace"
+            else []
+        )
+        answer = ReportAnswer(
+            path=rel,
+            run=run,
+            kind=kind,
+            ok=True,
+            report=msgspec.Raw(got.report_json),
+            verdict_line=got.verdict_line,
+            bars=got.bars,
+            windows=windows,
+        )
+        return msgspec.json.encode(answer)
+
+    def step_window(
+        self, rel: str, step: int | None, *, max_events: int = DEFAULT_MAX_EVENTS
+    ) -> bytes:
+        """The :class:`~asynctrace.render.views.TimelineWindow` of one step of a trace (the
+        first step when ``step`` is None)."""
+        from asynctrace.analysis.launches import link_launches
+        from asynctrace.analysis.queue import queue_series, stream_groups
+        from asynctrace.render.views import timeline_window
+
+        try:
+            path, kind, _run = self.resolve(rel)
+            if kind != "trace":
+                raise TraceFormatError(rel, "step windows are drawn from traces, not records")
+            got = self.cache.get(path, kind)
+        except TraceFormatError as e:
+            return msgspec.json.encode(ErrorAnswer(error=str(e)))
+        if not got.steps:
+            return msgspec.json.encode(ErrorAnswer(error=f"{rel}: the trace has no steps"))
+        if step is None:
+            step = next(iter(got.steps))
+        s = got.steps.get(step)
+        if s is None:
+            have = list(got.steps)
+            return msgspec.json.encode(
+                ErrorAnswer(error=f"{rel}: no step {step} (steps {have[0]} to {have[-1]})")
+            )
+        trace = got.trace
+        assert trace is not None
+        with got.lock:
+            if got.links is None:
+                links = link_launches(trace)
+                groups = stream_groups(trace)
+                got.queues = queue_series(trace, links, groups=groups)
+                got.groups = groups
+                got.links = links
+        assert got.queues is not None
+        window = timeline_window(
+            trace,
+            s,
+            links=got.links,
+            stream_of=got.groups[0],
+            stream_keys=got.groups[1],
+            queues=got.queues,
+            max_events=max(1, max_events),
+        )
+        return msgspec.json.encode(window)
+
+    def compare(self, a: str, b: str) -> bytes:
+        """Two sources compared (:func:`~asynctrace.analysis.compare.compare_records` for two
+        records files, :func:`~asynctrace.analysis.compare.compare_reports` for two traces)."""
+        from asynctrace.analysis.compare import compare_records, compare_reports
+        from asynctrace.analysis.verdict import verdict_line
+
+        try:
+            (pa, ka, _), (pb, kb, _) = self.resolve(a), self.resolve(b)
+            if ka != kb:
+                raise TraceFormatError(
+                    f"{a} / {b}",
+                    f"compare two records files or two traces (A is {ka}, B is {kb})",
+                )
+            la, lb = self.cache.get(pa, ka), self.cache.get(pb, kb)
+        except TraceFormatError as e:
+            return msgspec.json.encode(CompareAnswer(ok=False, a=a, b=b, error=str(e)))
+        if ka == "records":
+            assert la.records is not None
+            assert lb.records is not None
+            comparison = compare_records(la.records, lb.records)
+        else:
+            comparison = compare_reports(la.report, lb.report)
+        answer = CompareAnswer(
+            ok=True,
+            a=a,
+            b=b,
+            comparison=msgspec.Raw(msgspec.json.encode(comparison)),
+            verdict_line_a=verdict_line(comparison.verdict_a.code, comparison.verdict_a.message),
+            verdict_line_b=verdict_line(comparison.verdict_b.code, comparison.verdict_b.message),
+        )
+        return msgspec.json.encode(answer)

@@ -1,0 +1,66 @@
+"""One colour and one legend label per kind of time, for every view.
+
+The matplotlib pictures (:mod:`asynctrace.render.plot`, hence the HTML report) and the
+TensorBoard plugin's page (which receives :func:`legend` as JSON) draw with these, so a sync
+stall is the same red everywhere and a legend says the same words.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = ["COLORS", "IDLE_CAUSE_COLORS", "LABELS", "LegendEntry", "legend"]
+
+#: one colour per kind of time, shared by every picture, the HTML report and the plugin
+COLORS: dict[str, str] = {
+    "host": "#4E79A7",
+    "op": "#76B7B2",
+    "launch": "#4E79A7",
+    "sync": "#E15759",
+    "data": "#EDC948",
+    "busy": "#59A14F",
+    "idle": "#BAB0AC",
+    "arrow": "#555555",
+    "run_ahead": "#F28E2B",
+    "queue": "#B07AA1",
+}
+
+#: device idle time by cause (the bound label's causes); "idle" stays the colour of idle time
+#: whose cause is not split
+IDLE_CAUSE_COLORS: dict[str, str] = {
+    "host": "#A0CBE8",
+    "sync": "#FF9D9A",
+    "input": "#F1CE63",
+    "dependency": "#D4A6C8",
+    "unattributed": "#BAB0AC",
+}
+
+#: the legend's words for each kind
+LABELS: dict[str, str] = {
+    "host": "host: issuing",
+    "op": "operator run on host",
+    "launch": "launch / issue (host)",
+    "sync": "sync stall (host waits)",
+    "data": "data wait (host)",
+    "busy": "executing (device)",
+    "idle": "device idle",
+    "arrow": "queued → executed",
+    "run_ahead": "run-ahead (ms)",
+    "queue": "queue depth",
+}
+
+
+class LegendEntry(msgspec.Struct, frozen=True, kw_only=True):
+    kind: str
+    color: str
+    label: str
+
+
+def legend() -> list[LegendEntry]:
+    """Every kind with its colour and label; idle causes as ``idle:<cause>``."""
+    out = [LegendEntry(kind=k, color=c, label=LABELS.get(k, k)) for k, c in COLORS.items()]
+    out += [
+        LegendEntry(kind=f"idle:{k}", color=c, label=f"device idle: {k}")
+        for k, c in IDLE_CAUSE_COLORS.items()
+    ]
+    return out

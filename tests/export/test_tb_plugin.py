@@ -1,0 +1,512 @@
+"""asynctrace's own TensorBoard plugin: listed by a real tensorboard, its routes answer the
+analysis's JSON, and its page renders in headless Chromium with the network cut off."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from asynctrace.export.tb_plugin._data import PluginData, source_kind
+from tests.conftest import ROOT, SHARED_TRACES
+
+DEMO = ROOT / "traces" / "cpu-demo"
+SMALL = "hta_2022_small_base.json.gz"
+ENTRY_POINT = "asynctrace.export.tb_plugin:AsyncTraceLoader"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+
+
+def _records(logdir: Path) -> list[str]:
+    return sorted(p.name for p in logdir.glob("*.records.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's logdir, a real GPU trace (where ../shared is), and two bad files."""
+    d = tmp_path_factory.mktemp("tb") / "logdir"
+    shutil.copytree(DEMO, d)
+    small = SHARED_TRACES / "kineto" / SMALL
+    if small.exists():
+        (d / "hta-small").mkdir()
+        shutil.copy(small, d / "hta-small" / SMALL)
+        shutil.copy(SHARED_TRACES / "kineto" / "hta_sampled_rank0.json.gz", d / "hta-small")
+    broken = d / "broken"
+    broken.mkdir()
+    good = next((DEMO / "demo-profiled").glob("*.pt.trace.json.gz")).read_bytes()
+    (broken / "cut.pt.trace.json.gz").write_bytes(good[: len(good) // 2])
+    (broken / "bad.records.jsonl").write_text('{"type": "header", "name": 1}\nnot json\n')
+    return d
+
+
+# ------------------------------------------------------------------ without a server
+
+
+def test_sources_are_records_and_traces_not_derived_files() -> None:
+    assert source_kind("a.records.jsonl") == "records"
+    assert source_kind("w.123.pt.trace.json.gz") == "trace"
+    assert source_kind("rank0.json.gz") == "trace"
+    assert source_kind("x.sqlite") == "trace"
+    derived = ("w.1.annotated.json.gz", "demo.summary.json", "events.out.tfevents.1", ".x.json.gz")
+    for name in derived:
+        assert source_kind(name) is None
+
+
+def test_runs_are_folders_or_files_at_the_top(logdir: Path) -> None:
+    listing = PluginData(logdir).runs()
+    runs = {r.run: [s.path for s in r.sources] for r in listing.runs}
+    for name in _records(logdir):
+        assert runs[name] == [name]
+    profiled = runs["demo-profiled"]
+    assert len(profiled) == 1
+    assert profiled[0].endswith(".pt.trace.json.gz")
+    assert sorted(runs["broken"]) == ["broken/bad.records.jsonl", "broken/cut.pt.trace.json.gz"]
+    # folders with only TensorBoard event files are not our runs
+    assert "demo-synced" not in runs
+    assert {e.kind for e in listing.legend} >= {"host", "sync", "busy", "queue", "idle:host"}
+
+
+def test_report_is_the_analysis_json_passed_through(logdir: Path) -> None:
+    from asynctrace import load
+    from asynctrace.analysis.report import analyze, summarize_records
+    from asynctrace.records import read_records
+
+    data = PluginData(logdir)
+    rec = _records(logdir)[0]
+    got = json.loads(data.report(rec))
+    assert got["ok"]
+    assert got["kind"] == "records"
+    assert got["run"] == rec
+    want = json.loads(msgspec.json.encode(summarize_records(read_records(logdir / rec))))
+    assert got["report"] == want
+    assert [b["step"] for b in got["bars"]["bars"]] == [
+        s.step for s in read_records(logdir / rec).steps
+    ]
+    trace = next((logdir / "demo-profiled").glob("*.pt.trace.json.gz"))
+    got = json.loads(data.report(trace.relative_to(logdir).as_posix()))
+    want = json.loads(analyze(load(trace), keep_sync_calls=False).to_json())
+    assert got["ok"]
+    assert got["report"] == want
+    assert [w["step"] for w in got["windows"]] == [s["step"] for s in want["steps"]]
+
+
+def test_unreadable_files_say_why_and_nothing_else_breaks(logdir: Path) -> None:
+    from asynctrace import load
+    from asynctrace.errors import TraceFormatError
+    from asynctrace.records import read_records
+
+    data = PluginData(logdir)
+    for rel, reader in (
+        ("broken/cut.pt.trace.json.gz", load),
+        ("broken/bad.records.jsonl", read_records),
+    ):
+        with pytest.raises(TraceFormatError) as e:
+            reader(logdir / rel)
+        got = json.loads(data.report(rel))
+        assert got["ok"] is False
+        assert got["error"] == str(e.value)
+    # now known: the listing says so too
+    errors = {s.path: s.error for r in data.runs().runs for s in r.sources}
+    assert errors["broken/cut.pt.trace.json.gz"]
+    assert errors[_records(logdir)[0]] is None
+    for bad in ("../x.records.jsonl", "/etc/passwd", "demo-synced/events.out.tfevents.x", ""):
+        assert json.loads(data.report(bad))["ok"] is False
+
+
+def test_step_window_is_one_step_clipped_and_cached(logdir: Path) -> None:
+    src = SHARED_TRACES / "kineto" / "hta_sampled_rank0.json.gz"
+    if not src.exists():
+        pytest.skip(f"real trace {src} not available")
+    data = PluginData(logdir)
+    rel = "hta-small/hta_sampled_rank0.json.gz"
+    report = json.loads(data.report(rel))["report"]
+    first = report["steps"][0]
+    win = json.loads(data.step_window(rel, first["step"]))
+    assert win["step"] == first["step"]
+    assert win["start_ns"] <= first["start_ns"]
+    assert win["end_ns"] >= first["end_ns"]
+    for a in win["device"]:
+        assert a["start_ns"] < win["end_ns"]
+        assert a["start_ns"] + a["dur_ns"] >= win["start_ns"]
+    # every activity the report gave the step is in its window, and marked as the step's
+    assert sum(a["in_step"] for a in win["device"]) == first["activities"]
+    starts = {a["start_ns"] for a in win["device"]}
+    assert win["links"]
+    assert all(lk["executed_ns"] in starts for lk in win["links"])
+    assert {q["lane"] for q in win["queue"]} <= {ln["id"] for ln in win["lanes"]}
+    loads = data.cache.loads
+    t = time.perf_counter()
+    again = json.loads(data.step_window(rel, report["steps"][1]["step"]))
+    assert data.cache.loads == loads  # nothing read or parsed again
+    assert again["step"] == report["steps"][1]["step"]
+    assert time.perf_counter() - t < 2.0
+    capped = json.loads(data.step_window(rel, first["step"], max_events=5))
+    assert capped["capped"]
+    assert len(capped["device"]) == 5
+    assert any("capped" in n for n in capped["notes"])
+    assert json.loads(data.step_window(rel, 10**9))["ok"] is False
+    assert json.loads(data.step_window(_records(logdir)[0], None))["ok"] is False
+
+
+def test_cache_is_bounded_and_keyed_by_mtime(tmp_path: Path) -> None:
+    d = tmp_path / "logdir"
+    shutil.copytree(DEMO, d)
+    data = PluginData(d, cache_entries=1)
+    a, b = _records(d)[:2]
+    data.report(a)
+    data.report(a)
+    assert data.cache.loads == 1
+    data.report(b)  # evicts a
+    data.report(a)
+    assert data.cache.loads == 3
+    st = (d / a).stat()
+    os.utime(d / a, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    data.report(a)
+    assert data.cache.loads == 4
+
+
+def test_cache_keeps_the_newest_file_within_its_byte_bound(logdir: Path) -> None:
+    data = PluginData(logdir, cache_bytes=1)
+    a, b = _records(logdir)[:2]
+    data.report(a)
+    data.report(a)  # the newest stays, however large
+    assert data.cache.loads == 1
+    data.report(b)
+    data.report(a)
+    assert data.cache.loads == 3
+
+
+def test_inactive_without_records_or_traces(tmp_path: Path) -> None:
+    assert PluginData(tmp_path / "missing").is_active() is False
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "events.out.tfevents.1").write_bytes(b"")
+    (tmp_path / "run" / "w.1.annotated.json.gz").write_bytes(b"")
+    assert PluginData(tmp_path).is_active() is False
+    assert PluginData(None).runs().notes
+    (tmp_path / "run" / "x.records.jsonl").write_text("")
+    assert PluginData(tmp_path).is_active() is True
+
+
+def test_compare_uses_the_analysis_compare(logdir: Path) -> None:
+    from asynctrace.analysis.compare import compare_records
+    from asynctrace.records import read_records
+
+    data = PluginData(logdir)
+    a, b = _records(logdir)[:2]
+    got = json.loads(data.compare(a, b))
+    assert got["ok"]
+    want = compare_records(read_records(logdir / a), read_records(logdir / b))
+    assert got["comparison"] == json.loads(msgspec.json.encode(want))
+    trace = next((logdir / "demo-profiled").glob("*.pt.trace.json.gz")).relative_to(logdir)
+    mixed = json.loads(data.compare(a, trace.as_posix()))
+    assert mixed["ok"] is False
+    assert "two records files or two traces" in mixed["error"]
+
+
+def test_step_bars_show_idle_by_cause_when_the_report_has_it() -> None:
+    from asynctrace.render.views import report_step_bars
+
+    step = {
+        "step": 3, "cpu_ns": 10, "sync_wait_ns": 4, "gpu_busy_ns": 5, "gpu_idle_ns": 3,
+        "run_ahead_ns": None, "in_flight_steps": 1, "queue_max": 2,
+        "idle_by_cause_ns": {"host": 2, "sync": 1},
+    }  # fmt: skip
+    bars = report_step_bars([step])
+    assert [(p.kind, p.dur_ns) for p in bars.bars[0].host] == [("host", 6), ("sync", 4)]
+    assert [(p.kind, p.dur_ns) for p in bars.bars[0].device] == [
+        ("busy", 5),
+        ("idle:host", 2),
+        ("idle:sync", 1),
+    ]
+    del step["idle_by_cause_ns"]
+    assert [p.kind for p in report_step_bars([step]).bars[0].device] == ["busy", "idle"]
+
+
+def test_step_bars_of_a_long_run_are_every_kth_step() -> None:
+    from asynctrace.render.views import records_step_bars
+
+    steps = [
+        {"step": i, "frontend_ns": 10 + i, "sync_wait_ns": 0, "data_wait_ns": 0}
+        for i in range(10_001)
+    ]
+    bars = records_step_bars(steps, max_steps=2000)
+    assert bars.total_steps == 10_001
+    assert bars.stride == 6
+    assert [b.step for b in bars.bars] == list(range(0, 10_001, 6))
+    assert bars.bars[1].host[0].dur_ns == 16  # a real step's figure, not an average
+    assert records_step_bars(steps[:5]).stride == 1
+
+
+def test_entry_point_and_package_data_are_declared() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert meta["project"]["entry-points"]["tensorboard_plugins"]["asynctrace"] == ENTRY_POINT
+    data = meta["tool"]["setuptools"]["package-data"]["asynctrace"]
+    static = ROOT / "asynctrace"
+    shipped = {p.name for pattern in data for p in static.glob(pattern)}
+    assert {"index.js", "timeline.js", "style.css"} <= shipped
+    from tensorboard.plugins import base_plugin
+
+    module, _, attr = ENTRY_POINT.partition(":")
+    import importlib
+
+    loader = getattr(importlib.import_module(module), attr)
+    assert issubclass(loader, base_plugin.TBLoader)
+
+
+def test_importing_asynctrace_imports_no_tensorboard() -> None:
+    code = (
+        "import sys, asynctrace, asynctrace.export.tb_plugin, asynctrace.export.tb_plugin._data;"
+        "print(sorted(m for m in ('tensorboard', 'werkzeug') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------ a real tensorboard
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _entry_point_visible() -> bool:
+    from importlib.metadata import entry_points
+
+    return any(ep.name == "asynctrace" for ep in entry_points(group="tensorboard_plugins"))
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.loads(r.read())
+
+
+@contextlib.contextmanager
+def _tensorboard(logdir: Path, scratch: Path) -> Iterator[str]:
+    """``tensorboard --logdir`` as a subprocess on 127.0.0.1; the plugin is found through its
+    entry point: the installed one, else (a checkout not reinstalled since the entry point was
+    added) a dist-info naming it, on PYTHONPATH."""
+    paths = [str(ROOT)]
+    if not _entry_point_visible():
+        info = scratch / "ep" / "asynctrace_tb_plugin_test-0.dist-info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "METADATA").write_text(
+            "Metadata-Version: 2.1\nName: asynctrace-tb-plugin-test\nVersion: 0\n"
+        )
+        (info / "entry_points.txt").write_text(
+            f"[tensorboard_plugins]\nasynctrace = {ENTRY_POINT}\n"
+        )
+        paths.append(str(info.parent))
+    port = _free_port()
+    log = (scratch / "tensorboard.log").open("wb")
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": os.pathsep.join(paths)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host",
+         "127.0.0.1", "--port", str(port), "--load_fast=false"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=scratch,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                listing = _get(f"{base}/data/plugins_listing")
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.flush()
+                    raise AssertionError(
+                        "tensorboard did not start: "
+                        + (scratch / "tensorboard.log").read_text(errors="replace")[-3000:]
+                    ) from None
+                time.sleep(0.3)
+        assert "asynctrace" in listing, listing
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def server(logdir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with _tensorboard(logdir, tmp_path_factory.mktemp("tbserver")) as base:
+        yield base
+
+
+@pytest.mark.slow
+def test_tensorboard_lists_the_plugin_and_its_routes_answer(server: str, logdir: Path) -> None:
+    listing = _get(f"{server}/data/plugins_listing")["asynctrace"]
+    assert listing["enabled"] is True
+    assert listing["loading_mechanism"] == {
+        "type": "IFRAME",
+        "module_path": "/data/plugin/asynctrace/index.js",
+    }
+    plugin = f"{server}/data/plugin/asynctrace"
+    runs = _get(f"{plugin}/runs")
+    assert runs["logdir"] == str(logdir)
+    assert runs == json.loads(msgspec.json.encode(PluginData(logdir).runs())) | {
+        "runs": runs["runs"]
+    }
+    assert {r["run"] for r in runs["runs"]} >= {"demo-profiled", "broken", *_records(logdir)}
+    data = PluginData(logdir)
+    for rel in (_records(logdir)[0], "broken/cut.pt.trace.json.gz"):
+        q = urllib.parse.urlencode({"path": rel})
+        assert _get(f"{plugin}/report?{q}") == json.loads(data.report(rel))
+    a, b = _records(logdir)[:2]
+    q = urllib.parse.urlencode({"a": a, "b": b})
+    assert _get(f"{plugin}/compare?{q}") == json.loads(data.compare(a, b))
+    bad = _get(f"{plugin}/step_window?" + urllib.parse.urlencode({"path": "x", "step": "two"}))
+    assert bad == {"ok": False, "error": "step='two': give an integer"}
+    with urllib.request.urlopen(f"{plugin}/index.js", timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/javascript")
+        assert b"export async function render" in r.read()
+
+
+def _chromium() -> str:
+    exe = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
+    if exe is None:
+        pytest.skip("Chromium is not installed (apt-get install chromium; .ci/run installs it)")
+    return exe
+
+
+@pytest.mark.slow
+def test_page_renders_offline_in_headless_chromium(server: str, logdir: Path) -> None:
+    exe = _chromium()
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="the playwright package is not installed"
+    )
+    # the timeline of a real GPU trace needs ../shared; everything else runs without it
+    has_small = (logdir / "hta-small").exists()
+    small = f"hta-small/{SMALL}"
+    cpu_trace = next((logdir / "demo-profiled").glob("*.pt.trace.json.gz")).relative_to(logdir)
+    problems: list[str] = []
+    foreign: list[str] = []
+    bound = {
+        "label": "host-bound",
+        "busy_pct": 12.5,
+        "idle_by_cause_ns": {"host": 3_000_000, "sync": 1_000_000},
+        "evidence": ["the device waited on the host for 3.000 ms of 4.000 ms idle"],
+        "advice": "issue work sooner: a larger batch or CUDA graphs take launch overhead away",
+    }
+
+    def route(r: Any) -> None:
+        url = urllib.parse.urlsplit(r.request.url)
+        if url.hostname != "127.0.0.1":
+            foreign.append(r.request.url)
+            r.abort()
+            return
+        if url.path.endswith("/report") and urllib.parse.parse_qs(url.query)["path"] == [small]:
+            # a report as the bound analysis will write it: the page shows fields it gets
+            response = r.fetch()
+            body = response.json()
+            body["report"]["bound"] = bound
+            body["report"]["warnings"] = ["clock skew of 2 us between host and device"]
+            r.fulfill(response=response, json=body)
+            return
+        r.continue_()
+
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
+            page.on(
+                "console",
+                lambda m: (
+                    problems.append(f"console {m.type}: {m.text}")
+                    if m.type in ("error", "warning")
+                    else None
+                ),
+            )
+            page.route("**/*", route)
+            page.goto(f"{server}/data/plugin_entry.html?name=asynctrace")
+            page.wait_for_selector("main.at-root[data-ready='true']", timeout=60_000)
+            # every run has its section
+            listed = [r.run for r in PluginData(logdir).runs().runs]
+            shown = page.locator("section.at-run").evaluate_all(
+                "(ss) => ss.map((s) => s.dataset.run)"
+            )
+            assert shown == listed
+            good = [*_records(logdir), cpu_trace.as_posix(), *([small] if has_small else [])]
+            for rel in good:
+                box = page.locator(f".at-source[data-path='{rel}']")
+                assert box.get_attribute("data-status") == "ok", rel
+                assert box.locator(".at-verdict b").inner_text()
+                assert box.locator("svg.at-bars rect").count() > 0
+            for rel in ("broken/cut.pt.trace.json.gz", "broken/bad.records.jsonl"):
+                box = page.locator(f".at-source[data-path='{rel}']")
+                assert box.get_attribute("data-status") == "unreadable"
+                assert "unreadable" in box.inner_text()
+            # a CPU-only profile: the host lane shows the operators the host ran
+            cpu = page.locator(f".at-source[data-path='{cpu_trace.as_posix()}']")
+            cpu.locator("svg.at-timeline rect.host-call").first.wait_for(timeout=30_000)
+            assert "no device activity" in cpu.locator(".at-notes").inner_text()
+            # two runs side by side
+            page.locator("select.at-pick-a").select_option(_records(logdir)[0])
+            page.locator("select.at-pick-b").select_option(_records(logdir)[1])
+            page.locator("button.at-compare-go").click()
+            page.wait_for_selector(".at-compare-out[data-outcome]")
+            assert page.locator(".at-compare-out .at-verdict").count() == 2
+            if has_small:
+                _check_gpu_timeline(page, small)
+        finally:
+            browser.close()
+    assert foreign == []
+    assert problems == []
+    if not has_small:
+        pytest.skip(f"the GPU timeline part: {SHARED_TRACES / 'kineto' / SMALL} not available")
+
+
+def _check_gpu_timeline(page: Any, small: str) -> None:
+    """A real GPU trace's step: activities, links, queue depth; the bound label and warnings
+    (added to its report by the test's route), zoom, another step."""
+    box = page.locator(f".at-source[data-path='{small}']")
+    box.locator("svg.at-timeline rect.activity").first.wait_for(timeout=30_000)
+    assert box.locator("svg.at-timeline rect.activity").count() > 1
+    assert box.locator("svg.at-timeline line.at-link").count() > 0
+    assert box.locator("svg.at-timeline polyline.at-queue").count() > 0
+    b = box.locator(".at-bound[data-bound='host-bound']")
+    assert "issue work sooner" in b.inner_text()
+    assert "clock skew" in box.locator(".at-warnings").inner_text()
+    assert box.locator(".at-syncs").count() == 1
+    # zooming redraws the lanes
+    svg = box.locator("svg.at-timeline")
+    svg.hover()
+    page.mouse.wheel(0, -400)
+    assert box.locator("svg.at-timeline rect.activity").count() > 0
+    # another step's window
+    steps = box.locator("select.at-step-pick option")
+    if steps.count() > 1:
+        value = steps.nth(1).get_attribute("value")
+        box.locator("select.at-step-pick").select_option(value)
+        page.wait_for_selector(
+            f".at-source[data-path='{small}'] .at-timeline-box[data-step='{value}']"
+        )
