@@ -21,6 +21,7 @@ _OWN_MODULES = frozenset(
         "_frames.py",
         "_known_syncs.py",
         "_output.py",
+        "_text.py",
         "analysis",
         "capture",
         "cli.py",
@@ -30,6 +31,8 @@ _OWN_MODULES = frozenset(
         "integrations",
         "records.py",
         "render",
+        "session.py",
+        "sinks",
         "traces",
     }
 )

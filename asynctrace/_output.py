@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -55,6 +54,9 @@ def atomic_file(path: str | os.PathLike[str]) -> Iterator[tuple[BinaryIO, Path]]
             yield f, p
         return
     # the name's start only: the prefix and the random part must still fit NAME_MAX
+    # imported here: tempfile imports shutil, and `report --json` to stdout needs neither
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name[:200]}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
