@@ -86,7 +86,8 @@ class StepFigures(msgspec.Struct, frozen=True, kw_only=True):
     run_ahead_ns: int | None
     #: highest queue depth of any stream during the step's host span
     queue_max: int
-    #: steps (this one included) whose device work was unfinished when this step's host part ended
+    #: earlier steps whose device work was unfinished when this step started on the host (a
+    #: session's ``in_flight``: one definition, docs/how-it-works.md)
     in_flight_steps: int
     #: the step's share of the device timeline and its label (set by ``analyze``)
     bound: StepBound | None = None
@@ -299,13 +300,14 @@ def split_steps(
                 in_flight_steps=0,
             )
         )
-    # in flight at each step's host end: steps so far whose device work ends after it
+    # in flight at each step's host start: earlier steps whose device work ends after it (the
+    # definition a live session measures with its markers: one figure for both)
     dev_ends = np.array(
         [f.device_end_ns if f.device_end_ns is not None else -(2**62) for f in out], np.int64
     )
     return [
         msgspec.structs.replace(
-            f, in_flight_steps=int(np.count_nonzero(dev_ends[: k + 1] > f.end_ns))
+            f, in_flight_steps=int(np.count_nonzero(dev_ends[:k] > f.start_ns))
         )
         for k, f in enumerate(out)
     ]

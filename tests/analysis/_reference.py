@@ -648,8 +648,8 @@ def reference_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
     for i, s in enumerate(steps):
         s["in_flight_steps"] = sum(
             1
-            for o in steps[: i + 1]
-            if o["device_end_ns"] is not None and o["device_end_ns"] > s["end_ns"]
+            for o in steps[:i]
+            if o["device_end_ns"] is not None and o["device_end_ns"] > s["start_ns"]
         )
 
     frames = [
@@ -792,7 +792,7 @@ def reference_nsys_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any
         "sync_wait_ns": _union([(max(s, w0), min(e, w1)) for s, e in syncs if s < w1 and e > w0]),
         "run_ahead_ns": None,  # a whole trace has no step end to run ahead of
         "queue_max": max(depth_max),  # one step: the whole queue lies inside it
-        "in_flight_steps": int(d1 > w1),
+        "in_flight_steps": 0,  # the only step: none before it
     }
     return {
         "launch_to_start_ns": _all_percentiles([a - ls for _, ls, _, a, _ in matched]),

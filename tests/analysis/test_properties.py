@@ -238,5 +238,6 @@ def test_figures_match_brute_force(launches, syncs, steps) -> None:  # type: ign
             (depth(s, t) for s, ts in times.items() for t in [w0, *ts] if w0 <= t < w1),
             default=0,
         )
+        # earlier steps whose device work ends after this one starts on the host
+        assert f.in_flight_steps == sum(1 for e in device_ends if e is not None and e > w0)
         device_ends.append(d1)
-        assert f.in_flight_steps == sum(1 for e in device_ends if e is not None and e > w1)

@@ -34,7 +34,8 @@ def test_profiler_steps_by_hand() -> None:
     )
     assert s2.run_ahead_ns == 200
     assert s2.queue_max == 1
-    assert s2.in_flight_steps == 1
+    # in flight: earlier steps unfinished at this step's host start (s1's work ended at 500)
+    assert s2.in_flight_steps == 0
     assert (s2.sync_count, s2.sync_wait_ns) == (0, 0)
 
 
@@ -109,9 +110,8 @@ def test_whole_trace_step_ignores_device_side_annotations() -> None:
     (w,) = step_windows(t)
     assert (w.start_ns, w.end_ns, w.source) == (0, 100, "trace")
     (s,) = _split(t)
-    # the device is still running at the host's last event (in flight); no run-ahead for a
-    # whole trace
-    assert (s.cpu_ns, s.device_ns, s.run_ahead_ns, s.in_flight_steps) == (100, 450, None, 1)
+    # no run-ahead for a whole trace, and no step before it to be in flight
+    assert (s.cpu_ns, s.device_ns, s.run_ahead_ns, s.in_flight_steps) == (100, 450, None, 0)
 
 
 def test_edge_cases_by_hand() -> None:
@@ -137,11 +137,13 @@ def test_edge_cases_by_hand() -> None:
     assert s0.run_ahead_ns == 200 - 100
     # stream 7: depth 1 on [10, 20), 2 on [20, 40), 1 on [40, 50); stream 9: 1 on [30, 60)
     assert s0.queue_max == 2
-    assert s0.in_flight_steps == 1  # its own work ends at 200, after its host end at 100
-    # nothing launched: no device window, no run-ahead; step 0's work ends at 200, not after
-    # step 1's host end (200), so it is no longer in flight
+    assert s0.in_flight_steps == 0  # no step before the first
+    # nothing launched: no device window, no run-ahead; step 0's work (to 200) was unfinished
+    # when step 1 started (100): one in flight
     assert (s1.activities, s1.device_start_ns, s1.device_ns, s1.gpu_busy_ns) == (0, None, 0, 0)
-    assert (s1.run_ahead_ns, s1.queue_max, s1.in_flight_steps) == (None, 0, 0)
+    assert (s1.run_ahead_ns, s1.queue_max, s1.in_flight_steps) == (None, 0, 1)
+    # step 0's work ends at 200, not after step 2's start (200): none in flight
+    assert s2.in_flight_steps == 0
     # launch and device start at 200: the start applies first, so depth stays 0
     assert (s2.device_ns, s2.gpu_busy_ns, s2.run_ahead_ns, s2.queue_max) == (10, 10, -90, 0)
 
