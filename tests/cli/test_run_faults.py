@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 
 from asynctrace.capture._clock import StepClock
+from asynctrace.capture._writer import RecordsWriter
 from asynctrace.capture.session import CaptureSession
 from asynctrace.cli import main
 from asynctrace.records import RECORDS_SUFFIX, read_records
 from asynctrace.session import current_session
-from asynctrace.sinks import RecordsSink, SummarySink
+from asynctrace.sinks import SummarySink
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,7 +73,7 @@ def _only_records(d: Path) -> Path:
 PARTS: dict[str, tuple[type, str]] = {
     "drain": (StepClock, "drain"),
     "deactivate": (CaptureSession, "_deactivate"),
-    "records": (RecordsSink, "finish"),
+    "records": (RecordsWriter, "finish"),
     "summary": (SummarySink, "final"),
 }
 
