@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    from asynctrace._many import ManyReports
+    from asynctrace.analysis.many import CrossRank
     from asynctrace.analysis.report import RecordsSummary, Report
 
 __all__ = ["add_arguments", "run"]
@@ -57,6 +59,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--html", metavar="OUT.html", help="also write one self-contained HTML page (plots inline)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=_at_least(1),
+        default=None,
+        metavar="N",
+        help="a folder's traces are analysed by N local processes (default: the number of "
+        "cores, at most one per file; 1: in this process)",
+    )
+    parser.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        default=None,
+        help="analyse a folder's traces on an existing Dask cluster (tcp://host:8786; the "
+        "workers must see the files at the same paths); needs asynctrace[dask]",
     )
 
 
@@ -171,9 +188,23 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
     if html is not None:
         output_file(html, what="the HTML page", inputs=[*trace_paths, *records_paths])
 
+    scheduler = getattr(args, "scheduler", None)
+    if scheduler is not None:
+        from asynctrace._extras import require
+
+        # before any work: without Dask, say how to install it (one line, exit 2)
+        require("distributed", extra="dask", what="--scheduler", packages="dask distributed")
+
     reports: list[Report] = []
     summaries: list[RecordsSummary] = []
     failed: list[str] = []
+    cross: CrossRank | None = None
+    if path.is_dir() and trace_paths:
+        # a folder: the per-rank map (local processes or a Dask cluster), then the reduce
+        behind.close()
+        many = _analyze_folder(args, trace_paths, scheduler)
+        reports, failed, cross = many.reports, many.failures, many.cross_rank
+        trace_paths = []
     for p in trace_paths:
         try:
             trace = load(p)
@@ -218,6 +249,7 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
                 "schema_version": 1,
                 "reports": reports,
                 "ranks": comparison,
+                "cross_rank": cross,
                 "records": summaries,
             }
         else:
@@ -233,10 +265,46 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
         console.print()
     if comparison is not None:
         render_ranks(comparison, console)
+    if cross is not None:
+        from asynctrace.render.many import render_cross_rank
+
+        render_cross_rank(cross, console)
     for s in summaries:
         render_records(s, console)
         console.print()
     return _skipped(failed)
+
+
+def _analyze_folder(
+    args: argparse.Namespace, trace_paths: list[Path], scheduler: str | None
+) -> ManyReports:
+    """The folder's traces through :func:`asynctrace.analyze_many`, with a progress bar on
+    stderr where it is a terminal (never with ``--json`` into a pipe)."""
+    import os
+
+    from asynctrace._commands._progress import FileProgress
+    from asynctrace._many import analyze_many
+
+    sizes = 0
+    for p in trace_paths:
+        try:
+            sizes += os.stat(p).st_size
+        except OSError:
+            pass
+    show = (
+        len(trace_paths) > 1
+        and sys.stderr.isatty()
+        and not (args.json and not sys.stdout.isatty())
+    )
+    with FileProgress(len(trace_paths), sizes, show=show) as progress:
+        return analyze_many(
+            [str(p) for p in trace_paths],
+            workers=args.workers,
+            scheduler=scheduler,
+            queue_cap=args.queue_cap,
+            keep_sync_calls=args.json,
+            on_file=progress.advance,
+        )
 
 
 def _skipped(failed: list[str]) -> int:

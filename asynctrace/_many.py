@@ -1,0 +1,369 @@
+"""Many rank files at once: the per-rank map on local processes or a Dask cluster, then the reduce.
+
+:func:`analyze_many` is the I/O side of a multi-rank analysis: each rank file is read and
+analysed by a worker (``load`` → ``analyze``), which returns only the :class:`Report`, encoded
+as msgpack bytes (a few kB to a few MB, however large the trace); the driver decodes the
+reports and reduces them (:func:`~asynctrace.analysis.ranks.compare_ranks`,
+:func:`~asynctrace.analysis.many.cross_rank`), never holding a trace model. A worker holds one
+trace at a time.
+
+Where the map runs:
+
+* ``workers=1`` (or one file): in this process, one file after another;
+* ``workers=N``: N local processes, each a standard-library ``ProcessPoolExecutor`` of one
+  process (``forkserver`` where the platform has it, else ``spawn``: safe beside threads, and
+  nothing of the caller's state is copied). One executor per slot, so that a worker process
+  that dies (killed by a signal, out of memory, a crash) is known to have held exactly one
+  file: that file is named as lost, its slot gets a fresh process, the other files go on;
+* ``scheduler=ADDRESS`` (or a ``distributed.Client``): the tasks of an existing Dask
+  distributed cluster (``pip install 'asynctrace[dask]'``). The workers must see the files at
+  the same paths (a shared file system) and have asynctrace installed. Dask re-runs a task whose
+  worker died; one that keeps killing its workers (``distributed.scheduler.allowed-failures``)
+  comes back as lost.
+
+The reports, in the order of ``paths``, are the same objects the sequential analysis gives (the
+msgpack round trip is exact), so every output built from them is identical.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from asynctrace._extras import require
+from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
+from asynctrace.errors import OptionError, TraceFormatError
+
+if TYPE_CHECKING:
+    from asynctrace.analysis.many import CrossRank
+    from asynctrace.analysis.ranks import RankComparison
+    from asynctrace.analysis.report import Report
+
+__all__ = ["FileRun", "ManyReports", "analyze_many", "default_workers"]
+
+#: what a worker sends back: ok, the msgpack report or the error message, seconds, peak RSS
+#: in bytes, and which worker it was ("host:pid")
+_Result = tuple[bool, bytes | str, float, int, str]
+
+_LOST = (
+    "the worker analysing it was lost (its process ended: killed by a signal, out of memory "
+    "or crashed); the other files were analysed; report this file alone to see why"
+)
+
+
+class FileRun(msgspec.Struct, frozen=True, kw_only=True):
+    """What happened to one file of the map."""
+
+    source: str
+    #: False: unreadable (a bad file) or lost (its worker died); ``error`` says which
+    ok: bool
+    size_bytes: int
+    #: the worker's time on it: load and analysis (0.0 when lost)
+    seconds: float
+    #: the worker process's peak resident memory so far (0 when unknown or lost)
+    peak_rss_bytes: int
+    #: "host:pid" of the worker ("" when lost)
+    worker: str
+    #: the one-line message ("PATH: reason") when not ok
+    error: str | None = None
+    lost: bool = False
+
+
+class ManyReports(msgspec.Struct, frozen=True, kw_only=True):
+    """The result of :func:`analyze_many`."""
+
+    #: one per readable file, in the order the paths were given
+    reports: list[Report]
+    #: one per path, in order (failures included)
+    files: list[FileRun]
+    #: the rank table, slowest rank and per-step skew; None with fewer than two reports
+    ranks: RankComparison | None
+    #: the cross-rank figures; None with fewer than two reports
+    cross_rank: CrossRank | None
+
+    @property
+    def failures(self) -> list[str]:
+        """The message of each file that gave no report ("PATH: reason"), in order."""
+        return [f.error or f.source for f in self.files if not f.ok]
+
+
+def default_workers(n_files: int) -> int:
+    """The number of cores this process may use, at most one per file (at least 1)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, n_files))
+
+
+def _peak_rss() -> int:
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def _worker_name() -> str:
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _analyze(path: str, queue_cap: int, keep_sync_calls: bool) -> Report:
+    from asynctrace.analysis.report import analyze
+    from asynctrace.traces.load import load
+
+    trace = load(path)
+    report = analyze(trace, queue_cap=queue_cap, keep_sync_calls=keep_sync_calls)
+    del trace  # one model at a time
+    return report
+
+
+def _analyze_one(path: str, queue_cap: int, keep_sync_calls: bool) -> _Result:
+    """The map's task, run in a worker: one file → its report as msgpack bytes."""
+    t0 = time.perf_counter()
+    try:
+        data: bytes | str = msgspec.msgpack.encode(_analyze(path, queue_cap, keep_sync_calls))
+        ok = True
+    except TraceFormatError as e:
+        data, ok = str(e), False
+    return ok, data, time.perf_counter() - t0, _peak_rss(), _worker_name()
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _mp_context() -> Any:
+    import multiprocessing
+
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    return multiprocessing.get_context(method)
+
+
+OnResult = Callable[[int, "_Result | None", str | None], None]
+
+
+def _local_map(
+    paths: Sequence[str], workers: int, task_args: tuple[int, bool], on_result: OnResult
+) -> None:
+    """Run the task for every path on ``workers`` one-process executors; ``on_result(i,
+    result, None)`` per file, or ``on_result(i, None, reason)`` for a file whose worker died."""
+    ctx = _mp_context()
+    slots: list[ProcessPoolExecutor | None] = [None] * workers
+    pending = deque(range(len(paths)))
+    running: dict[Future[_Result], tuple[int, int]] = {}
+
+    def feed(slot: int) -> None:
+        while pending:
+            i = pending[0]
+            ex = slots[slot]
+            if ex is None:
+                ex = slots[slot] = ProcessPoolExecutor(max_workers=1, mp_context=ctx)
+            try:
+                fut = ex.submit(_analyze_one, paths[i], *task_args)
+            except BrokenProcessPool:
+                # its process died between two files: the file never started; a fresh one
+                ex.shutdown(wait=False, cancel_futures=True)
+                slots[slot] = None
+                continue
+            pending.popleft()
+            running[fut] = (i, slot)
+            return
+
+    clean = False
+    try:
+        for slot in range(workers):
+            feed(slot)
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: running[f][0]):
+                i, slot = running.pop(fut)
+                try:
+                    result = fut.result()
+                except BrokenProcessPool:
+                    lost = slots[slot]
+                    if lost is not None:
+                        lost.shutdown(wait=False, cancel_futures=True)
+                    slots[slot] = None
+                    on_result(i, None, _LOST)
+                else:
+                    on_result(i, result, None)
+                feed(slot)
+        clean = True
+    finally:
+        for ex in slots:
+            if ex is not None:
+                ex.shutdown(wait=clean, cancel_futures=True)
+
+
+def _client(scheduler: Any) -> tuple[Any, bool]:
+    """A ``distributed.Client`` for ``scheduler`` (an address, or a client), and whether we
+    opened it (and so close it)."""
+    distributed = require(
+        "distributed", extra="dask", what="--scheduler (a Dask cluster)", packages="dask distributed"
+    )
+    if isinstance(scheduler, distributed.Client):
+        return scheduler, False
+    if not isinstance(scheduler, str) or not scheduler:
+        raise OptionError(
+            f"scheduler={scheduler!r}: give a Dask scheduler address (tcp://host:8786) or a "
+            "distributed.Client"
+        )
+    try:
+        client = distributed.Client(scheduler, set_as_default=False, timeout="60s")
+    except OSError as e:
+        raise OptionError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
+    return client, True
+
+
+def _dask_map(
+    paths: Sequence[str], scheduler: Any, task_args: tuple[int, bool], on_result: OnResult
+) -> None:
+    import distributed
+
+    client, owned = _client(scheduler)
+    try:
+        futures = client.map(
+            _analyze_one,
+            list(paths),
+            queue_cap=task_args[0],
+            keep_sync_calls=task_args[1],
+            pure=False,
+            key=[f"asynctrace-rank-{i}-{os.getpid()}-{time.monotonic_ns()}" for i in range(len(paths))],
+        )
+        index = {f.key: i for i, f in enumerate(futures)}
+        lost_types: tuple[type[BaseException], ...] = (
+            distributed.KilledWorker,
+            distributed.client.FutureCancelledError,
+        )
+        for fut, value in distributed.as_completed(
+            futures, with_results=True, raise_errors=False
+        ):
+            i = index[fut.key]
+            if isinstance(value, lost_types):
+                on_result(i, None, _LOST + f" ({type(value).__name__})")
+            elif isinstance(value, BaseException):
+                raise value
+            else:
+                on_result(i, value, None)
+            fut.release()
+    finally:
+        if owned:
+            client.close()
+
+
+def analyze_many(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    workers: int | None = None,
+    scheduler: Any = None,
+    queue_cap: int = DEFAULT_QUEUE_CAP,
+    keep_sync_calls: bool = True,
+    on_file: Callable[[FileRun], None] | None = None,
+) -> ManyReports:
+    """Analyse many rank files (one trace each) and compare the ranks.
+
+    ``workers``: local processes for the per-file map (default: the cores this process may use,
+    at most one per file; 1 runs in this process). ``scheduler``: a Dask scheduler address
+    (``"tcp://10.0.0.1:8786"``) or a ``distributed.Client``; the map then runs on that cluster
+    and ``workers`` is not used. ``on_file`` is called in this process as each file is done
+    (for a progress display), in completion order.
+
+    A file that cannot be read (:class:`TraceFormatError`) or whose worker died is recorded in
+    :attr:`ManyReports.files` (``ok=False``) and the others go on; any other exception in a
+    worker is raised here, as it would be in one process.
+    """
+    sources = [os.fspath(p) for p in paths]
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise OptionError(f"workers={workers!r}: give a whole number >= 1")
+    task_args = (queue_cap, keep_sync_calls)
+    sizes = [_size(p) for p in sources]
+    runs: list[FileRun | None] = [None] * len(sources)
+    decoded: list[Report | None] = [None] * len(sources)
+
+    from asynctrace.analysis.report import Report
+
+    def done(i: int, result: _Result | None, lost: str | None) -> None:
+        if result is None:
+            run = FileRun(
+                source=sources[i],
+                ok=False,
+                size_bytes=sizes[i],
+                seconds=0.0,
+                peak_rss_bytes=0,
+                worker="",
+                error=f"{sources[i]}: {lost}",
+                lost=True,
+            )
+        else:
+            ok, data, seconds, rss, worker = result
+            if ok:
+                assert isinstance(data, bytes)
+                decoded[i] = msgspec.msgpack.decode(data, type=Report)
+            run = FileRun(
+                source=sources[i],
+                ok=ok,
+                size_bytes=sizes[i],
+                seconds=seconds,
+                peak_rss_bytes=rss,
+                worker=worker,
+                error=None if ok else str(data),
+            )
+        runs[i] = run
+        if on_file is not None:
+            on_file(run)
+
+    if scheduler is not None:
+        _dask_map(sources, scheduler, task_args, done)
+    else:
+        n = default_workers(len(sources)) if workers is None else min(workers, len(sources))
+        if n <= 1:
+            for i, p in enumerate(sources):
+                t0 = time.perf_counter()
+                try:
+                    report = _analyze(p, *task_args)
+                except TraceFormatError as e:
+                    done(i, (False, str(e), time.perf_counter() - t0, _peak_rss(), ""), None)
+                    continue
+                decoded[i] = report
+                run = FileRun(
+                    source=p,
+                    ok=True,
+                    size_bytes=sizes[i],
+                    seconds=time.perf_counter() - t0,
+                    peak_rss_bytes=_peak_rss(),
+                    worker=_worker_name(),
+                )
+                runs[i] = run
+                if on_file is not None:
+                    on_file(run)
+        else:
+            _local_map(sources, n, task_args, done)
+
+    from asynctrace.analysis.many import cross_rank
+    from asynctrace.analysis.ranks import compare_ranks
+
+    reports = [r for r in decoded if r is not None]
+    several = len(reports) > 1
+    return ManyReports(
+        reports=reports,
+        files=[r for r in runs if r is not None],
+        ranks=compare_ranks(reports) if several else None,
+        cross_rank=cross_rank(reports) if several else None,
+    )
+
