@@ -19,6 +19,5 @@ def require(module: str, *, extra: str, what: str, packages: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise MissingExtraError(
-            f"{what} needs {packages}: pip install 'asynctrace[{extra}]' (or pip install {packages})"
-        ) from None
+        hint = f"pip install 'asynctrace[{extra}]' (or pip install {packages})"
+        raise MissingExtraError(f"{what} needs {packages}: {hint}") from None

@@ -34,7 +34,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -48,7 +47,7 @@ if TYPE_CHECKING:
     from asynctrace.analysis.ranks import RankComparison
     from asynctrace.analysis.report import Report
 
-__all__ = ["FileRun", "ManyReports", "analyze_many", "default_workers"]
+__all__ = ["FileRun", "ManyReports", "analyze_many", "default_workers", "file_size"]
 
 #: what a worker sends back: ok, the msgpack report or the error message, seconds, peak RSS
 #: in bytes, and which worker it was ("host:pid")
@@ -141,7 +140,8 @@ def _analyze_one(path: str, queue_cap: int, keep_sync_calls: bool) -> _Result:
     return ok, data, time.perf_counter() - t0, _peak_rss(), _worker_name()
 
 
-def _size(path: str) -> int:
+def file_size(path: str | os.PathLike[str]) -> int:
+    """The size of ``path`` in bytes (0 where it cannot be read)."""
     try:
         return os.stat(path).st_size
     except OSError:
@@ -215,7 +215,10 @@ def _client(scheduler: Any) -> tuple[Any, bool]:
     """A ``distributed.Client`` for ``scheduler`` (an address, or a client), and whether we
     opened it (and so close it)."""
     distributed = require(
-        "distributed", extra="dask", what="--scheduler (a Dask cluster)", packages="dask distributed"
+        "distributed",
+        extra="dask",
+        what="--scheduler (a Dask cluster)",
+        packages="dask distributed",
     )
     if isinstance(scheduler, distributed.Client):
         return scheduler, False
@@ -244,21 +247,26 @@ def _dask_map(
             queue_cap=task_args[0],
             keep_sync_calls=task_args[1],
             pure=False,
-            key=[f"asynctrace-rank-{i}-{os.getpid()}-{time.monotonic_ns()}" for i in range(len(paths))],
+            key=[
+                f"asynctrace-rank-{i}-{os.getpid()}-{time.monotonic_ns()}"
+                for i in range(len(paths))
+            ],
         )
         index = {f.key: i for i, f in enumerate(futures)}
         lost_types: tuple[type[BaseException], ...] = (
             distributed.KilledWorker,
             distributed.client.FutureCancelledError,
         )
-        for fut, value in distributed.as_completed(
-            futures, with_results=True, raise_errors=False
+        for fut, value in distributed.as_completed(  # type: ignore[no-untyped-call]
+            futures, loop=client.loop, with_results=True, raise_errors=False
         ):
             i = index[fut.key]
-            if isinstance(value, lost_types):
-                on_result(i, None, _LOST + f" ({type(value).__name__})")
-            elif isinstance(value, BaseException):
-                raise value
+            # an errored future gives (type, exception, traceback) here, not the exception
+            error = fut.exception() if fut.status == "error" else None
+            if fut.status == "cancelled" or isinstance(error, lost_types):
+                on_result(i, None, _LOST + f" ({type(error or value).__name__})")
+            elif error is not None:
+                raise error
             else:
                 on_result(i, value, None)
             fut.release()
@@ -292,7 +300,7 @@ def analyze_many(
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise OptionError(f"workers={workers!r}: give a whole number >= 1")
     task_args = (queue_cap, keep_sync_calls)
-    sizes = [_size(p) for p in sources]
+    sizes = [file_size(p) for p in sources]
     runs: list[FileRun | None] = [None] * len(sources)
     decoded: list[Report | None] = [None] * len(sources)
 
@@ -366,4 +374,3 @@ def analyze_many(
         ranks=compare_ranks(reports) if several else None,
         cross_rank=cross_rank(reports) if several else None,
     )
-

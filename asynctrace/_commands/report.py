@@ -280,21 +280,13 @@ def _analyze_folder(
 ) -> ManyReports:
     """The folder's traces through :func:`asynctrace.analyze_many`, with a progress bar on
     stderr where it is a terminal (never with ``--json`` into a pipe)."""
-    import os
-
+    import asynctrace._many as _many_mod
     from asynctrace._commands._progress import FileProgress
     from asynctrace._many import analyze_many
 
-    sizes = 0
-    for p in trace_paths:
-        try:
-            sizes += os.stat(p).st_size
-        except OSError:
-            pass
+    sizes = sum(_many_mod.file_size(p) for p in trace_paths)
     show = (
-        len(trace_paths) > 1
-        and sys.stderr.isatty()
-        and not (args.json and not sys.stdout.isatty())
+        len(trace_paths) > 1 and sys.stderr.isatty() and not (args.json and not sys.stdout.isatty())
     )
     with FileProgress(len(trace_paths), sizes, show=show) as progress:
         return analyze_many(

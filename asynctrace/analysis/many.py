@@ -139,7 +139,7 @@ def cross_rank(reports: Sequence[Report]) -> CrossRank:
     order = np.lexsort((rank_i, -cpu, step))  # by step, longest first, then rank order
     s_step, s_cpu, s_rank = step[order], cpu[order], rank_i[order]
     first = np.flatnonzero(np.r_[True, s_step[1:] != s_step[:-1]])[: len(s_step)]
-    last = np.r_[first[1:], len(s_step)] - 1
+    last = (np.r_[first[1:], len(s_step)] - 1)[: len(first)]
     n_per = last - first + 1
     keep = n_per >= 2
     hi, lo = s_cpu[first][keep], s_cpu[last][keep]
@@ -165,4 +165,3 @@ def cross_rank(reports: Sequence[Report]) -> CrossRank:
         ],
         bound=_bound_split(ordered),
     )
-
