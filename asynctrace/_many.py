@@ -47,7 +47,15 @@ if TYPE_CHECKING:
     from asynctrace.analysis.ranks import RankComparison
     from asynctrace.analysis.report import Report
 
-__all__ = ["FileRun", "ManyReports", "analyze_many", "default_workers", "file_size"]
+__all__ = [
+    "ExportedFile",
+    "FileRun",
+    "ManyReports",
+    "analyze_many",
+    "default_workers",
+    "export_many",
+    "file_size",
+]
 
 #: what a worker sends back: ok, the msgpack report or the error message, seconds, peak RSS
 #: in bytes, and which worker it was ("host:pid")
@@ -159,7 +167,11 @@ OnResult = Callable[[int, "_Result | None", str | None], None]
 
 
 def _local_map(
-    paths: Sequence[str], workers: int, task_args: tuple[int, bool], on_result: OnResult
+    paths: Sequence[str],
+    workers: int,
+    task: Callable[..., _Result],
+    task_args: tuple[Any, ...],
+    on_result: OnResult,
 ) -> None:
     """Run the task for every path on ``workers`` one-process executors; ``on_result(i,
     result, None)`` per file, or ``on_result(i, None, reason)`` for a file whose worker died."""
@@ -175,7 +187,7 @@ def _local_map(
             if ex is None:
                 ex = slots[slot] = ProcessPoolExecutor(max_workers=1, mp_context=ctx)
             try:
-                fut = ex.submit(_analyze_one, paths[i], *task_args)
+                fut = ex.submit(task, paths[i], *task_args)
             except BrokenProcessPool:
                 # its process died between two files: the file never started; a fresh one
                 ex.shutdown(wait=False, cancel_futures=True)
@@ -235,22 +247,23 @@ def _client(scheduler: Any) -> tuple[Any, bool]:
 
 
 def _dask_map(
-    paths: Sequence[str], scheduler: Any, task_args: tuple[int, bool], on_result: OnResult
+    paths: Sequence[str],
+    scheduler: Any,
+    task: Callable[..., _Result],
+    task_args: tuple[Any, ...],
+    on_result: OnResult,
 ) -> None:
     import distributed
 
     client, owned = _client(scheduler)
     try:
+        stamp = f"{os.getpid()}-{time.monotonic_ns()}"
         futures = client.map(
-            _analyze_one,
+            task,
             list(paths),
-            queue_cap=task_args[0],
-            keep_sync_calls=task_args[1],
+            *[[a] * len(paths) for a in task_args],
             pure=False,
-            key=[
-                f"asynctrace-rank-{i}-{os.getpid()}-{time.monotonic_ns()}"
-                for i in range(len(paths))
-            ],
+            key=[f"asynctrace-{task.__name__}-{i}-{stamp}" for i in range(len(paths))],
         )
         index = {f.key: i for i, f in enumerate(futures)}
         lost_types: tuple[type[BaseException], ...] = (
@@ -275,6 +288,52 @@ def _dask_map(
             client.close()
 
 
+def _map(
+    sources: Sequence[str],
+    task: Callable[..., _Result],
+    task_args: tuple[Any, ...],
+    *,
+    workers: int | None,
+    scheduler: Any,
+    done: OnResult,
+) -> None:
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise OptionError(f"workers={workers!r}: give a whole number >= 1")
+    if scheduler is not None:
+        _dask_map(sources, scheduler, task, task_args, done)
+        return
+    n = default_workers(len(sources)) if workers is None else min(workers, len(sources))
+    if n <= 1:
+        for i, p in enumerate(sources):
+            done(i, task(p, *task_args), None)
+    else:
+        _local_map(sources, n, task, task_args, done)
+
+
+def _file_run(source: str, size: int, result: _Result | None, lost: str | None) -> FileRun:
+    if result is None:
+        return FileRun(
+            source=source,
+            ok=False,
+            size_bytes=size,
+            seconds=0.0,
+            peak_rss_bytes=0,
+            worker="",
+            error=f"{source}: {lost}",
+            lost=True,
+        )
+    ok, data, seconds, rss, worker = result
+    return FileRun(
+        source=source,
+        ok=ok,
+        size_bytes=size,
+        seconds=seconds,
+        peak_rss_bytes=rss,
+        worker=worker,
+        error=None if ok else str(data),
+    )
+
+
 def analyze_many(
     paths: Iterable[str | os.PathLike[str]],
     *,
@@ -297,8 +356,6 @@ def analyze_many(
     worker is raised here, as it would be in one process.
     """
     sources = [os.fspath(p) for p in paths]
-    if workers is not None and (not isinstance(workers, int) or workers < 1):
-        raise OptionError(f"workers={workers!r}: give a whole number >= 1")
     task_args = (queue_cap, keep_sync_calls)
     sizes = [file_size(p) for p in sources]
     runs: list[FileRun | None] = [None] * len(sources)
@@ -307,61 +364,14 @@ def analyze_many(
     from asynctrace.analysis.report import Report
 
     def done(i: int, result: _Result | None, lost: str | None) -> None:
-        if result is None:
-            run = FileRun(
-                source=sources[i],
-                ok=False,
-                size_bytes=sizes[i],
-                seconds=0.0,
-                peak_rss_bytes=0,
-                worker="",
-                error=f"{sources[i]}: {lost}",
-                lost=True,
-            )
-        else:
-            ok, data, seconds, rss, worker = result
-            if ok:
-                assert isinstance(data, bytes)
-                decoded[i] = msgspec.msgpack.decode(data, type=Report)
-            run = FileRun(
-                source=sources[i],
-                ok=ok,
-                size_bytes=sizes[i],
-                seconds=seconds,
-                peak_rss_bytes=rss,
-                worker=worker,
-                error=None if ok else str(data),
-            )
-        runs[i] = run
+        run = runs[i] = _file_run(sources[i], sizes[i], result, lost)
+        if result is not None and run.ok:
+            assert isinstance(result[1], bytes)
+            decoded[i] = msgspec.msgpack.decode(result[1], type=Report)
         if on_file is not None:
             on_file(run)
 
-    if scheduler is not None:
-        _dask_map(sources, scheduler, task_args, done)
-    else:
-        n = default_workers(len(sources)) if workers is None else min(workers, len(sources))
-        if n <= 1:
-            for i, p in enumerate(sources):
-                t0 = time.perf_counter()
-                try:
-                    report = _analyze(p, *task_args)
-                except TraceFormatError as e:
-                    done(i, (False, str(e), time.perf_counter() - t0, _peak_rss(), ""), None)
-                    continue
-                decoded[i] = report
-                run = FileRun(
-                    source=p,
-                    ok=True,
-                    size_bytes=sizes[i],
-                    seconds=time.perf_counter() - t0,
-                    peak_rss_bytes=_peak_rss(),
-                    worker=_worker_name(),
-                )
-                runs[i] = run
-                if on_file is not None:
-                    on_file(run)
-        else:
-            _local_map(sources, n, task_args, done)
+    _map(sources, _analyze_one, task_args, workers=workers, scheduler=scheduler, done=done)
 
     from asynctrace.analysis.many import cross_rank
     from asynctrace.analysis.ranks import compare_ranks
@@ -374,3 +384,69 @@ def analyze_many(
         ranks=compare_ranks(reports) if several else None,
         cross_rank=cross_rank(reports) if several else None,
     )
+
+
+class ExportedFile(msgspec.Struct, frozen=True, kw_only=True):
+    """What :func:`export_many` wrote for one rank file."""
+
+    source: str
+    rank: int | None
+    #: table → (file written, rows)
+    tables: dict[str, tuple[str, int]]
+
+
+def _export_one(path: str, outdir: str, queue_cap: int) -> _Result:
+    """The export map's task, run in a worker: one file → its Parquet tables."""
+    from asynctrace.analysis.report import analyze
+    from asynctrace.analysis.tables import activity_rows
+    from asynctrace.export.parquet import write_rank_tables
+    from asynctrace.traces.load import load
+
+    t0 = time.perf_counter()
+    try:
+        trace = load(path)
+    except TraceFormatError as e:
+        return False, str(e), time.perf_counter() - t0, _peak_rss(), _worker_name()
+    report = analyze(trace, queue_cap=queue_cap, keep_sync_calls=True)
+    rows = activity_rows(trace)
+    del trace
+    written = write_rank_tables(outdir, report=report, activities=rows)
+    done = ExportedFile(
+        source=report.trace.source,
+        rank=report.trace.rank,
+        tables={k: (str(p), n) for k, (p, n) in written.items()},
+    )
+    data = msgspec.msgpack.encode(done)
+    return True, data, time.perf_counter() - t0, _peak_rss(), _worker_name()
+
+
+def export_many(
+    paths: Iterable[str | os.PathLike[str]],
+    outdir: str | os.PathLike[str],
+    *,
+    workers: int | None = None,
+    scheduler: Any = None,
+    queue_cap: int = DEFAULT_QUEUE_CAP,
+    on_file: Callable[[FileRun], None] | None = None,
+) -> tuple[list[ExportedFile], list[FileRun]]:
+    """Write the Parquet tables of every rank file under ``outdir``
+    (:mod:`asynctrace.export.parquet`), each file by a worker as in :func:`analyze_many`
+    (with a cluster, ``outdir`` must be on a file system the workers share). Returns what was
+    written, in the order of ``paths``, and every file's run (failures included)."""
+    require("pyarrow", extra="parquet", what="Parquet export", packages="pyarrow")
+    sources = [os.fspath(p) for p in paths]
+    sizes = [file_size(p) for p in sources]
+    runs: list[FileRun | None] = [None] * len(sources)
+    exported: list[ExportedFile | None] = [None] * len(sources)
+
+    def done(i: int, result: _Result | None, lost: str | None) -> None:
+        run = runs[i] = _file_run(sources[i], sizes[i], result, lost)
+        if result is not None and run.ok:
+            assert isinstance(result[1], bytes)
+            exported[i] = msgspec.msgpack.decode(result[1], type=ExportedFile)
+        if on_file is not None:
+            on_file(run)
+
+    task_args = (os.fspath(outdir), queue_cap)
+    _map(sources, _export_one, task_args, workers=workers, scheduler=scheduler, done=done)
+    return [e for e in exported if e is not None], [r for r in runs if r is not None]
