@@ -156,6 +156,17 @@ def file_size(path: str | os.PathLike[str]) -> int:
         return 0
 
 
+def _main_importable() -> bool:
+    """Whether a ``spawn`` / ``forkserver`` worker can import this process's main module as
+    multiprocessing does: not where it has a file name that is no file (``python - <<EOF``:
+    ``<stdin>``), where every worker would die on start; the map then runs in this process."""
+    main = sys.modules.get("__main__")
+    if getattr(main, "__spec__", None) is not None:
+        return True
+    path = getattr(main, "__file__", None)
+    return path is None or os.path.isfile(path)
+
+
 def _mp_context() -> Any:
     import multiprocessing
 
@@ -303,7 +314,7 @@ def _map(
         _dask_map(sources, scheduler, task, task_args, done)
         return
     n = default_workers(len(sources)) if workers is None else min(workers, len(sources))
-    if n <= 1:
+    if n <= 1 or not _main_importable():
         for i, p in enumerate(sources):
             done(i, task(p, *task_args), None)
     else:

@@ -11,7 +11,9 @@ order over ``--repeat`` rounds, each in a fresh process from a neutral working d
   worker's peak RSS (``ru_maxrss`` of the worker process after its last file).
 
 Prints the medians, the speed-up over ``--workers 1``, raw MB/s in all and per worker, each
-worker's peak RSS over the largest rank's raw size, and the load average before and after::
+worker's peak RSS over the largest rank's raw size, the load average before and after, and how
+much a second core gives right now (two pure-Python CPU loops at once vs one alone: 2.0 on two
+idle cores; a shared machine gives less, and the speed-up can be no better)::
 
     python benchmarks/many_ranks.py                       # 24 ranks x 50 MB raw, 3 rounds
     python benchmarks/many_ranks.py --ranks 48 --target-mb 100 --workers 1 2 --repeat 5
@@ -38,6 +40,10 @@ SOURCE = ROOT.parent / "shared" / "traces" / "kineto" / "hta_a100_16ranks_rank0_
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_large_trace import replicate  # noqa: E402
 
+#: a pure-Python CPU loop: one alone, then two at once, says how much of a second core this
+#: machine gives right now (1.0: all of it; ~0.5 means the other core is busy elsewhere)
+SPIN = "sum(range(6 * 10**7))"
+
 MEMORY_SCRIPT = r"""
 import json, sys
 import asynctrace
@@ -47,7 +53,10 @@ peaks = {}
 for f in many.files:
     assert f.ok, f.error
     peaks[f.worker] = max(peaks.get(f.worker, 0), f.peak_rss_bytes)
-print(json.dumps({"peaks": peaks, "seconds": [f.seconds for f in many.files]}))
+import msgspec
+size = max(len(msgspec.msgpack.encode(r)) for r in many.reports)
+seconds = [f.seconds for f in many.files]
+print(json.dumps({"peaks": peaks, "seconds": seconds, "report_bytes": size}))
 """
 
 
@@ -109,6 +118,19 @@ def worker_memory(files: list[Path], workers: int, cwd: Path) -> dict[str, objec
     return result
 
 
+def parallel_headroom() -> float:
+    """Throughput of two CPU-bound processes at once over one alone (2.0 on two idle cores)."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", SPIN], check=True)
+    one = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(2)]
+    for p in procs:
+        p.wait()
+    two = time.perf_counter() - t0
+    return 2 * one / two
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--ranks", type=int, default=24)
@@ -136,6 +158,8 @@ def main() -> int:
             f"{os.cpu_count()} CPUs; load average before {load_before[0]:.2f}",
             flush=True,
         )
+        headroom = [parallel_headroom()]
+        print(f"  two CPU loops at once run {headroom[0]:.2f}x as fast as one", flush=True)
         times: dict[int, list[float]] = {w: [] for w in args.workers}
         for round_ in range(args.repeat):
             order = args.workers if round_ % 2 == 0 else list(reversed(args.workers))
@@ -144,6 +168,7 @@ def main() -> int:
                 times[w].append(t)
                 print(f"  round {round_ + 1}: --workers {w}: {t:.2f} s", flush=True)
         memory = {w: worker_memory(files, w, tmp) for w in args.workers}
+        headroom.append(parallel_headroom())
         load_after = os.getloadavg()
 
         base = statistics.median(times[args.workers[0]])
@@ -179,6 +204,11 @@ def main() -> int:
             f"{load_before[2]:.2f}, after {load_after[0]:.2f} / {load_after[1]:.2f} / "
             f"{load_after[2]:.2f}; {platform.python_version()}, {platform.machine()}"
         )
+        report_kb = max(int(m["report_bytes"]) for m in memory.values()) / 1e3  # type: ignore[call-overload]
+        print(
+            f"two CPU loops at once: {headroom[0]:.2f}x / {headroom[1]:.2f}x one alone (before / "
+            f"after; 2.0 = two free cores); largest report sent back: {report_kb:.0f} kB"
+        )
         if args.json:
             args.json.write_text(
                 json.dumps(
@@ -189,6 +219,7 @@ def main() -> int:
                         "cpus": os.cpu_count(),
                         "load_before": load_before,
                         "load_after": load_after,
+                        "parallel_headroom": headroom,
                         "rows": rows,
                     },
                     indent=2,
