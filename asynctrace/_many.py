@@ -32,8 +32,6 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -43,6 +41,8 @@ from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
 from asynctrace.errors import OptionError, TraceFormatError
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
+
     from asynctrace.analysis.many import CrossRank
     from asynctrace.analysis.ranks import RankComparison
     from asynctrace.analysis.report import Report
@@ -186,6 +186,10 @@ def _local_map(
 ) -> None:
     """Run the task for every path on ``workers`` one-process executors; ``on_result(i,
     result, None)`` per file, or ``on_result(i, None, reason)`` for a file whose worker died."""
+    # imported here: multiprocessing brings tempfile and shutil, which one process never needs
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
     ctx = _mp_context()
     slots: list[ProcessPoolExecutor | None] = [None] * workers
     pending = deque(range(len(paths)))
