@@ -199,13 +199,15 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
     summaries: list[RecordsSummary] = []
     failed: list[str] = []
     cross: CrossRank | None = None
+    one_file = trace_paths if not path.is_dir() else []
     if path.is_dir() and trace_paths:
         # a folder: the per-rank map (local processes or a Dask cluster), then the reduce
         behind.close()
         many = _analyze_folder(args, trace_paths, scheduler)
         reports, failed, cross = many.reports, many.failures, many.cross_rank
-        trace_paths = []
-    for p in trace_paths:
+        # the files that gave a report, one per report (the HTML page loads them again)
+        trace_paths = [Path(f.source) for f in many.files if f.ok]
+    for p in one_file:
         try:
             trace = load(p)
             behind.close()

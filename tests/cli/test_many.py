@@ -332,3 +332,17 @@ def test_dask_scheduler_and_workers_as_processes(
                 p.kill()
         for p in procs:
             p.wait(timeout=60)
+
+
+@pytest.mark.timeout(300)
+def test_html_page_of_a_folder_with_a_bad_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    make_ranks(tmp_path / "in", 2)
+    (tmp_path / "in" / "rank2.json").write_text("garbage")
+    page = tmp_path / "page.html"
+    status, _, err = _report([str(tmp_path / "in"), "--html", str(page), "--workers", "2"], capsys)
+    assert status == 1
+    assert "skipped" in err
+    assert page.stat().st_size > 0
