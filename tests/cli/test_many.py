@@ -346,3 +346,40 @@ def test_html_page_of_a_folder_with_a_bad_file(
     assert status == 1
     assert "skipped" in err
     assert page.stat().st_size > 0
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+@pytest.mark.timeout(300)
+def test_progress_bar_on_a_terminal_only(ranks: Path, sequential: dict[str, str]) -> None:
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", "TERM": "xterm"}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "asynctrace", "report", str(ranks), "--workers", "2"],
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            env=env,
+            text=True,
+        )
+        os.close(follower)
+        follower = -1
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    assert proc.returncode == 0
+    assert out == sequential["text"]  # stdout untouched by the bar
+    assert b"analysing" in seen
+    assert b"/6 files" in seen
