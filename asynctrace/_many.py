@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from asynctrace.analysis.many import CrossRank
     from asynctrace.analysis.ranks import RankComparison
     from asynctrace.analysis.report import Report
+    from asynctrace.traces.model import Trace
 
 __all__ = [
     "ExportedFile",
@@ -127,21 +128,38 @@ def _worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _analyze(path: str, queue_cap: int, keep_sync_calls: bool) -> Report:
-    from asynctrace.analysis.report import analyze
+def _load(path: str, shown: str) -> Trace:
+    """Load ``path``, named ``shown`` (the path as the caller gave it) in the trace and in any
+    error: a Dask worker opens the absolute path, but the report reads as the sequential one."""
     from asynctrace.traces.load import load
 
-    trace = load(path)
+    try:
+        trace = load(path)
+    except TraceFormatError as e:
+        if shown != path and e.path == path:
+            raise TraceFormatError(shown, e.reason) from None
+        raise
+    if shown != path and trace.source == path:
+        trace = msgspec.structs.replace(trace, source=shown)
+    return trace
+
+
+def _analyze(path: str, shown: str, queue_cap: int, keep_sync_calls: bool) -> Report:
+    from asynctrace.analysis.report import analyze
+
+    trace = _load(path, shown)
     report = analyze(trace, queue_cap=queue_cap, keep_sync_calls=keep_sync_calls)
     del trace  # one model at a time
     return report
 
 
-def _analyze_one(path: str, queue_cap: int, keep_sync_calls: bool) -> _Result:
+def _analyze_one(path: str, shown: str, queue_cap: int, keep_sync_calls: bool) -> _Result:
     """The map's task, run in a worker: one file → its report as msgpack bytes."""
     t0 = time.perf_counter()
     try:
-        data: bytes | str = msgspec.msgpack.encode(_analyze(path, queue_cap, keep_sync_calls))
+        data: bytes | str = msgspec.msgpack.encode(
+            _analyze(path, shown, queue_cap, keep_sync_calls)
+        )
         ok = True
     except TraceFormatError as e:
         data, ok = str(e), False
@@ -202,7 +220,7 @@ def _local_map(
             if ex is None:
                 ex = slots[slot] = ProcessPoolExecutor(max_workers=1, mp_context=ctx)
             try:
-                fut = ex.submit(task, paths[i], *task_args)
+                fut = ex.submit(task, paths[i], paths[i], *task_args)
             except BrokenProcessPool:
                 # its process died between two files: the file never started; a fresh one
                 ex.shutdown(wait=False, cancel_futures=True)
@@ -275,6 +293,7 @@ def _dask_map(
         stamp = f"{os.getpid()}-{time.monotonic_ns()}"
         futures = client.map(
             task,
+            [os.path.abspath(p) for p in paths],  # the workers' working folder may differ
             list(paths),
             *[[a] * len(paths) for a in task_args],
             pure=False,
@@ -320,7 +339,7 @@ def _map(
     n = default_workers(len(sources)) if workers is None else min(workers, len(sources))
     if n <= 1 or not _main_importable():
         for i, p in enumerate(sources):
-            done(i, task(p, *task_args), None)
+            done(i, task(p, p, *task_args), None)
     else:
         _local_map(sources, n, task, task_args, done)
 
@@ -410,16 +429,15 @@ class ExportedFile(msgspec.Struct, frozen=True, kw_only=True):
     tables: dict[str, tuple[str, int]]
 
 
-def _export_one(path: str, outdir: str, queue_cap: int) -> _Result:
+def _export_one(path: str, shown: str, outdir: str, queue_cap: int) -> _Result:
     """The export map's task, run in a worker: one file → its Parquet tables."""
     from asynctrace.analysis.report import analyze
     from asynctrace.analysis.tables import activity_rows
     from asynctrace.export.parquet import write_rank_tables
-    from asynctrace.traces.load import load
 
     t0 = time.perf_counter()
     try:
-        trace = load(path)
+        trace = _load(path, shown)
     except TraceFormatError as e:
         return False, str(e), time.perf_counter() - t0, _peak_rss(), _worker_name()
     report = analyze(trace, queue_cap=queue_cap, keep_sync_calls=True)

@@ -262,7 +262,11 @@ def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> None
 
 @pytest.mark.timeout(300)
 def test_dask_scheduler_and_workers_as_processes(
-    ranks: Path, sequential: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ranks: Path,
+    sequential: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     distributed = pytest.importorskip("distributed")
     dask_cli = Path(sys.executable).with_name("dask")
@@ -326,6 +330,17 @@ def test_dask_scheduler_and_workers_as_processes(
         status, out, err = _report([str(ranks), "--scheduler", address], capsys)
         assert (status, err) == (0, "")
         assert out == sequential["text"]
+        # a relative folder: the workers (started in another folder) open the files by their
+        # absolute paths, and the report names them as given, as the sequential run does
+        monkeypatch.chdir(ranks.parent)
+        (ranks / "rank9.json").write_text("garbage")
+        try:
+            here = [ranks.name, "--json"]
+            one = _report([*here, "--workers", "1"], capsys)
+            assert one[0] == 1
+            assert _report([*here, "--scheduler", address], capsys) == one
+        finally:
+            (ranks / "rank9.json").unlink()
     finally:
         for p in reversed(procs):
             if p.poll() is None:
