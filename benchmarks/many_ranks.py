@@ -163,10 +163,17 @@ def main() -> int:
         times: dict[int, list[float]] = {w: [] for w in args.workers}
         for round_ in range(args.repeat):
             order = args.workers if round_ % 2 == 0 else list(reversed(args.workers))
+            if round_:
+                headroom.append(parallel_headroom())
+            line = []
             for w in order:
                 t = time_report(folder, w, tmp)
                 times[w].append(t)
-                print(f"  round {round_ + 1}: --workers {w}: {t:.2f} s", flush=True)
+                line.append(f"--workers {w}: {t:.2f} s")
+            print(
+                f"  round {round_ + 1} (second core gives {headroom[-1]:.2f}x): " + ", ".join(line),
+                flush=True,
+            )
         memory = {w: worker_memory(files, w, tmp) for w in args.workers}
         headroom.append(parallel_headroom())
         load_after = os.getloadavg()
@@ -206,8 +213,9 @@ def main() -> int:
         )
         report_kb = max(int(m["report_bytes"]) for m in memory.values()) / 1e3  # type: ignore[call-overload]
         print(
-            f"two CPU loops at once: {headroom[0]:.2f}x / {headroom[1]:.2f}x one alone (before / "
-            f"after; 2.0 = two free cores); largest report sent back: {report_kb:.0f} kB"
+            f"two CPU loops at once, before each round and after: "
+            f"{' '.join(f'{h:.2f}x' for h in headroom)} one alone (2.0 = two free cores); "
+            f"largest report sent back: {report_kb:.0f} kB"
         )
         if args.json:
             args.json.write_text(
