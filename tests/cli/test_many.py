@@ -9,6 +9,7 @@ these run on loaded 2-core machines.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -260,35 +262,32 @@ def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> None
         time.sleep(0.2)
 
 
-@pytest.mark.timeout(300)
-def test_dask_scheduler_and_workers_as_processes(
-    ranks: Path,
-    sequential: dict[str, str],
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@contextlib.contextmanager
+def _dask_processes(
+    folder: Path, *, workers: int = 2, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
+    """A ``dask scheduler`` and ``workers`` ``dask worker`` processes on 127.0.0.1 (one thread
+    each, no nanny), started in ``folder``: (the scheduler address, the worker processes)."""
     distributed = pytest.importorskip("distributed")
     dask_cli = Path(sys.executable).with_name("dask")
     if not dask_cli.exists():
         pytest.skip("the dask command is not installed beside this Python")
-    sched_file = tmp_path / "scheduler.json"
-    logs = tmp_path / "logs"
-    logs.mkdir()
+    sched_file = folder / "scheduler.json"
     procs: list[subprocess.Popen[bytes]] = []
-    env = {
+    full_env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        **(env or {}),
     }
 
     def start(name: str, *args: str) -> subprocess.Popen[bytes]:
-        with open(logs / f"{name}.log", "wb") as log:
+        with open(folder / f"{name}.log", "wb") as log:
             p = subprocess.Popen(
                 [str(dask_cli), *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                cwd=tmp_path,
-                env=env,  # the workers import this checkout's asynctrace
+                cwd=folder,
+                env=full_env,  # the workers import this checkout's asynctrace
             )
         procs.append(p)
         return p
@@ -306,7 +305,7 @@ def test_dask_scheduler_and_workers_as_processes(
             str(sched_file),
         )
         _wait_for(sched_file, sched, 120)
-        for i in range(2):
+        worker_procs = [
             start(
                 f"worker{i}",
                 "worker",
@@ -321,9 +320,29 @@ def test_dask_scheduler_and_workers_as_processes(
                 "--death-timeout",
                 "120",
             )
+            for i in range(workers)
+        ]
         address = json.loads(sched_file.read_text())["address"]
         with distributed.Client(address, set_as_default=False, timeout=120) as client:
-            client.wait_for_workers(2, timeout=180)
+            client.wait_for_workers(workers, timeout=180)
+        yield address, worker_procs
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.kill()
+        for p in procs:
+            p.wait(timeout=60)
+
+
+@pytest.mark.timeout(300)
+def test_dask_scheduler_and_workers_as_processes(
+    ranks: Path,
+    sequential: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with _dask_processes(tmp_path) as (address, _):
         status, out, err = _report([str(ranks), "--json", "--scheduler", address], capsys)
         assert (status, err) == (0, "")
         assert out == sequential["json"]
@@ -341,12 +360,63 @@ def test_dask_scheduler_and_workers_as_processes(
             assert _report([*here, "--scheduler", address], capsys) == one
         finally:
             (ranks / "rank9.json").unlink()
-    finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.kill()
-        for p in procs:
-            p.wait(timeout=60)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc")
+@pytest.mark.timeout(300)
+def test_dask_worker_killed_mid_run_names_its_file(tmp_path: Path) -> None:
+    # allowed-failures 0: the tasks of a worker that dies are not re-run elsewhere but come back
+    # as lost (KilledWorker), so their files are named; the other files are reported
+    files = make_ranks(tmp_path / "in", 8, names=("hta_a100_16ranks_rank0_graphlaunch.json.gz",))
+    env = {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
+    with _dask_processes(tmp_path, env=env) as (address, workers):
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "asynctrace",
+                "report",
+                f"{tmp_path}/in",
+                "--json",
+                "--scheduler",
+                address,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        killed: Path | None = None
+        try:
+            deadline = time.monotonic() + 240
+            while killed is None and proc.poll() is None and time.monotonic() < deadline:
+                for w in workers:
+                    held = _open_rank_file(w.pid, tmp_path / "in")
+                    if held is not None:
+                        w.kill()
+                        killed = held
+                        break
+                else:
+                    time.sleep(0.002)
+            out, err = proc.communicate(timeout=240)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if killed is None:
+        pytest.skip("no worker was caught holding a rank file (the run ended first)")
+    assert proc.returncode == 1, err
+    lost = [line for line in err.splitlines() if "worker analysing it was lost" in line]
+    assert all("KilledWorker" in line for line in lost), err
+    lost_files = {line.split(" ")[3].rstrip(":") for line in lost}
+    # Dask counts every task the worker was processing (it may hold a second one, queued
+    # behind the running one): the killed one, and perhaps that one
+    assert str(killed) in lost_files
+    assert len(lost_files) <= 2
+    reports = json.loads(out)["reports"]
+    assert sorted(r["trace"]["source"] for r in reports) == sorted(
+        str(p) for p in files if str(p) not in lost_files
+    )
 
 
 @pytest.mark.timeout(300)
