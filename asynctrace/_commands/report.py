@@ -4,7 +4,9 @@ A folder is read as one job: every trace in it is one rank (per-rank table, slow
 per-step skew; annotated copies and summaries are left out, see ``find_traces``) and every
 ``*.records.jsonl`` file is one session's records. A file in a folder
 that cannot be read is named on stderr and skipped (exit status 1); a single bad file, or a
-folder with nothing readable, is an error (one line on stderr, exit status 2).
+folder with nothing readable, is an error (one line on stderr, exit status 2). A folder's traces
+are analysed by worker processes (``--workers``) or on a Dask cluster (``--scheduler``) through
+:func:`asynctrace.analyze_many`, with the same output as in one process.
 """
 
 from __future__ import annotations
@@ -282,11 +284,10 @@ def _analyze_folder(
 ) -> ManyReports:
     """The folder's traces through :func:`asynctrace.analyze_many`, with a progress bar on
     stderr where it is a terminal (never with ``--json`` into a pipe)."""
-    import asynctrace._many as _many_mod
     from asynctrace._commands._progress import FileProgress
-    from asynctrace._many import analyze_many
+    from asynctrace._many import analyze_many, file_size
 
-    sizes = sum(_many_mod.file_size(p) for p in trace_paths)
+    sizes = sum(file_size(p) for p in trace_paths)
     show = (
         len(trace_paths) > 1 and sys.stderr.isatty() and not (args.json and not sys.stdout.isatty())
     )
