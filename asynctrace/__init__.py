@@ -21,6 +21,7 @@ from asynctrace.errors import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from asynctrace._many import analyze_many
     from asynctrace.analysis.report import Report, analyze
     from asynctrace.capture.benchmark import Benchmark
     from asynctrace.capture.options import TraceOptions
@@ -48,6 +49,7 @@ __all__ = [
     "UnexpectedSyncError",
     "__version__",
     "analyze",
+    "analyze_many",
     "current_session",
     "expect_syncs",
     "load",
@@ -71,6 +73,7 @@ _LAZY: dict[str, str] = {
     "load": "asynctrace.traces.load",
     "Report": "asynctrace.analysis.report",
     "analyze": "asynctrace.analysis.report",
+    "analyze_many": "asynctrace._many",
 }
 
 

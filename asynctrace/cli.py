@@ -29,6 +29,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "annotate": ("asynctrace._commands.annotate", "write a trace plus an asynctrace overlay"),
     "plot": ("asynctrace._commands.plot", "draw a trace or session records (PNG or SVG)"),
     "compare": ("asynctrace._commands.compare", "compare two reports or sessions (before/after)"),
+    "export": (
+        "asynctrace._commands.export",
+        "write every rank's tables as Parquet (DuckDB, Polars)",
+    ),
 }
 
 
@@ -36,7 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 #: to do for them (their arrays are one-dimensional), so its worker threads are not started.
 #: Started, OpenBLAS's threads spin on the second core while the loader works and cost a short
 #: ``asynctrace report`` 20-50 ms on 2 cores (docs/performance.md).
-ANALYSIS_ONLY = frozenset({"report", "annotate", "plot", "compare"})
+ANALYSIS_ONLY = frozenset({"report", "annotate", "plot", "compare", "export"})
 
 
 def _help_width() -> int:

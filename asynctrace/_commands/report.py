@@ -4,7 +4,9 @@ A folder is read as one job: every trace in it is one rank (per-rank table, slow
 per-step skew; annotated copies and summaries are left out, see ``find_traces``) and every
 ``*.records.jsonl`` file is one session's records. A file in a folder
 that cannot be read is named on stderr and skipped (exit status 1); a single bad file, or a
-folder with nothing readable, is an error (one line on stderr, exit status 2).
+folder with nothing readable, is an error (one line on stderr, exit status 2). A folder's traces
+are analysed by worker processes (``--workers``) or on a Dask cluster (``--scheduler``) through
+:func:`asynctrace.analyze_many`, with the same output as in one process.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    from asynctrace._many import ManyReports
+    from asynctrace.analysis.many import CrossRank
     from asynctrace.analysis.report import RecordsSummary, Report
     from asynctrace.records import Records
 
@@ -59,6 +63,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--html", metavar="OUT.html", help="also write one self-contained HTML page (plots inline)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=_at_least(1),
+        default=None,
+        metavar="N",
+        help="a folder's traces are analysed by N local processes (default: the number of "
+        "cores, at most one per file; 1: in this process)",
+    )
+    parser.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        default=None,
+        help="analyse a folder's traces on an existing Dask cluster (tcp://host:8786; the "
+        "workers must see the files at the same paths); needs asynctrace[dask]",
     )
 
 
@@ -173,13 +192,29 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
     if html is not None:
         output_file(html, what="the HTML page", inputs=[*trace_paths, *records_paths])
 
+    scheduler = getattr(args, "scheduler", None)
+    if scheduler is not None:
+        from asynctrace._extras import require
+
+        # before any work: without Dask, say how to install it (one line, exit 2)
+        require("distributed", extra="dask", what="--scheduler", packages="dask distributed")
+
     reports: list[Report] = []
     summaries: list[RecordsSummary] = []
     failed: list[str] = []
     # the files that were read: the HTML page loads these again, one per report or summary
     read_traces: list[Path] = []
     kept_records: list[Records] = []
-    for p in trace_paths:
+    cross: CrossRank | None = None
+    one_file = trace_paths if not path.is_dir() else []
+    if path.is_dir() and trace_paths:
+        # a folder: the per-rank map (local processes or a Dask cluster), then the reduce
+        behind.close()
+        many = _analyze_folder(args, trace_paths, scheduler)
+        reports, failed, cross = list(many.reports), list(many.failures), many.cross_rank
+        # the files that gave a report, one per report
+        read_traces = [Path(f.source) for f in many.files if f.ok]
+    for p in one_file:
         try:
             trace = load(p)
             behind.close()
@@ -229,6 +264,7 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
                 "schema_version": 1,
                 "reports": reports,
                 "ranks": comparison,
+                "cross_rank": cross,
                 "records": summaries,
             }
         else:
@@ -244,10 +280,37 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
         console.print()
     if comparison is not None:
         render_ranks(comparison, console)
+    if cross is not None:
+        from asynctrace.render.many import render_cross_rank
+
+        render_cross_rank(cross, console)
     for s in summaries:
         render_records(s, console)
         console.print()
     return _skipped(failed)
+
+
+def _analyze_folder(
+    args: argparse.Namespace, trace_paths: list[Path], scheduler: str | None
+) -> ManyReports:
+    """The folder's traces through :func:`asynctrace.analyze_many`, with a progress bar on
+    stderr where it is a terminal (never with ``--json`` into a pipe)."""
+    from asynctrace._commands._progress import FileProgress
+    from asynctrace._many import analyze_many, file_size
+
+    sizes = sum(file_size(p) for p in trace_paths)
+    show = (
+        len(trace_paths) > 1 and sys.stderr.isatty() and not (args.json and not sys.stdout.isatty())
+    )
+    with FileProgress(len(trace_paths), sizes, show=show) as progress:
+        return analyze_many(
+            [str(p) for p in trace_paths],
+            workers=args.workers,
+            scheduler=scheduler,
+            queue_cap=args.queue_cap,
+            keep_sync_calls=args.json,
+            on_file=progress.advance,
+        )
 
 
 def _skipped(failed: list[str]) -> int:

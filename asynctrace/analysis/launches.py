@@ -27,6 +27,7 @@ __all__ = [
     "LaunchLinks",
     "LaunchStats",
     "Percentiles",
+    "activity_delays",
     "launch_stats",
     "link_launches",
     "percentiles",
@@ -145,12 +146,25 @@ def link_launches(trace: Trace) -> LaunchLinks:
     return LaunchLinks(index, start, end)
 
 
+def activity_delays(trace: Trace, links: LaunchLinks) -> tuple[I64, I64]:
+    """Per activity (aligned with ``trace.activities``): ``(queue_delay_ns,
+    launch_to_start_ns)``; read them through ``links.matched`` (0 where unmatched).
+
+    ``queue_delay_ns`` = device start − launch call end, clamped at 0; ``launch_to_start_ns`` =
+    device start − launch call start (docs/analysis.md).
+    """
+    m = links.matched
+    start = trace.activities.start_ns
+    to_start = np.where(m, start - links.launch_start_ns, 0)
+    delay = np.where(m, np.maximum(start - links.launch_end_ns, 0), 0)
+    return delay.astype(np.int64), to_start.astype(np.int64)
+
+
 def launch_stats(trace: Trace, links: LaunchLinks) -> LaunchStats:
     """Matched/unmatched counts and the percentiles of both launch delays."""
     m = links.matched
-    start = trace.activities.start_ns[m]
-    to_start = start - links.launch_start_ns[m]
-    delay = np.maximum(start - links.launch_end_ns[m], 0)
+    delay_all, to_start_all = activity_delays(trace, links)
+    delay, to_start = delay_all[m], to_start_all[m]
     return LaunchStats(
         matched=int(np.count_nonzero(m)),
         unmatched=int(len(m) - np.count_nonzero(m)),

@@ -68,9 +68,14 @@ def test_nsys_report_json_imports_sqlite3_but_not_numpy_ma() -> None:
     # sqlite3 only for Nsight Systems exports; numpy.ma (~9 ms) neither in that loader nor in
     # the analysis, compare_ranks (a folder: one rank per file) or the JSON output
     folder = shared_trace("nsys", "extrap_con_kernel.sqlite").parent
-    r = _probe("report", str(folder), "--json")
+    r = _probe("report", str(folder), "--json", "--workers", "1")  # analysed in this process
     assert r["status"] == 0
     assert r["loaded"] == ["sqlite3", "threading"]
+    # by worker processes (the default for a folder): they load the traces, not this process;
+    # multiprocessing brings shutil (tempfile), which process start-ups dwarf
+    r = _probe("report", str(folder), "--json", "--workers", "2")
+    assert r["status"] == 0
+    assert r["loaded"] == ["shutil", "threading"]
 
 
 def test_text_report_still_renders_with_rich() -> None:

@@ -1,0 +1,23 @@
+"""Optional dependencies (extras): imported when first needed, with the line that installs them."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from asynctrace.errors import AsyncTraceError
+
+__all__ = ["MissingExtraError", "require"]
+
+
+class MissingExtraError(AsyncTraceError, ImportError):
+    """An optional dependency is not installed; the message says how to install it."""
+
+
+def require(module: str, *, extra: str, what: str, packages: str) -> ModuleType:
+    """Import ``module``, or raise :class:`MissingExtraError` naming the extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        hint = f"pip install 'asynctrace[{extra}]' (or pip install {packages})"
+        raise MissingExtraError(f"{what} needs {packages}: {hint}") from None

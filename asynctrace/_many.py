@@ -1,0 +1,485 @@
+"""Many rank files at once: the per-rank map on local processes or a Dask cluster, then the reduce.
+
+:func:`analyze_many` is the I/O side of a multi-rank analysis: each rank file is read and
+analysed by a worker (``load`` → ``analyze``), which returns only the :class:`Report`, encoded
+as msgpack bytes (a few kB to a few MB, however large the trace); the driver decodes the
+reports and reduces them (:func:`~asynctrace.analysis.ranks.compare_ranks`,
+:func:`~asynctrace.analysis.many.cross_rank`), never holding a trace model. A worker holds one
+trace at a time.
+
+Where the map runs:
+
+* ``workers=1`` (or one file): in this process, one file after another;
+* ``workers=N``: N local processes, each a standard-library ``ProcessPoolExecutor`` of one
+  process (``forkserver`` where the platform has it, else ``spawn``: safe beside threads, and
+  nothing of the caller's state is copied). One executor per slot, so that a worker process
+  that dies (killed by a signal, out of memory, a crash) is known to have held exactly one
+  file: that file is named as lost, its slot gets a fresh process, the other files go on;
+* ``scheduler=ADDRESS`` (or a ``distributed.Client``): the tasks of an existing Dask
+  distributed cluster (``pip install 'asynctrace[dask]'``). The workers must see the files at
+  the same paths (a shared file system) and have asynctrace installed. Dask re-runs a task whose
+  worker died; one that keeps killing its workers (``distributed.scheduler.allowed-failures``)
+  comes back as lost.
+
+The reports, in the order of ``paths``, are the same objects the sequential analysis gives (the
+msgpack round trip is exact), so every output built from them is identical.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from asynctrace._extras import require
+from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
+from asynctrace.errors import OptionError, TraceFormatError
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
+
+    from asynctrace.analysis.many import CrossRank
+    from asynctrace.analysis.ranks import RankComparison
+    from asynctrace.analysis.report import Report
+    from asynctrace.traces.model import Trace
+
+__all__ = [
+    "ExportedFile",
+    "FileRun",
+    "ManyReports",
+    "analyze_many",
+    "default_workers",
+    "export_many",
+    "file_size",
+]
+
+#: what a worker sends back: ok, the msgpack report or the error message, seconds, peak RSS
+#: in bytes, and which worker it was ("host:pid")
+_Result = tuple[bool, bytes | str, float, int, str]
+
+_LOST = (
+    "the worker analysing it was lost (its process ended: killed by a signal, out of memory "
+    "or crashed); the other files were analysed; report this file alone to see why"
+)
+
+
+class FileRun(msgspec.Struct, frozen=True, kw_only=True):
+    """What happened to one file of the map."""
+
+    source: str
+    #: False: unreadable (a bad file) or lost (its worker died); ``error`` says which
+    ok: bool
+    size_bytes: int
+    #: the worker's time on it: load and analysis (0.0 when lost)
+    seconds: float
+    #: the worker process's peak resident memory so far (0 when unknown or lost)
+    peak_rss_bytes: int
+    #: "host:pid" of the worker ("" when lost)
+    worker: str
+    #: the one-line message ("PATH: reason") when not ok
+    error: str | None = None
+    lost: bool = False
+
+
+class ManyReports(msgspec.Struct, frozen=True, kw_only=True):
+    """The result of :func:`analyze_many`."""
+
+    #: one per readable file, in the order the paths were given
+    reports: list[Report]
+    #: one per path, in order (failures included)
+    files: list[FileRun]
+    #: the rank table, slowest rank and per-step skew; None with fewer than two reports
+    ranks: RankComparison | None
+    #: the cross-rank figures; None with fewer than two reports
+    cross_rank: CrossRank | None
+
+    @property
+    def failures(self) -> list[str]:
+        """The message of each file that gave no report ("PATH: reason"), in order."""
+        return [f.error or f.source for f in self.files if not f.ok]
+
+
+def default_workers(n_files: int) -> int:
+    """The number of cores this process may use, at most one per file (at least 1)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, n_files))
+
+
+def _peak_rss() -> int:
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def _worker_name() -> str:
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _load(path: str, shown: str) -> Trace:
+    """Load ``path``, named ``shown`` (the path as the caller gave it) in the trace and in any
+    error: a Dask worker opens the absolute path, but the report reads as the sequential one."""
+    from asynctrace.traces.load import load
+
+    try:
+        trace = load(path)
+    except TraceFormatError as e:
+        if shown != path and e.path == path:
+            raise TraceFormatError(shown, e.reason) from None
+        raise
+    if shown != path and trace.source == path:
+        trace = msgspec.structs.replace(trace, source=shown)
+    return trace
+
+
+def _analyze(path: str, shown: str, queue_cap: int, keep_sync_calls: bool) -> Report:
+    from asynctrace.analysis.report import analyze
+
+    trace = _load(path, shown)
+    report = analyze(trace, queue_cap=queue_cap, keep_sync_calls=keep_sync_calls)
+    del trace  # one model at a time
+    return report
+
+
+def _analyze_one(path: str, shown: str, queue_cap: int, keep_sync_calls: bool) -> _Result:
+    """The map's task, run in a worker: one file → its report as msgpack bytes."""
+    t0 = time.perf_counter()
+    try:
+        data: bytes | str = msgspec.msgpack.encode(
+            _analyze(path, shown, queue_cap, keep_sync_calls)
+        )
+        ok = True
+    except TraceFormatError as e:
+        data, ok = str(e), False
+    return ok, data, time.perf_counter() - t0, _peak_rss(), _worker_name()
+
+
+def file_size(path: str | os.PathLike[str]) -> int:
+    """The size of ``path`` in bytes (0 where it cannot be read)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _main_importable() -> bool:
+    """Whether a ``spawn`` / ``forkserver`` worker can import this process's main module as
+    multiprocessing does: not where it has a file name that is no file (``python - <<EOF``:
+    ``<stdin>``), where every worker would die on start; the map then runs in this process."""
+    main = sys.modules.get("__main__")
+    if getattr(main, "__spec__", None) is not None:
+        return True
+    path = getattr(main, "__file__", None)
+    return path is None or os.path.isfile(path)
+
+
+def _mp_context() -> Any:
+    import multiprocessing
+
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    return multiprocessing.get_context(method)
+
+
+OnResult = Callable[[int, "_Result | None", str | None], None]
+
+
+def _local_map(
+    paths: Sequence[str],
+    workers: int,
+    task: Callable[..., _Result],
+    task_args: tuple[Any, ...],
+    on_result: OnResult,
+) -> None:
+    """Run the task for every path on ``workers`` one-process executors; ``on_result(i,
+    result, None)`` per file, or ``on_result(i, None, reason)`` for a file whose worker died."""
+    # imported here: multiprocessing brings tempfile and shutil, which one process never needs
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    ctx = _mp_context()
+    slots: list[ProcessPoolExecutor | None] = [None] * workers
+    pending = deque(range(len(paths)))
+    running: dict[Future[_Result], tuple[int, int]] = {}
+
+    def feed(slot: int) -> None:
+        while pending:
+            i = pending[0]
+            ex = slots[slot]
+            if ex is None:
+                ex = slots[slot] = ProcessPoolExecutor(max_workers=1, mp_context=ctx)
+            try:
+                fut = ex.submit(task, paths[i], paths[i], *task_args)
+            except BrokenProcessPool:
+                # its process died between two files: the file never started; a fresh one
+                ex.shutdown(wait=False, cancel_futures=True)
+                slots[slot] = None
+                continue
+            pending.popleft()
+            running[fut] = (i, slot)
+            return
+
+    clean = False
+    try:
+        for slot in range(workers):
+            feed(slot)
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: running[f][0]):
+                i, slot = running.pop(fut)
+                try:
+                    result = fut.result()
+                except BrokenProcessPool:
+                    lost = slots[slot]
+                    if lost is not None:
+                        lost.shutdown(wait=False, cancel_futures=True)
+                    slots[slot] = None
+                    on_result(i, None, _LOST)
+                else:
+                    on_result(i, result, None)
+                feed(slot)
+        clean = True
+    finally:
+        for ex in slots:
+            if ex is not None:
+                ex.shutdown(wait=clean, cancel_futures=True)
+
+
+def _client(scheduler: Any) -> tuple[Any, bool]:
+    """A ``distributed.Client`` for ``scheduler`` (an address, or a client), and whether we
+    opened it (and so close it)."""
+    distributed = require(
+        "distributed",
+        extra="dask",
+        what="--scheduler (a Dask cluster)",
+        packages="dask distributed",
+    )
+    if isinstance(scheduler, distributed.Client):
+        return scheduler, False
+    if not isinstance(scheduler, str) or not scheduler:
+        raise OptionError(
+            f"scheduler={scheduler!r}: give a Dask scheduler address (tcp://host:8786) or a "
+            "distributed.Client"
+        )
+    try:
+        client = distributed.Client(scheduler, set_as_default=False, timeout="60s")
+    except OSError as e:
+        raise OptionError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
+    return client, True
+
+
+def _dask_map(
+    paths: Sequence[str],
+    scheduler: Any,
+    task: Callable[..., _Result],
+    task_args: tuple[Any, ...],
+    on_result: OnResult,
+) -> None:
+    import distributed
+
+    client, owned = _client(scheduler)
+    try:
+        stamp = f"{os.getpid()}-{time.monotonic_ns()}"
+        futures = client.map(
+            task,
+            [os.path.abspath(p) for p in paths],  # the workers' working folder may differ
+            list(paths),
+            *[[a] * len(paths) for a in task_args],
+            pure=False,
+            key=[f"asynctrace-{task.__name__}-{i}-{stamp}" for i in range(len(paths))],
+        )
+        index = {f.key: i for i, f in enumerate(futures)}
+        lost_types: tuple[type[BaseException], ...] = (
+            distributed.KilledWorker,
+            distributed.client.FutureCancelledError,
+        )
+        for fut, value in distributed.as_completed(  # type: ignore[no-untyped-call]
+            futures, loop=client.loop, with_results=True, raise_errors=False
+        ):
+            i = index[fut.key]
+            # an errored future gives (type, exception, traceback) here, not the exception
+            error = fut.exception() if fut.status == "error" else None
+            if fut.status == "cancelled" or isinstance(error, lost_types):
+                on_result(i, None, _LOST + f" ({type(error or value).__name__})")
+            elif error is not None:
+                raise error
+            else:
+                on_result(i, value, None)
+            fut.release()
+    finally:
+        if owned:
+            client.close()
+
+
+def _map(
+    sources: Sequence[str],
+    task: Callable[..., _Result],
+    task_args: tuple[Any, ...],
+    *,
+    workers: int | None,
+    scheduler: Any,
+    done: OnResult,
+) -> None:
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise OptionError(f"workers={workers!r}: give a whole number >= 1")
+    if scheduler is not None:
+        _dask_map(sources, scheduler, task, task_args, done)
+        return
+    n = default_workers(len(sources)) if workers is None else min(workers, len(sources))
+    if n <= 1 or not _main_importable():
+        for i, p in enumerate(sources):
+            done(i, task(p, p, *task_args), None)
+    else:
+        _local_map(sources, n, task, task_args, done)
+
+
+def _file_run(source: str, size: int, result: _Result | None, lost: str | None) -> FileRun:
+    if result is None:
+        return FileRun(
+            source=source,
+            ok=False,
+            size_bytes=size,
+            seconds=0.0,
+            peak_rss_bytes=0,
+            worker="",
+            error=f"{source}: {lost}",
+            lost=True,
+        )
+    ok, data, seconds, rss, worker = result
+    return FileRun(
+        source=source,
+        ok=ok,
+        size_bytes=size,
+        seconds=seconds,
+        peak_rss_bytes=rss,
+        worker=worker,
+        error=None if ok else str(data),
+    )
+
+
+def analyze_many(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    workers: int | None = None,
+    scheduler: Any = None,
+    queue_cap: int = DEFAULT_QUEUE_CAP,
+    keep_sync_calls: bool = True,
+    on_file: Callable[[FileRun], None] | None = None,
+) -> ManyReports:
+    """Analyse many rank files (one trace each) and compare the ranks.
+
+    ``workers``: local processes for the per-file map (default: the cores this process may use,
+    at most one per file; 1 runs in this process). ``scheduler``: a Dask scheduler address
+    (``"tcp://10.0.0.1:8786"``) or a ``distributed.Client``; the map then runs on that cluster
+    and ``workers`` is not used. ``on_file`` is called in this process as each file is done
+    (for a progress display), in completion order.
+
+    A file that cannot be read (:class:`TraceFormatError`) or whose worker died is recorded in
+    :attr:`ManyReports.files` (``ok=False``) and the others go on; any other exception in a
+    worker is raised here, as it would be in one process.
+    """
+    sources = [os.fspath(p) for p in paths]
+    task_args = (queue_cap, keep_sync_calls)
+    sizes = [file_size(p) for p in sources]
+    runs: list[FileRun | None] = [None] * len(sources)
+    decoded: list[Report | None] = [None] * len(sources)
+
+    from asynctrace.analysis.report import Report
+
+    def done(i: int, result: _Result | None, lost: str | None) -> None:
+        run = runs[i] = _file_run(sources[i], sizes[i], result, lost)
+        if result is not None and run.ok:
+            assert isinstance(result[1], bytes)
+            decoded[i] = msgspec.msgpack.decode(result[1], type=Report)
+        if on_file is not None:
+            on_file(run)
+
+    _map(sources, _analyze_one, task_args, workers=workers, scheduler=scheduler, done=done)
+
+    from asynctrace.analysis.many import cross_rank
+    from asynctrace.analysis.ranks import compare_ranks
+
+    reports = [r for r in decoded if r is not None]
+    several = len(reports) > 1
+    return ManyReports(
+        reports=reports,
+        files=[r for r in runs if r is not None],
+        ranks=compare_ranks(reports) if several else None,
+        cross_rank=cross_rank(reports) if several else None,
+    )
+
+
+class ExportedFile(msgspec.Struct, frozen=True, kw_only=True):
+    """What :func:`export_many` wrote for one rank file."""
+
+    source: str
+    rank: int | None
+    #: table → (file written, rows)
+    tables: dict[str, tuple[str, int]]
+
+
+def _export_one(path: str, shown: str, outdir: str, queue_cap: int) -> _Result:
+    """The export map's task, run in a worker: one file → its Parquet tables."""
+    from asynctrace.analysis.report import analyze
+    from asynctrace.analysis.tables import activity_rows
+    from asynctrace.export.parquet import write_rank_tables
+
+    t0 = time.perf_counter()
+    try:
+        trace = _load(path, shown)
+    except TraceFormatError as e:
+        return False, str(e), time.perf_counter() - t0, _peak_rss(), _worker_name()
+    report = analyze(trace, queue_cap=queue_cap, keep_sync_calls=True)
+    rows = activity_rows(trace)
+    del trace
+    written = write_rank_tables(outdir, report=report, activities=rows)
+    done = ExportedFile(
+        source=report.trace.source,
+        rank=report.trace.rank,
+        tables={k: (str(p), n) for k, (p, n) in written.items()},
+    )
+    data = msgspec.msgpack.encode(done)
+    return True, data, time.perf_counter() - t0, _peak_rss(), _worker_name()
+
+
+def export_many(
+    paths: Iterable[str | os.PathLike[str]],
+    outdir: str | os.PathLike[str],
+    *,
+    workers: int | None = None,
+    scheduler: Any = None,
+    queue_cap: int = DEFAULT_QUEUE_CAP,
+    on_file: Callable[[FileRun], None] | None = None,
+) -> tuple[list[ExportedFile], list[FileRun]]:
+    """Write the Parquet tables of every rank file under ``outdir``
+    (:mod:`asynctrace.export.parquet`), each file by a worker as in :func:`analyze_many`
+    (with a cluster, ``outdir`` must be on a file system the workers share). Returns what was
+    written, in the order of ``paths``, and every file's run (failures included)."""
+    require("pyarrow", extra="parquet", what="Parquet export", packages="pyarrow")
+    sources = [os.fspath(p) for p in paths]
+    sizes = [file_size(p) for p in sources]
+    runs: list[FileRun | None] = [None] * len(sources)
+    exported: list[ExportedFile | None] = [None] * len(sources)
+
+    def done(i: int, result: _Result | None, lost: str | None) -> None:
+        run = runs[i] = _file_run(sources[i], sizes[i], result, lost)
+        if result is not None and run.ok:
+            assert isinstance(result[1], bytes)
+            exported[i] = msgspec.msgpack.decode(result[1], type=ExportedFile)
+        if on_file is not None:
+            on_file(run)
+
+    task_args = (os.fspath(outdir), queue_cap)
+    _map(sources, _export_one, task_args, workers=workers, scheduler=scheduler, done=done)
+    return [e for e in exported if e is not None], [r for r in runs if r is not None]
