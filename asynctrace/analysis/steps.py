@@ -306,8 +306,6 @@ def split_steps(
         [f.device_end_ns if f.device_end_ns is not None else -(2**62) for f in out], np.int64
     )
     return [
-        msgspec.structs.replace(
-            f, in_flight_steps=int(np.count_nonzero(dev_ends[:k] > f.start_ns))
-        )
+        msgspec.structs.replace(f, in_flight_steps=int(np.count_nonzero(dev_ends[:k] > f.start_ns)))
         for k, f in enumerate(out)
     ]
