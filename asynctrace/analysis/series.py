@@ -189,7 +189,10 @@ def bound_series(
         raise ValueError(f"{n} step bounds but {len(numbers)} step numbers")
     k = bin_size(n, max_bins=max_bins)
     cols = np.array(
-        [(b.region_ns, b.busy_ns, *(getattr(b.idle_ns_by_cause, c) for c in CAUSES)) for b in bounds],
+        [
+            (b.region_ns, b.busy_ns, *(getattr(b.idle_ns_by_cause, c) for c in CAUSES))
+            for b in bounds
+        ],
         dtype=np.float64,
     ).reshape(n, 2 + len(CAUSES))
     heads = np.arange(0, n, k)

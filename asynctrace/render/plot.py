@@ -499,9 +499,7 @@ def _report_bound_series(report: Report, max_bins: int | None) -> BoundSeries:
     )
 
 
-def plot_idle_by_cause(
-    report: Report, *, ax: Any = None, series: BoundSeries | None = None
-) -> Any:
+def plot_idle_by_cause(report: Report, *, ax: Any = None, series: BoundSeries | None = None) -> Any:
     """Per step, its share of the device timeline as one stacked bar (ms): busy, then idle by
     cause; titled with the run's label. ``series`` defaults to the report's steps'
     bounds (downsampled past :data:`~asynctrace.analysis.series.MAX_BINS` steps)."""
