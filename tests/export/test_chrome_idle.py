@@ -93,7 +93,8 @@ def test_idle_slices_one_per_gap_named_and_coloured_by_cause() -> None:
     # host gaps shorter than LAUNCH_GAP_NS (50 µs) are launch gaps
     assert [e["args"]["launch_gap"] for e in idle] == [True, False, False, True]
     names = [e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"]
-    assert "device idle" in names and "steps: device share" in names
+    assert "device idle" in names
+    assert "steps: device share" in names
 
 
 def test_step_share_slices_cover_the_region_with_each_label() -> None:
@@ -122,7 +123,8 @@ def test_a_given_analysis_is_not_run_again(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(rep, "analyze_detail", boom)
     source = overlay_source(trace, analysis=a)
-    assert source.gaps is a.gaps and source.report is a.report
+    assert source.gaps is a.gaps
+    assert source.report is a.report
 
 
 @pytest.mark.real_traces

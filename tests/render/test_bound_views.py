@@ -95,7 +95,8 @@ def test_records_bars_are_the_estimated_step_bounds(tmp_path: Path) -> None:
     rec = read_records(write_records_file(tmp_path / "r.records.jsonl", steps))
     rb = bound_of_records(rec.steps, asynchronous=rec.header.asynchronous)
     series = records_bound_series(rec)
-    assert series.estimated and series.label == rb.run.label
+    assert series.estimated
+    assert series.label == rb.run.label
     segments = idle_bar_segments(series)
     assert np.sum([g.values_ns for g in segments], axis=0).tolist() == [
         b.region_ns for b in rb.steps
@@ -116,7 +117,8 @@ def test_a_long_run_is_drawn_as_bin_means(tmp_path: Path) -> None:
     rec = read_records(write_records_file(tmp_path / "long.records.jsonl", steps))
     rb = bound_of_records(rec.steps, asynchronous=True)
     series = records_bound_series(rec)
-    assert series.downsampled and series.bins == 1667 and series.bin_steps == 3
+    assert series.downsampled
+    assert (series.bins, series.bin_steps) == (1667, 3)
     segments = idle_bar_segments(series)
     means = np.sum([g.values_ns for g in segments], axis=0)
     shares = np.array([b.region_ns for b in rb.steps], float)
