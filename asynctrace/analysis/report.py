@@ -4,6 +4,10 @@
 frozen Report. ``Report.to_json()`` / ``Report.from_json()`` round-trip it; the schema is
 documented in docs/report-json.md and versioned by ``schema_version``.
 
+``analyze_detail(trace)`` returns the same report with the detail beside it (each idle gap, each
+stream's queue over time) for the views that draw more than the report carries (``annotate``);
+the detail is not part of the JSON form.
+
 ``summarize_records`` does the same for the records a capture session wrote.
 
 Schema 2 (this version) adds ``bound`` (what bounds the run: label, figures, evidence, advice),
@@ -271,8 +275,11 @@ def analyze_detail(
         bound=tb.run,
         warnings=tb.warnings,
     )
-    assert tb.gaps is not None  # bound_of_trace always returns them
-    return Analysis(report=report, gaps=tb.gaps, queue_series=series)
+    gaps = tb.gaps  # bound_of_trace always gives them; an empty set where it would not
+    if gaps is None:
+        empty = np.zeros(0, np.int64)
+        gaps = IdleGaps(empty, empty, np.zeros(0, np.uint8), np.zeros(0, bool), empty)
+    return Analysis(report=report, gaps=gaps, queue_series=series)
 
 
 class FigureStats(msgspec.Struct, frozen=True, kw_only=True):
