@@ -132,6 +132,7 @@ def _report_body(report: Report, trace: Trace | None, max_steps: int) -> str:
                 "run-ahead ms",
                 "queue max",
                 "in flight",
+                "bound",
             ],
             (
                 (
@@ -145,6 +146,7 @@ def _report_body(report: Report, trace: Trace | None, max_steps: int) -> str:
                     _ms(s.run_ahead_ns),
                     s.queue_max,
                     s.in_flight_steps,
+                    s.bound.label if s.bound is not None else "—",
                 )
                 for s in steps
             ),

@@ -146,6 +146,11 @@ def test_html_box_v100_is_device_bound() -> None:
     assert "<td>5578938</td><td>5.579 ms</td><td>1.1</td>" in box  # host idle, ns and %
     assert "evidence: host idle: 158 launch gaps" in box
     assert "next step: the device is busy 98% of the time" in box
+    # the steps table gives each step's own label
+    page = report_html(report)
+    for s in report.steps:
+        assert s.bound is not None
+        assert f"<td>{s.in_flight_steps}</td><td>{s.bound.label}</td></tr>" in page
 
 
 @pytest.mark.real_traces
