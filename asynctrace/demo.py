@@ -590,7 +590,7 @@ def write_views(
     """Plots, the HTML report and (when deep mode did not) the annotated trace, from what the
     loops wrote; returns every artifact with how to view it, and notes on what the pictures
     show for this run's data."""
-    from asynctrace.analysis.report import analyze, summarize_records
+    from asynctrace.analysis.report import analyze_detail, summarize_records
     from asynctrace.capture.profiler import annotated_path
     from asynctrace.export.chrome import annotate_file
     from asynctrace.render import plot
@@ -647,12 +647,13 @@ def write_views(
             )
         )
         trace = load(trace_path)
-        report = analyze(trace)
+        analysis = analyze_detail(trace)  # once: the report, and the gaps annotate draws
+        report = analysis.report
         if profiled.annotated_traces:
             annotated = Path(profiled.annotated_traces[0])
         else:
             annotated = annotate_file(
-                trace_path, annotated_path(trace_path), trace=trace, report=report
+                trace_path, annotated_path(trace_path), trace=trace, analysis=analysis
             )
         arts.append(
             Artifact(

@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from asynctrace.analysis.report import analyze
+    from asynctrace.analysis.report import analyze_detail
     from asynctrace.export.chrome import overlay_source, write_annotated
     from asynctrace.traces._io import sniff
     from asynctrace.traces.load import load
@@ -62,8 +62,11 @@ def run(args: argparse.Namespace) -> int:
         )
     output_file(out, what="the annotated trace", inputs=[src])
     trace = load(src)
-    report = analyze(trace)
-    source = overlay_source(trace, report)
+    # once: the report and the idle gaps beside it (the "device idle" track)
+    analysis = analyze_detail(trace)
+    report = analysis.report
+    source = overlay_source(trace, analysis=analysis)
+    del analysis
     del trace  # its columns need not sit beside the trace's text, read again to be copied
     try:
         write_annotated(src, out, source)
@@ -71,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
         raise write_failed(out, e, "the annotated trace") from None
     print(
         f"wrote {out} ({len(report.steps)} steps, {report.syncs.count} syncs, "
-        f"{len(report.queue)} streams)",
+        f"{len(report.queue)} streams, {len(source.gaps.start_ns) if source.gaps else 0} "
+        "idle gaps)",
         file=sys.stdout,
     )
     return 0

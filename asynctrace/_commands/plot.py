@@ -12,7 +12,7 @@ from asynctrace.records import RECORDS_SUFFIX, is_records_name
 
 __all__ = ["add_arguments", "parse_steps", "run"]
 
-VIEWS = ("overview", "timeline", "steps", "run-ahead")
+VIEWS = ("overview", "timeline", "steps", "run-ahead", "bound")
 
 
 def parse_steps(text: str) -> tuple[int, int]:
@@ -41,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--view",
         choices=VIEWS,
         default="overview",
-        help="overview (all three, default), timeline (host/device lanes), steps (per-step "
-        "bars) or run-ahead",
+        help="overview (timeline, steps and run-ahead; default), timeline (host/device lanes), "
+        "steps (per-step bars), run-ahead, or bound (per step: device busy and idle by cause, "
+        "titled with the run's bound label)",
     )
     parser.add_argument(
         "--steps",
@@ -76,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
             fig = plot.records_timeline(rec, steps=args.steps)
         elif args.view == "steps":
             fig = plot.records_step_bars(rec)
+        elif args.view == "bound":
+            fig = plot.records_idle_by_cause(rec)
         else:
             fig = plot.records_run_ahead(rec)
     else:
@@ -90,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
             fig = plot.plot_timeline(trace, report, steps=args.steps)
         elif args.view == "steps":
             fig = plot.plot_step_bars(report)
+        elif args.view == "bound":
+            fig = plot.plot_idle_by_cause(report)
         else:
             fig = plot.plot_run_ahead(report)
     try:

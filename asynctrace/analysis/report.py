@@ -4,6 +4,10 @@
 frozen Report. ``Report.to_json()`` / ``Report.from_json()`` round-trip it; the schema is
 documented in docs/report-json.md and versioned by ``schema_version``.
 
+``analyze_detail(trace)`` returns the same report with the detail beside it (each idle gap, each
+stream's queue over time) for the views that draw more than the report carries (``annotate``);
+the detail is not part of the JSON form.
+
 ``summarize_records`` does the same for the records a capture session wrote.
 
 Schema 2 (this version) adds ``bound`` (what bounds the run: label, figures, evidence, advice),
@@ -22,12 +26,14 @@ import numpy as np
 
 from asynctrace.analysis.bound import (
     Bound,
+    IdleGaps,
     ReportWarning,
     bound_of_trace,
 )
 from asynctrace.analysis.launches import LaunchStats, launch_stats, link_launches
 from asynctrace.analysis.queue import (
     DEFAULT_QUEUE_CAP,
+    QueueSeries,
     StreamQueue,
     queue_series,
     queue_stats,
@@ -43,12 +49,14 @@ from asynctrace.traces.model import ActivityKind, Trace
 __all__ = [
     "REPORT_SCHEMA_VERSION",
     "ActivityCounts",
+    "Analysis",
     "FigureStats",
     "RecordsSummary",
     "Report",
     "TraceInfo",
     "VerdictInfo",
     "analyze",
+    "analyze_detail",
     "rank_from_name",
     "step_records",
     "summarize_records",
@@ -182,10 +190,31 @@ def sync_sites(summary: SyncSummary) -> list[SyncSite]:
     ]
 
 
+class Analysis(msgspec.Struct, frozen=True, kw_only=True, eq=False):
+    """A report and the analysis detail beside it: what views draw that the report does not
+    carry (each idle gap, each stream's queue over time). Made once by :func:`analyze_detail`
+    for the views that need it (``asynctrace annotate``); not part of the report's JSON form.
+    """
+
+    report: Report
+    #: every idle gap of the device timeline, with its cause and step (bound analysis)
+    gaps: IdleGaps
+    #: stream key (as in ``report.queue``) → (queue depth, in flight) over time
+    queue_series: dict[str, tuple[QueueSeries, QueueSeries]]
+
+
 def analyze(
     trace: Trace, *, queue_cap: int = DEFAULT_QUEUE_CAP, keep_sync_calls: bool = True
 ) -> Report:
     """All figures of one trace (pure; reads no file, imports no torch)."""
+    return analyze_detail(trace, queue_cap=queue_cap, keep_sync_calls=keep_sync_calls).report
+
+
+def analyze_detail(
+    trace: Trace, *, queue_cap: int = DEFAULT_QUEUE_CAP, keep_sync_calls: bool = True
+) -> Analysis:
+    """:func:`analyze`, and the detail beside the report (the idle gaps, the queue series),
+    from the same single run of the analyses."""
     links = link_launches(trace)
     groups = stream_groups(trace)
     series = queue_series(trace, links, groups=groups)
@@ -221,7 +250,7 @@ def analyze(
         sync_cost_fraction=tb.sync_cost_fraction if has_device else None,
         whole_trace=whole,
     )
-    return Report(
+    report = Report(
         trace=TraceInfo(
             source=trace.source,
             format=trace.format,
@@ -246,6 +275,11 @@ def analyze(
         bound=tb.run,
         warnings=tb.warnings,
     )
+    gaps = tb.gaps  # bound_of_trace always gives them; an empty set where it would not
+    if gaps is None:
+        empty = np.zeros(0, np.int64)
+        gaps = IdleGaps(empty, empty, np.zeros(0, np.uint8), np.zeros(0, bool), empty)
+    return Analysis(report=report, gaps=gaps, queue_series=series)
 
 
 class FigureStats(msgspec.Struct, frozen=True, kw_only=True):

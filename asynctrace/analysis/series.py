@@ -17,15 +17,19 @@ from operator import attrgetter
 import numpy as np
 import numpy.typing as npt
 
+from asynctrace.analysis._bound_model import CAUSES, StepBound
 from asynctrace.records import Records, StepRecord
 
 __all__ = [
     "MAX_BINS",
     "RECORD_SERIES",
+    "BoundSeries",
     "Envelope",
     "StepSeries",
     "bin_size",
+    "bound_series",
     "envelope",
+    "records_bound_series",
     "records_series",
     "steps_series",
 ]
@@ -138,4 +142,90 @@ def steps_series(steps: Sequence[StepRecord], *, max_bins: int = MAX_BINS) -> St
         first_step=number[::k].copy(),
         last_step=number[np.minimum(np.arange(1, -(-n // k) + 1) * k, n) - 1],
         figures={name: envelope(cols[name], k) for name in RECORD_SERIES},
+    )
+
+
+@dataclass(frozen=True)
+class BoundSeries:
+    """Each step's share of the device timeline — busy, and idle by cause — in bins of
+    ``bin_steps`` consecutive steps: per bin, the **mean** step's figures (ns), so that a bin's
+    parts add up to its mean share as each step's add up to its share. A run with no more steps
+    than the bins gets bins of one step: its figures are the steps' own."""
+
+    steps: int
+    bin_steps: int
+    first_step: I64
+    last_step: I64
+    #: the bin's mean share (busy + idle) and busy time
+    share_ns: F64
+    busy_ns: F64
+    #: cause (:data:`~asynctrace.analysis.bound.CAUSES`) -> the bin's mean idle of that cause
+    idle_ns: dict[str, F64]
+    #: the run's label ("host-bound", ...), and whether the figures are estimated (records)
+    label: str
+    estimated: bool
+
+    @property
+    def bins(self) -> int:
+        return len(self.first_step)
+
+    @property
+    def downsampled(self) -> bool:
+        return self.bin_steps > 1
+
+
+def bound_series(
+    bounds: Sequence[StepBound],
+    numbers: Sequence[int],
+    *,
+    label: str,
+    estimated: bool = False,
+    max_bins: int = MAX_BINS,
+) -> BoundSeries:
+    """The steps' bounds (``report.steps[i].bound``, ``bound_of_records(...).steps``) with
+    their step numbers, in at most ``max_bins`` bins (bin means, see :class:`BoundSeries`)."""
+    n = len(bounds)
+    if len(numbers) != n:
+        raise ValueError(f"{n} step bounds but {len(numbers)} step numbers")
+    k = bin_size(n, max_bins=max_bins)
+    cols = np.array(
+        [
+            (b.region_ns, b.busy_ns, *(getattr(b.idle_ns_by_cause, c) for c in CAUSES))
+            for b in bounds
+        ],
+        dtype=np.float64,
+    ).reshape(n, 2 + len(CAUSES))
+    heads = np.arange(0, n, k)
+    if n:
+        sums = np.add.reduceat(cols, heads, axis=0)
+        counts = np.diff(np.r_[heads, n]).astype(np.float64)
+        means = sums / counts[:, None]
+    else:
+        means = np.zeros((0, 2 + len(CAUSES)))
+    number = np.asarray(numbers, dtype=np.int64).reshape(n)
+    return BoundSeries(
+        steps=n,
+        bin_steps=k,
+        first_step=number[heads].copy(),
+        last_step=number[np.minimum(heads + k, n) - 1] if n else number[:0].copy(),
+        share_ns=means[:, 0].copy(),
+        busy_ns=means[:, 1].copy(),
+        idle_ns={c: means[:, 2 + i].copy() for i, c in enumerate(CAUSES)},
+        label=label,
+        estimated=estimated,
+    )
+
+
+def records_bound_series(records: Records, *, max_bins: int = MAX_BINS) -> BoundSeries:
+    """:func:`bound_series` of a session's records: each step's estimated bound
+    (:func:`~asynctrace.analysis.bound.bound_of_records`), the session's label."""
+    from asynctrace.analysis.bound import bound_of_records
+
+    rb = bound_of_records(records.steps, asynchronous=records.header.asynchronous)
+    return bound_series(
+        rb.steps,
+        [s.step for s in records.steps],
+        label=rb.run.label,
+        estimated=True,
+        max_bins=max_bins,
     )

@@ -11,11 +11,17 @@ Trace Event Format (Perfetto UI, chrome://tracing, TensorBoard's trace viewer):
   device span) joining the two halves of each step;
 * lane 20+, **syncs** — each synchronizing host call as an ``X`` over its wait, plus an instant
   marker (``i``, thread scope) at its start, with the Python site in ``args.site`` where known;
+* lane 18, **device idle** — one ``X`` per idle gap of the device timeline (the bound
+  analysis), named by its cause (``idle: host`` …), coloured by cause (``cname``, a reserved
+  colour of the Chrome trace viewer; Perfetto colours by name), ``args``: cause, duration,
+  launch gap, step;
+* lane 19, **steps: device share** — one ``X`` per step over its share of the device timeline,
+  named with the step's bound label, ``args``: busy and idle by cause;
 * counter tracks (``C``): **queue depth (stream S)** per stream, and **CPU run-ahead (ms)**, a
   sample at each step's host end.
 
-Every figure comes from :func:`asynctrace.analysis.report.analyze` and
-:func:`asynctrace.analysis.queue.queue_series`; this module only lays them out. Times are the
+Every figure comes from :func:`asynctrace.analysis.report.analyze_detail` (the report, its idle
+gaps and queue series, from one run of the analysis); this module only lays them out. Times are the
 trace's own: ``ts`` in µs = (``trace.origin_ns`` + model ns) / 1000, with ns kept as three
 decimals.
 
@@ -44,12 +50,15 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from asynctrace.analysis.report import Report
+    from asynctrace.analysis.bound import IdleGaps
+    from asynctrace.analysis.report import Analysis, Report
     from asynctrace.traces.model import Trace
 
 __all__ = [
     "LANE_DEVICE",
     "LANE_HOST",
+    "LANE_IDLE",
+    "LANE_SHARE",
     "LANE_SYNCS",
     "OVERLAY_NAME",
     "OverlaySource",
@@ -65,6 +74,9 @@ OVERLAY_NAME = "asynctrace"
 # A lane's tid is also its sort index, so each kind's lanes stay together in tid order too.
 LANE_HOST = 1
 LANE_DEVICE = 10
+#: after the (at most 8) device lanes: the idle gaps, then each step's share of the timeline
+LANE_IDLE = 18
+LANE_SHARE = 19
 LANE_SYNCS = 20
 FLOW_CAT = "asynctrace.step"
 _MAX_HOST_LANES = 8
@@ -122,26 +134,30 @@ def _lanes(spans: Sequence[tuple[int, int]], first: int, limit: int) -> list[int
 
 class OverlaySource(NamedTuple):
     """What the overlay is drawn from, without the trace: the report, the clock of the file's
-    ``ts``, and each stream's queue depth. Much smaller than the trace's columns, so a large
-    trace's model can be dropped before its text is read to be copied."""
+    ``ts``, each stream's queue depth and the idle gaps. Much smaller than the trace's columns,
+    so a large trace's model can be dropped before its text is read to be copied."""
 
     report: Report
     origin_ns: int
     #: stream key -> (times ns, depth) arrays
     queue_depth: dict[str, tuple[I64, I64]]
+    #: the device timeline's idle gaps (None: no "device idle" track)
+    gaps: IdleGaps | None = None
 
 
-def overlay_source(trace: Trace, report: Report | None = None) -> OverlaySource:
-    """The figures the overlay of ``trace`` shows (analysed now unless ``report`` is given)."""
-    from asynctrace.analysis.launches import link_launches
-    from asynctrace.analysis.queue import queue_series
-    from asynctrace.analysis.report import analyze
+def overlay_source(
+    trace: Trace, report: Report | None = None, *, analysis: Analysis | None = None
+) -> OverlaySource:
+    """The figures the overlay of ``trace`` shows: ``analysis`` (``analyze_detail(trace)``)
+    where given, else analysed now (the figures of ``report`` where given)."""
+    if analysis is None:
+        from asynctrace.analysis.report import analyze_detail
 
+        analysis = analyze_detail(trace)
     if report is None:
-        report = analyze(trace)
-    links = link_launches(trace)
-    depth = {key: (d.time_ns, d.value) for key, (d, _flight) in queue_series(trace, links).items()}
-    return OverlaySource(report, _json_origin_ns(trace), depth)
+        report = analysis.report
+    depth = {key: (d.time_ns, d.value) for key, (d, _flight) in analysis.queue_series.items()}
+    return OverlaySource(report, _json_origin_ns(trace), depth, analysis.gaps)
 
 
 def overlay_events(
@@ -276,8 +292,13 @@ def iter_overlay(
                 }
             )
 
+    ev += _share_events(report, pid, o)
+    if source.gaps is not None and len(source.gaps.start_ns):
+        ev += _lane_names(pid, {LANE_IDLE}, LANE_IDLE, "device idle")
     yield from ev
     ev = []
+    if source.gaps is not None:
+        yield from _idle_events(source.gaps, report, pid, o)
     for key, (times, values) in source.queue_depth.items():
         name = f"queue depth (stream {key})"
         for t, v in zip(times.tolist(), values.tolist(), strict=True):
@@ -294,6 +315,88 @@ def iter_overlay(
                 }
             )
     yield from ev
+
+
+def _cname(label_or_cause: str) -> str:
+    from asynctrace.render.legend import IDLE_CAUSE_CNAMES
+
+    if label_or_cause == "device-bound":
+        return "thread_state_running"  # green, as "executing" is everywhere
+    cause = {
+        "host-bound": "host",
+        "sync-bound": "sync",
+        "input-bound": "input",
+        "dependency-bound": "dependency",
+        "undetermined": "unattributed",
+    }.get(label_or_cause, label_or_cause)
+    return IDLE_CAUSE_CNAMES.get(cause, "generic_work")
+
+
+def _share_events(report: Report, pid: int, o: int) -> list[Event]:
+    """One slice per step over its share of the device timeline, named with its label."""
+    ev: list[Event] = []
+    for s in report.steps:
+        b = s.bound
+        if b is None or b.share_end_ns <= b.share_start_ns:
+            continue  # a step that launched nothing owns no share
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "asynctrace.bound",
+                "name": f"step {s.step}: {b.label}",
+                "pid": pid,
+                "tid": LANE_SHARE,
+                "ts": _us(o, b.share_start_ns),
+                "dur": (b.share_end_ns - b.share_start_ns) / 1000,
+                "cname": _cname(b.label),
+                "args": {
+                    "label": b.label,
+                    "step": s.step,
+                    "share_ns": b.region_ns,
+                    "busy_ns": b.busy_ns,
+                    "idle_ns": b.idle_ns,
+                    **{f"idle_{c}_ns": v for c, v in b.idle_ns_by_cause.as_dict().items()},
+                    "busy_pct": b.evidence.busy_pct,
+                },
+            }
+        )
+    if ev:
+        ev = _lane_names(pid, {LANE_SHARE}, LANE_SHARE, "steps: device share") + ev
+    return ev
+
+
+def _idle_events(gaps: IdleGaps, report: Report, pid: int, o: int) -> Iterator[Event]:
+    """One slice per idle gap, named and coloured by its cause (made as they are written: a
+    long run has a gap between most kernels)."""
+    from asynctrace.analysis.bound import CAUSES
+
+    numbers = [s.step for s in report.steps]
+    names = [f"idle: {c}" for c in CAUSES]
+    cnames = [_cname(c) for c in CAUSES]
+    for g0, g1, c, short, k in zip(
+        gaps.start_ns.tolist(),
+        gaps.end_ns.tolist(),
+        gaps.cause.tolist(),
+        gaps.launch_gap.tolist(),
+        gaps.step.tolist(),
+        strict=True,
+    ):
+        yield {
+            "ph": "X",
+            "cat": "asynctrace.idle",
+            "name": names[c],
+            "pid": pid,
+            "tid": LANE_IDLE,
+            "ts": _us(o, g0),
+            "dur": (g1 - g0) / 1000,
+            "cname": cnames[c],
+            "args": {
+                "cause": CAUSES[c],
+                "duration_ns": g1 - g0,
+                "launch_gap": short,
+                "step": numbers[k] if 0 <= k < len(numbers) else None,
+            },
+        }
 
 
 def _lane_names(pid: int, lanes: set[int], first: int, name: str) -> list[Event]:
@@ -455,19 +558,21 @@ def annotate_file(
     *,
     trace: Trace | None = None,
     report: Report | None = None,
+    analysis: Analysis | None = None,
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
 ) -> Path:
     """Write ``dst``: the Chrome trace ``src`` unchanged plus the asynctrace overlay process.
 
-    ``trace`` is ``src`` loaded (loaded now when not given); ``report`` its analysis.
-    ``max_inflated_bytes`` caps how far a gzip ``src`` may inflate, as for :func:`load`.
+    ``trace`` is ``src`` loaded (loaded now when not given); ``analysis`` its
+    ``analyze_detail`` (run now when not given), ``report`` its report where only that is at
+    hand. ``max_inflated_bytes`` caps how far a gzip ``src`` may inflate, as for :func:`load`.
     """
     src_p = Path(src)
     if trace is None:
         from asynctrace.traces.load import load
 
         trace = load(src_p, max_inflated_bytes=max_inflated_bytes)
-    source = overlay_source(trace, report)
+    source = overlay_source(trace, report, analysis=analysis)
     del trace  # where loaded here: its columns need not sit beside the text read next
     return write_annotated(src_p, dst, source, max_inflated_bytes=max_inflated_bytes)
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from asynctrace._output import write_atomically
 
 if TYPE_CHECKING:
+    from asynctrace.analysis.bound import Bound, ReportWarning
     from asynctrace.analysis.report import RecordsSummary, Report, VerdictInfo
     from asynctrace.records import Records
     from asynctrace.traces.model import Trace
@@ -34,6 +35,10 @@ table{border-collapse:collapse;margin:.6em 0;font-size:13px}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:right;vertical-align:top}
 th{background:#f4f4f4}td.l,th.l{text-align:left}
 .verdict{padding:.6em 1em;border-left:4px solid #F28E2B;background:#fff8ef;margin:1em 0}
+.bound{padding:.6em 1em;border-left:4px solid #4E79A7;background:#f3f7fb;margin:1em 0}
+.bound p{margin:.3em 0}.bound .label{font-size:1.15em}.bound table{margin:.3em 0}
+.warn{padding:.3em .6em;border-left:4px solid #E15759;background:#fdeeee;margin:.3em 0}
+.swatch{display:inline-block;width:.8em;height:.8em;margin-right:.3em;vertical-align:middle}
 .meta{color:#666}.plot svg{max-width:100%;height:auto}
 code{font-size:12px;background:#f6f6f6;padding:0 3px}
 """
@@ -98,12 +103,20 @@ def _report_body(report: Report, trace: Trace | None, max_steps: int) -> str:
         f'<p class="meta">{_e(t.source)} · {_e(t.format)} · device {_e(t.device)}'
         + (f" · rank {_e(t.rank)}" if t.rank is not None else "")
         + f" · {t.events} events</p>",
+        _bound_div(
+            report.bound,
+            report.warnings,
+            scope="whole trace" if report.step_source in ("trace", "none") else "run",
+        ),
         _verdict_div(report.verdict),
     ]
     if trace is not None and report.steps:
-        from asynctrace.render.plot import overview_figure
+        from asynctrace.render.plot import overview_figure, plot_idle_by_cause
 
-        parts += ["<h2>Pictures</h2>", _svg(overview_figure(trace, report))]
+        parts.append("<h2>Pictures</h2>")
+        if report.bound is not None and all(s.bound is not None for s in report.steps):
+            parts.append(_svg(plot_idle_by_cause(report)))
+        parts.append(_svg(overview_figure(trace, report)))
     steps = report.steps[:max_steps]
     parts += [
         f"<h2>Steps ({len(report.steps)}, from {_e(report.step_source)})</h2>",
@@ -119,6 +132,7 @@ def _report_body(report: Report, trace: Trace | None, max_steps: int) -> str:
                 "run-ahead ms",
                 "queue max",
                 "in flight",
+                "bound",
             ],
             (
                 (
@@ -132,6 +146,7 @@ def _report_body(report: Report, trace: Trace | None, max_steps: int) -> str:
                     _ms(s.run_ahead_ns),
                     s.queue_max,
                     s.in_flight_steps,
+                    s.bound.label if s.bound is not None else "—",
                 )
                 for s in steps
             ),
@@ -192,7 +207,93 @@ def combined_html(
     """One page with several traces' reports and sessions' summaries, one after the other."""
     bodies = [_report_body(r, t, 200) for r, t in reports]
     bodies += [_records_body(s, r) for s, r in records]
+    if len(reports) + len(records) > 1:
+        bodies.insert(0, _ranks_table([r for r, _ in reports], [s for s, _ in records]))
     return _page(title, "<hr>".join(bodies))
+
+
+def _ranks_table(reports: Sequence[Report], summaries: Sequence[RecordsSummary]) -> str:
+    """One row per trace and per session on the page: its rank, file and what bounds it."""
+
+    def row(rank: int | None, source: str, kind: str, b: Bound | None, verdict: str) -> list[str]:
+        if b is None:
+            return [
+                "?" if rank is None else str(rank),
+                Path(source).name,
+                kind,
+                "—",
+                "—",
+                "—",
+                verdict,
+            ]
+        est = " (estimated)" if b.evidence.estimated else ""
+        return [
+            "?" if rank is None else str(rank),
+            Path(source).name,
+            kind,
+            b.label + est,
+            f"{b.evidence.busy_pct:.1f}",
+            b.evidence.leading_cause,
+            verdict,
+        ]
+
+    rows = [row(r.trace.rank, r.trace.source, "trace", r.bound, r.verdict.code) for r in reports]
+    rows += [row(s.rank, s.source, "session", s.bound, s.verdict.code) for s in summaries]
+    return f"<h1>Ranks and sessions ({len(rows)})</h1>" + _table(
+        ["rank", "file", "kind", "bound", "device busy %", "leading idle cause", "verdict"],
+        rows,
+        left=3,
+    )
+
+
+def _bound_div(bound: Bound | None, warnings: Sequence[ReportWarning], *, scope: str) -> str:
+    """The box that leads the page: the consistency warnings (code and message), then what
+    bounds the run — the label, device busy, idle by cause (ns and % of the region), the
+    evidence line, the host frames with ``file:line``, the notes and the first next step.
+    Every string is escaped: names and sites come from the file."""
+    from asynctrace.analysis.bound import CAUSES
+    from asynctrace.render.legend import IDLE_CAUSE_COLORS
+    from asynctrace.render.text import evidence_parts, format_ns
+
+    parts = [
+        f'<p class="warn"><b>warning: {_e(w.code)}</b> — {_e(w.message)}</p>' for w in warnings
+    ]
+    if bound is None:
+        return f'<div class="bound">{"".join(parts)}</div>' if parts else ""
+    b, e = bound, bound.evidence
+    est = " (estimated from step records)" if e.estimated else ""
+    parts.append(
+        f'<p class="label">bound: <b>{_e(b.label)}</b>{_e(est)} — {_e(scope)}: device busy '
+        f"{_e(format_ns(b.busy_ns))} of {_e(format_ns(b.region_ns))} "
+        f"({e.busy_pct:.1f}%), idle {_e(format_ns(b.idle_ns))}</p>"
+    )
+    by = b.idle_ns_by_cause.as_dict()
+    rows = "".join(
+        f'<tr><td class="l"><span class="swatch" style="background:{IDLE_CAUSE_COLORS[c]}">'
+        f"</span>{_e(c)}</td><td>{by[c]}</td><td>{_e(format_ns(by[c]))}</td>"
+        f"<td>{e.idle_pct_by_cause.get(c, 0.0):.1f}</td></tr>"
+        for c in CAUSES
+    )
+    parts.append(
+        '<table class="idle"><thead><tr><th class="l">device idle by cause</th><th>ns</th>'
+        f"<th>time</th><th>% of {_e(scope)}</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+    detail = evidence_parts(e)
+    if detail:
+        parts.append(f"<p>evidence: {_e('; '.join(detail))}</p>")
+    frames = [f for f in e.host_frames if f.frame != "(no host frame)"][:5]
+    if frames:
+        items = "".join(
+            f"<li><code>{_e(f.frame)}</code>"
+            + (f" at <code>{_e(f.site)}</code>" if f.site else "")
+            + f" — {_e(format_ns(f.idle_ns))} in {f.gaps} gap(s)</li>"
+            for f in frames
+        )
+        parts.append(f"<p>host during {_e(e.leading_cause)} idle:</p><ul>{items}</ul>")
+    parts += [f'<p class="meta">note: {_e(n)}</p>' for n in e.notes]
+    if b.advice:
+        parts.append(f"<p>next step: {_e(b.advice[0])}</p>")
+    return f'<div class="bound">{"".join(parts)}</div>'
 
 
 def _verdict_div(v: VerdictInfo) -> str:
@@ -212,12 +313,17 @@ def _records_body(summary: RecordsSummary, records: Records | None) -> str:
         + (f" · rank {_e(summary.rank)}" if summary.rank is not None else "")
         + f" · {summary.steps} steps" + ("" if summary.complete else " · incomplete file")
         + "</p>",
+        _bound_div(summary.bound, (), scope="session"),
         _verdict_div(summary.verdict),
     ]  # fmt: skip
     if records is not None and records.steps:
-        from asynctrace.render.plot import plot_records_overview
+        from asynctrace.render.plot import plot_records_overview, records_idle_by_cause
 
-        parts += ["<h2>Pictures</h2>", _svg(plot_records_overview(records))]
+        parts += [
+            "<h2>Pictures</h2>",
+            _svg(records_idle_by_cause(records)),
+            _svg(plot_records_overview(records)),
+        ]
 
     def fmt(name: str, v: float) -> str:
         return f"{v / 1e6:.3f}" if name.endswith("_ns") else f"{v:.2f}"

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["COLORS", "IDLE_CAUSE_COLORS", "LABELS", "LegendEntry", "legend"]
+__all__ = [
+    "COLORS",
+    "IDLE_CAUSE_CNAMES",
+    "IDLE_CAUSE_COLORS",
+    "IDLE_CAUSE_LABELS",
+    "LABELS",
+    "LegendEntry",
+    "legend",
+]
 
 #: one colour per kind of time, shared by every picture, the HTML report and the plugin
 COLORS: dict[str, str] = {
@@ -33,6 +41,26 @@ IDLE_CAUSE_COLORS: dict[str, str] = {
     "input": "#F1CE63",
     "dependency": "#D4A6C8",
     "unattributed": "#BAB0AC",
+}
+
+#: the legend's words for each idle cause (the plots, the HTML report, the plugin)
+IDLE_CAUSE_LABELS: dict[str, str] = {
+    "host": "device idle: host",
+    "sync": "device idle: sync",
+    "input": "device idle: input",
+    "dependency": "device idle: dependency",
+    "unattributed": "device idle: unattributed",
+}
+
+#: the nearest reserved colour name of the Chrome trace viewer (catapult's color_scheme) for
+#: each idle cause, for an annotated trace's ``cname``; Perfetto ignores ``cname`` on purpose
+#: and colours a slice by its name, which is the cause's
+IDLE_CAUSE_CNAMES: dict[str, str] = {
+    "host": "thread_state_runnable",  # blue (133, 160, 210)
+    "sync": "terrible",  # red (180, 0, 0)
+    "input": "yellow",  # (255, 255, 0)
+    "dependency": "thread_state_uninterruptible",  # mauve (182, 125, 143)
+    "unattributed": "generic_work",  # grey (125, 125, 125)
 }
 
 #: the legend's words for each kind
@@ -60,7 +88,7 @@ def legend() -> list[LegendEntry]:
     """Every kind with its colour and label; idle causes as ``idle:<cause>``."""
     out = [LegendEntry(kind=k, color=c, label=LABELS.get(k, k)) for k, c in COLORS.items()]
     out += [
-        LegendEntry(kind=f"idle:{k}", color=c, label=f"device idle: {k}")
+        LegendEntry(kind=f"idle:{k}", color=c, label=IDLE_CAUSE_LABELS[k])
         for k, c in IDLE_CAUSE_COLORS.items()
     ]
     return out

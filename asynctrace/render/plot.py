@@ -7,7 +7,9 @@ Three pictures, from a trace's :class:`~asynctrace.analysis.report.Report` or fr
   axis, an arrow from each launch to its execution, sync stalls marked, for a window of steps;
 * **steps** — per step, two stacked bars: the host (issuing work, sync wait, data wait) and the
   device (busy, idle);
-* **run-ahead** — run-ahead per step, with queue depth (trace) or in-flight steps (records).
+* **run-ahead** — run-ahead per step, with queue depth (trace) or in-flight steps (records);
+* **bound** — per step, one stacked bar of its share of the device timeline: busy, then idle by
+  cause (host, sync, input, dependency, unattributed), titled with the run's bound label.
 
 Figures are built with ``matplotlib.figure.Figure`` directly: no pyplot, no global backend
 change, nothing left open. Layout only: every number drawn is a figure the analysis computed.
@@ -27,24 +29,28 @@ import numpy.typing as npt
 
 from asynctrace._output import write_atomically
 from asynctrace.errors import AsyncTraceError
-from asynctrace.render.legend import COLORS, LABELS
+from asynctrace.render.legend import COLORS, IDLE_CAUSE_COLORS, IDLE_CAUSE_LABELS, LABELS
 
 if TYPE_CHECKING:
     from asynctrace.analysis.report import Report
-    from asynctrace.analysis.series import Envelope, StepSeries
+    from asynctrace.analysis.series import BoundSeries, Envelope, StepSeries
     from asynctrace.records import Records
     from asynctrace.traces.model import Trace
 
 __all__ = [
     "COLORS",
+    "BarSegment",
     "PlotError",
     "available",
     "figure_bytes",
+    "idle_bar_segments",
     "overview_figure",
+    "plot_idle_by_cause",
     "plot_records_overview",
     "plot_run_ahead",
     "plot_step_bars",
     "plot_timeline",
+    "records_idle_by_cause",
     "records_run_ahead",
     "records_step_bars",
     "records_timeline",
@@ -398,6 +404,134 @@ def overview_figure(
     plot_step_bars(report, ax=b)
     plot_run_ahead(report, ax=c)
     return fig
+
+
+# ------------------------------------------------------------------ what bounds each step
+
+#: above this many bars the bound picture is drawn as stacked steps (one polygon a part)
+_MAX_BOUND_BARS = 400
+
+
+@dataclass(frozen=True)
+class BarSegment:
+    """One part of the bound picture's stacked bars: its kind (``"busy"`` or
+    ``"idle:<cause>"``), legend label, colour and value per bar (ns)."""
+
+    kind: str
+    label: str
+    color: str
+    values_ns: npt.NDArray[np.float64]
+
+
+def idle_bar_segments(series: BoundSeries) -> list[BarSegment]:
+    """The parts of each bar of the bound picture, bottom to top: device busy, then idle by
+    cause in :data:`~asynctrace.analysis.bound.CAUSES` order. They add up, bar by bar, to the
+    step's share of the device timeline (a bin's mean share where downsampled). Layout only:
+    the values are the series' own."""
+    from asynctrace.analysis.bound import CAUSES
+
+    out = [BarSegment("busy", LABELS["busy"], COLORS["busy"], series.busy_ns)]
+    out += [
+        BarSegment(f"idle:{c}", IDLE_CAUSE_LABELS[c], IDLE_CAUSE_COLORS[c], series.idle_ns[c])
+        for c in CAUSES
+    ]
+    return out
+
+
+def _draw_bound(ax: Any, series: BoundSeries, *, scope: str, name: str) -> None:
+    x = np.arange(series.bins, dtype=float)
+    segments = [g for g in idle_bar_segments(series) if bool(np.any(g.values_ns))]
+    if series.bins <= _MAX_BOUND_BARS:
+        _stacked(ax, x, 0.8, [(g.label, g.color, g.values_ns / 1e6) for g in segments])
+    elif segments:
+        # a bar a bin would be thousands of patches: the same stack as filled steps
+        ax.stackplot(
+            x,
+            *[g.values_ns / 1e6 for g in segments],
+            labels=[g.label for g in segments],
+            colors=[g.color for g in segments],
+            step="mid",
+            lw=0,
+        )
+    if not segments:
+        ax.text(
+            0.5,
+            0.5,
+            "no step owns any of the device timeline",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="#666666",
+        )
+    _step_axis(ax, series.first_step.tolist())
+    ax.set_ylabel("ms")
+    est = " (estimated from step records)" if series.estimated else ""
+    title = f"what bounds each step — {scope}: {series.label}{est}: {name}"
+    if series.downsampled:
+        title += (
+            f"; downsampled: {series.steps:,} steps in {series.bins:,} bins of "
+            f"{series.bin_steps:,} (a bin's mean step)"
+        )
+    # a file or session name: drawn as written (no math), odd bytes as "?"
+    ax.set_title(
+        title.encode("utf-8", "replace").decode(),
+        fontsize=10 if not series.downsampled else 8,
+        parse_math=False,
+    )
+    if segments:
+        ax.legend(fontsize=7, ncols=3, loc="upper right")
+
+
+def _report_bound_series(report: Report, max_bins: int | None) -> BoundSeries:
+    from asynctrace.analysis.series import MAX_BINS, bound_series
+
+    s = report.steps
+    if not s:
+        raise PlotError("the report has no steps to draw")
+    if report.bound is None or any(t.bound is None for t in s):
+        raise PlotError("the report has no bound figures (schema 1): analyse the trace again")
+    return bound_series(
+        [t.bound for t in s if t.bound is not None],
+        [t.step for t in s],
+        label=report.bound.label,
+        max_bins=MAX_BINS if max_bins is None else max_bins,
+    )
+
+
+def plot_idle_by_cause(report: Report, *, ax: Any = None, series: BoundSeries | None = None) -> Any:
+    """Per step, its share of the device timeline as one stacked bar (ms): busy, then idle by
+    cause; titled with the run's label. ``series`` defaults to the report's steps'
+    bounds (downsampled past :data:`~asynctrace.analysis.series.MAX_BINS` steps)."""
+    ser = series if series is not None else _report_bound_series(report, None)
+    fig = None
+    if ax is None:
+        fig = _figure(10, 3)
+        ax = fig.add_subplot()
+    whole = report.step_source in ("trace", "none")
+    _draw_bound(
+        ax, ser, scope="whole trace" if whole else "run", name=Path(report.trace.source).name
+    )
+    return fig if fig is not None else ax.figure
+
+
+def records_idle_by_cause(
+    records: Records, *, ax: Any = None, series: BoundSeries | None = None
+) -> Any:
+    """:func:`plot_idle_by_cause` of a session's records: each step's estimated bound
+    (``series``: :func:`~asynctrace.analysis.series.records_bound_series` of the records
+    unless given), downsampled as :func:`records_step_bars` is."""
+    from asynctrace.analysis.series import records_bound_series
+
+    if not records.steps:
+        raise PlotError("the records have no steps to draw")
+    ser = series if series is not None else records_bound_series(records)
+    fig = None
+    if ax is None:
+        fig = _figure(10, 3)
+        ax = fig.add_subplot()
+    _draw_bound(ax, ser, scope="session", name=records.header.name)
+    return fig if fig is not None else ax.figure
 
 
 # ------------------------------------------------------------------ records

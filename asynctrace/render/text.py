@@ -9,13 +9,20 @@ from rich.markup import escape
 from rich.table import Table
 
 from asynctrace._text import printable
-from asynctrace.analysis.bound import Bound
+from asynctrace.analysis.bound import Bound, BoundEvidence
 from asynctrace.analysis.ranks import RankComparison
 from asynctrace.analysis.report import RecordsSummary, Report, VerdictInfo
 from asynctrace.analysis.steps import StepFigures
 from asynctrace.analysis.verdict import verdict_line
 
-__all__ = ["bound_lines", "format_ns", "render_ranks", "render_records", "render_report"]
+__all__ = [
+    "bound_lines",
+    "evidence_parts",
+    "format_ns",
+    "render_ranks",
+    "render_records",
+    "render_report",
+]
 
 
 def _shown(text: str) -> str:
@@ -159,21 +166,10 @@ def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f}%" if whole > 0 else "-"
 
 
-def bound_lines(b: Bound, *, scope: str = "run") -> list[str]:
-    """The bound headline as rich markup lines: label, evidence, the one next step."""
-    e = b.evidence
-    idle = b.idle_ns_by_cause
-    causes = ", ".join(
-        f"{c} {format_ns(v)} ({_pct(v, b.region_ns)})"
-        for c, v in sorted(idle.as_dict().items(), key=lambda kv: -kv[1])
-        if v
-    )
-    est = " (estimated from step records)" if e.estimated else ""
-    lines = [
-        f"bound: [bold]{_shown(b.label)}[/bold]{_shown(est)} — {_shown(scope)}: device busy "
-        f"{format_ns(b.busy_ns)} of {format_ns(b.region_ns)} ({_pct(b.busy_ns, b.region_ns)}), "
-        f"idle {format_ns(b.idle_ns)}" + (f": {_shown(causes)}" if causes else "")
-    ]
+def evidence_parts(e: BoundEvidence) -> list[str]:
+    """The evidence line's parts as plain text (the text report joins them with "; ", the
+    HTML report too): launch gaps and host work, blocked at the cap, sync wait and cost, data
+    wait."""
     detail = []
     if e.launch_gaps or e.host_work_gaps:
         detail.append(
@@ -189,6 +185,25 @@ def bound_lines(b: Bound, *, scope: str = "run") -> list[str]:
         )
     if e.data_wait_ns:
         detail.append(f"data wait {format_ns(e.data_wait_ns)}")
+    return detail
+
+
+def bound_lines(b: Bound, *, scope: str = "run") -> list[str]:
+    """The bound headline as rich markup lines: label, evidence, the one next step."""
+    e = b.evidence
+    idle = b.idle_ns_by_cause
+    causes = ", ".join(
+        f"{c} {format_ns(v)} ({_pct(v, b.region_ns)})"
+        for c, v in sorted(idle.as_dict().items(), key=lambda kv: -kv[1])
+        if v
+    )
+    est = " (estimated from step records)" if e.estimated else ""
+    lines = [
+        f"bound: [bold]{_shown(b.label)}[/bold]{_shown(est)} — {_shown(scope)}: device busy "
+        f"{format_ns(b.busy_ns)} of {format_ns(b.region_ns)} ({_pct(b.busy_ns, b.region_ns)}), "
+        f"idle {format_ns(b.idle_ns)}" + (f": {_shown(causes)}" if causes else "")
+    ]
+    detail = evidence_parts(e)
     if detail:
         lines.append("  evidence: " + _shown("; ".join(detail)))
     frames = [f for f in e.host_frames if f.frame != "(no host frame)"][:3]

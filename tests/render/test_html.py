@@ -43,7 +43,8 @@ def test_report_page_is_self_contained_and_escaped(tmp_path: Path) -> None:
     _no_external_refs(page)
     assert EVIL not in page
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;" in page
-    assert page.count("<svg") == 1
+    # the per-step bound picture, then the overview (timeline, step bars, run-ahead)
+    assert page.count("<svg") == 2
 
 
 def test_report_page_tables_show_the_report_figures() -> None:

@@ -1,0 +1,227 @@
+"""What bounds each step, as the views show it: the per-step bars (the data drawn, not pixels),
+the HTML report's bound box and its escaping, the ranks table."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib", reason="the pictures need matplotlib")
+
+from asynctrace.analysis.bound import (
+    CAUSES,
+    Bound,
+    BoundEvidence,
+    HostFrame,
+    IdleByCause,
+    ReportWarning,
+    bound_of_records,
+)
+from asynctrace.analysis.report import Report, analyze, summarize_records
+from asynctrace.analysis.series import bound_series, records_bound_series
+from asynctrace.records import read_records
+from asynctrace.render.html import combined_html, records_html, report_html
+from asynctrace.render.legend import COLORS, IDLE_CAUSE_COLORS
+from asynctrace.render.plot import (
+    idle_bar_segments,
+    plot_idle_by_cause,
+    records_idle_by_cause,
+)
+from asynctrace.traces.load import load
+from tests.conftest import shared_trace
+from tests.export._records import make_steps, write_records_file
+from tests.export.test_chrome import two_step_trace
+
+EVIL = '<script>alert("x")</script>&'
+
+
+def _report_series(report: Report):  # type: ignore[no-untyped-def]
+    assert report.bound is not None
+    return bound_series(
+        [s.bound for s in report.steps if s.bound is not None],
+        [s.step for s in report.steps],
+        label=report.bound.label,
+    )
+
+
+def _bar_heights_ns(fig) -> list[float]:  # type: ignore[no-untyped-def]
+    return [r.get_height() * 1e6 for r in fig.axes[0].patches]
+
+
+def test_the_bars_add_up_to_each_steps_share_and_the_plot_draws_them() -> None:
+    report = analyze(two_step_trace())
+    segments = idle_bar_segments(_report_series(report))
+    assert [g.kind for g in segments] == ["busy", *(f"idle:{c}" for c in CAUSES)]
+    assert [g.color for g in segments] == [COLORS["busy"], *IDLE_CAUSE_COLORS.values()]
+    total = np.sum([g.values_ns for g in segments], axis=0)
+    shares = [s.bound.share_end_ns - s.bound.share_start_ns for s in report.steps if s.bound]
+    assert total.tolist() == shares == [1900, 400]
+    # step 0: busy 300 (kernel k0), idle 1600 ns of host gaps; step 1: busy 400
+    assert segments[0].values_ns.tolist() == [300, 400]
+    assert segments[1].values_ns.tolist() == [1600, 0]
+
+    fig = plot_idle_by_cause(report)
+    drawn = [v for g in segments if g.values_ns.any() for v in g.values_ns.tolist()]
+    assert _bar_heights_ns(fig) == pytest.approx(drawn)
+    title = fig.axes[0].get_title()
+    assert f"run: {report.bound.label if report.bound else ''}" in title
+    assert "two_steps.json" in title
+
+
+@pytest.mark.real_traces
+@pytest.mark.parametrize(
+    "name",
+    ["hta_v100_ns_resolution_rank0.json.gz", "tracelens_b200_compile_culaunchkernelex.json.gz"],
+)
+def test_real_trace_bars_partition_the_run(name: str) -> None:
+    report = analyze(load(shared_trace("kineto", name)))
+    assert report.bound is not None
+    segments = idle_bar_segments(_report_series(report))
+    total = np.sum([g.values_ns for g in segments], axis=0)
+    assert total.tolist() == [s.bound.region_ns for s in report.steps if s.bound]
+    # the steps' shares partition the run: the bars add up to its busy and idle by cause
+    assert segments[0].values_ns.sum() == report.bound.busy_ns
+    for g, c in zip(segments[1:], CAUSES, strict=True):
+        assert g.values_ns.sum() == getattr(report.bound.idle_ns_by_cause, c)
+
+
+def test_records_bars_are_the_estimated_step_bounds(tmp_path: Path) -> None:
+    steps = make_steps(6, frontend_ns=2_000_000, device_ns=1_200_000, run_ahead_ns=0,
+                       data_wait_ns=250_000, sync_wait_ns=500_000, sync_count=1)  # fmt: skip
+    rec = read_records(write_records_file(tmp_path / "r.records.jsonl", steps))
+    rb = bound_of_records(rec.steps, asynchronous=rec.header.asynchronous)
+    series = records_bound_series(rec)
+    assert series.estimated
+    assert series.label == rb.run.label
+    segments = idle_bar_segments(series)
+    assert np.sum([g.values_ns for g in segments], axis=0).tolist() == [
+        b.region_ns for b in rb.steps
+    ]
+    assert segments[2].values_ns.tolist() == [b.idle_ns_by_cause.sync for b in rb.steps]
+    fig = records_idle_by_cause(rec)
+    assert "session: " + rb.run.label + " (estimated" in fig.axes[0].get_title()
+
+
+def test_a_long_run_is_drawn_as_bin_means(tmp_path: Path) -> None:
+    n = 5000
+    steps = make_steps(n, frontend_ns=2_000_000, device_ns=1_500_000, run_ahead_ns=0)
+    # every 7th step waits on a sync: a bin's mean must carry it
+    steps = [
+        msgspec.structs.replace(s, sync_wait_ns=700_000, sync_count=1) if s.step % 7 == 0 else s
+        for s in steps
+    ]
+    rec = read_records(write_records_file(tmp_path / "long.records.jsonl", steps))
+    rb = bound_of_records(rec.steps, asynchronous=True)
+    series = records_bound_series(rec)
+    assert series.downsampled
+    assert (series.bins, series.bin_steps) == (1667, 3)
+    segments = idle_bar_segments(series)
+    means = np.sum([g.values_ns for g in segments], axis=0)
+    shares = np.array([b.region_ns for b in rb.steps], float)
+    counts = np.diff(np.r_[np.arange(0, n, 3), n])
+    # a bin's parts add up to its mean share; weighted by the bin's steps, to the run's
+    assert np.allclose(means * counts, np.add.reduceat(shares, np.arange(0, n, 3)))
+    assert (segments[2].values_ns * counts).sum() == pytest.approx(rb.run.idle_ns_by_cause.sync)
+    fig = records_idle_by_cause(rec, series=series)
+    assert "downsampled: 5,000 steps in 1,667 bins of 3" in fig.axes[0].get_title()
+
+
+def _box(page: str) -> str:
+    m = re.search(r'<div class="bound">(.*?)</div>', page, re.S)
+    assert m is not None, "no bound box"
+    return m.group(1)
+
+
+@pytest.mark.real_traces
+def test_html_box_v100_is_device_bound() -> None:
+    trace = load(shared_trace("kineto", "hta_v100_ns_resolution_rank0.json.gz"))
+    report = analyze(trace)
+    box = _box(report_html(report))
+    assert box.startswith('<p class="label">bound: <b>device-bound</b> — run: device busy ')
+    assert "(97.7%)" in box
+    assert "<td>5578938</td><td>5.579 ms</td><td>1.1</td>" in box  # host idle, ns and %
+    assert "evidence: host idle: 158 launch gaps" in box
+    assert "next step: the device is busy 98% of the time" in box
+    # the steps table gives each step's own label
+    page = report_html(report)
+    for s in report.steps:
+        assert s.bound is not None
+        assert f"<td>{s.in_flight_steps}</td><td>{s.bound.label}</td></tr>" in page
+
+
+@pytest.mark.real_traces
+def test_html_box_b200_is_host_bound_with_its_host_frames() -> None:
+    trace = load(shared_trace("kineto", "tracelens_b200_compile_culaunchkernelex.json.gz"))
+    report = analyze(trace)
+    page = report_html(report, trace=trace)
+    box = _box(page)
+    assert "bound: <b>host-bound</b> — whole trace: device busy" in box
+    assert "<td>75678592</td><td>75.679 ms</td><td>86.6</td>" in box
+    assert "513 host-work gaps" in box
+    assert "<code>search_cache</code> at <code>flashinfer/autotuner.py:367</code>" in box
+    assert "next step: host work: " in box
+    # the box leads: before the verdict
+    assert page.index('class="bound"') < page.index('class="verdict"')
+    assert "what bounds each step — whole trace: host-bound" in page
+
+
+def test_html_box_escapes_what_comes_from_the_file_and_leads_with_the_warnings() -> None:
+    report = analyze(two_step_trace())
+    evidence = BoundEvidence(
+        busy_pct=10.0,
+        idle_pct_by_cause={"host": 90.0},
+        leading_cause="host",
+        host_frames=[HostFrame(frame=EVIL, site=f"{EVIL}.py:3", idle_ns=5, gaps=1)],
+        notes=[EVIL],
+    )
+    bound = Bound(
+        label="host-bound",
+        region_ns=100,
+        busy_ns=10,
+        idle_ns=90,
+        idle_ns_by_cause=IdleByCause(host=90),
+        evidence=evidence,
+        advice=[f"move {EVIL} out of the step", "second advice"],
+    )
+    warnings = [ReportWarning(code="missing-activity", message=f"{EVIL} waits")]
+    page = report_html(msgspec.structs.replace(report, bound=bound, warnings=warnings))
+    assert "<script" not in page.lower()
+    assert EVIL not in page
+    box = _box(page)
+    esc = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;"
+    assert box.startswith(f'<p class="warn"><b>warning: missing-activity</b> — {esc} waits</p>')
+    assert box.index("warning") < box.index("bound: <b>host-bound</b>")
+    assert f"<code>{esc}</code> at <code>{esc}.py:3</code>" in box
+    assert f"next step: move {esc} out of the step" in box
+    assert "second advice" not in box  # the first advice line only
+
+
+def test_records_box_says_estimated(tmp_path: Path) -> None:
+    rec = read_records(write_records_file(tmp_path / "a.records.jsonl", make_steps(8)))
+    summary = summarize_records(rec)
+    assert summary.bound is not None
+    page = records_html(summary, records=rec)
+    box = _box(page)
+    assert f"bound: <b>{summary.bound.label}</b> (estimated from step records) — session" in box
+    assert "note: estimated from per-step totals" in box
+    assert "what bounds each step — session: " in page
+
+
+def test_ranks_table_shows_each_ranks_label(tmp_path: Path) -> None:
+    a = analyze(two_step_trace())
+    b = msgspec.structs.replace(
+        a,
+        trace=msgspec.structs.replace(a.trace, source=f"{EVIL}rank1.json", rank=1),
+        bound=msgspec.structs.replace(a.bound, label="sync-bound") if a.bound else None,
+    )
+    page = combined_html(reports=[(a, None), (b, None)])
+    assert "Ranks and sessions (2)" in page
+    assert f"<td>{a.bound.label if a.bound else ''}</td>" in page
+    assert "<td>sync-bound</td>" in page
+    assert EVIL not in page
+    single = combined_html(reports=[(a, None)])
+    assert "Ranks and sessions" not in single
