@@ -189,7 +189,8 @@ class StepAccumulator:
             return None
         from asynctrace.analysis.bound import bound_of_records
 
-        return bound_of_records(list(self.recent), asynchronous=asynchronous).run
+        # the run's figures only: a summary of 10^6 steps needs no 10^6 per-step objects
+        return bound_of_records(list(self.recent), asynchronous=asynchronous, per_step=False).run
 
     def notes(self, *, asynchronous: bool, verdict: str) -> list[str]:
         """What the summary says about how its figures were made."""

@@ -745,7 +745,8 @@ def _top_kernels(trace: Trace, rows: npt.NDArray[np.intp], s: I64, e: I64) -> li
         return []
     names = trace.activities.name[rows]
     uniq, inv = np.unique(names, return_inverse=True)
-    total = np.bincount(inv, weights=e - s).astype(np.int64)
+    # summed as floats and held within int64: a hostile trace's durations can sum past it
+    total = np.minimum(np.bincount(inv, weights=e - s), 9.2e18).astype(np.int64)
     count = np.bincount(inv)
     top = np.argsort(-total, kind="stable")[:5]
     return [
@@ -797,6 +798,11 @@ def _waited_on(
 # --- live session records ---------------------------------------------------------------------
 
 
+def _int64(v: int) -> int:
+    """A sum kept within int64 (the JSON form's integers): saturated, as no real run reaches it."""
+    return max(min(v, 2**63 - 1), -(2**63))
+
+
 def _step_estimate(st: StepRecord, asynchronous: bool) -> tuple[int, int, IdleByCause, bool]:
     """(region, busy, idle by cause, behind) of one step record (see bound_of_records)."""
     wall = max(st.frontend_ns, 0)
@@ -825,7 +831,9 @@ def _step_estimate(st: StepRecord, asynchronous: bool) -> tuple[int, int, IdleBy
     return wall, wall - idle_ns, idle, False
 
 
-def bound_of_records(steps: Sequence[StepRecord], *, asynchronous: bool) -> RecordsBound:
+def bound_of_records(
+    steps: Sequence[StepRecord], *, asynchronous: bool, per_step: bool = True
+) -> RecordsBound:
     """The label of a live session, per step and for the run, from its step records (pure).
 
     A session has per-step totals, not a timeline, so its idle figures are estimates
@@ -844,20 +852,29 @@ def bound_of_records(steps: Sequence[StepRecord], *, asynchronous: bool) -> Reco
     * on the CPU backend (``asynchronous=False``) ops run synchronously: the label is about the
       host — its sync and data waits are "idle", the rest is its own compute.
 
-    Thresholds, the label rule and advice are the trace analysis's.
+    Thresholds, the label rule and advice are the trace analysis's. ``per_step=False``: the
+    run's figures only (``steps`` empty), for a summary of a long run that needs no per-step
+    objects.
     """
     per: list[StepBound] = []
-    tot = np.zeros(2, np.int64)
-    by = np.zeros(5, np.int64)
+    # Python ints: sums of a hostile file's int64 figures must not wrap or turn to floats
+    tot_region = tot_busy = 0
+    by = [0, 0, 0, 0, 0]
     behind_n = 0
-    waits = np.zeros(2, np.int64)
+    wait_sync = wait_data = 0
     for st in steps:
         region, busy_ns, idle, behind = _step_estimate(st, asynchronous)
         behind_n += behind
+        tot_region += region
+        tot_busy += busy_ns
+        by[0] += idle.host
+        by[1] += idle.sync
+        by[2] += idle.input
+        wait_sync += st.sync_wait_ns
+        wait_data += st.data_wait_ns
+        if not per_step:
+            continue
         lab, lead = label_of(region, busy_ns, idle)
-        tot += (region, busy_ns)
-        by += [idle.host, idle.sync, idle.input, idle.dependency, idle.unattributed]
-        waits += (st.sync_wait_ns, st.data_wait_ns)
         per.append(
             StepBound(
                 label=lab,
@@ -880,10 +897,11 @@ def bound_of_records(steps: Sequence[StepRecord], *, asynchronous: bool) -> Reco
                 ),
             )
         )
-    region, busy_ns = int(tot[0]), int(tot[1])
+    region, busy_ns = _int64(tot_region), _int64(tot_busy)
     idle = IdleByCause(
-        host=int(by[0]), sync=int(by[1]), input=int(by[2]), dependency=0, unattributed=0
+        host=_int64(by[0]), sync=_int64(by[1]), input=_int64(by[2]), dependency=0, unattributed=0
     )
+    waits = (_int64(wait_sync), _int64(wait_data))
     lab, lead = label_of(region, busy_ns, idle)
     notes = [
         "estimated from per-step totals (a live session has no per-gap timeline): "
