@@ -70,6 +70,9 @@ class RecordsSink(BaseSink):
             writer.flush()
         except OSError as e:
             raise self._failed(e) from None
+        # the writer's own method takes each step: one call less in the user's loop (an
+        # OSError of it reaches the session, which asks describe_failure what to say)
+        self.step = writer.write  # type: ignore[method-assign,assignment]
 
     def step(self, record: StepRecord) -> None:
         w = self._writer
@@ -129,6 +132,9 @@ class RecordsSink(BaseSink):
         return error
 
     def describe_failure(self, error: BaseException) -> str:
+        if isinstance(error, OSError) and self._writer is not None:
+            # raised by the writer itself (bound as this sink's step): give it up here
+            self._failed(error)
         where = getattr(self, "_where", self.dir)
         reason = error.strerror if isinstance(error, OSError) and error.strerror else error
         return (
