@@ -627,7 +627,8 @@ def write_views(
                     kind="tensorboard",
                     path=lp.tensorboard_dir,
                     what="per-step asynctrace/ scalars and a text summary",
-                    view=f"tensorboard --logdir {out}  (then http://localhost:6006: SCALARS, TEXT)",
+                    view=f"tensorboard --logdir {out}  (then http://localhost:6006: SCALARS, TEXT, "
+                    "and ASYNCTRACE, our plugin, which works offline)",
                 )
             )
     trace: Trace | None = None
@@ -642,8 +643,8 @@ def write_views(
                 f"{DEMO_PROFILE.wait + DEMO_PROFILE.warmup}-"
                 f"{DEMO_PROFILE.wait + DEMO_PROFILE.warmup + DEMO_PROFILE.active - 1} "
                 "(TensorBoard profiler layout)",
-                view=f"tensorboard --logdir {out}  (PYTORCH_PROFILER tab: needs the deprecated "
-                "torch-tb-profiler plugin, whose page loads Google Charts from the internet)",
+                view=f"tensorboard --logdir {out}  (ASYNCTRACE tab: its step timeline, offline; "
+                "the deprecated torch-tb-profiler's PYTORCH_PROFILER tab needs the internet)",
             )
         )
         trace = load(trace_path)
