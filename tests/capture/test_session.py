@@ -1055,3 +1055,23 @@ def test_the_exit_summary_names_the_top_sync_sites(
     cells = "".join(line.split("│")[1].strip() for line in out.splitlines() if line.count("│") >= 4)
     assert site.site in cells
     assert "aten::_local_scalar_dense" in out
+
+
+def test_a_slow_loader_reads_input_bound_in_the_exit_summary(tmp_path: Path) -> None:
+    # each batch takes 3 ms to arrive, the step's own work 1 ms, on a device that keeps pace
+    clock = FakeClock(T0)
+
+    def loader() -> Iterator[int]:
+        for i in range(20):
+            clock.advance(3_000_000)
+            yield i
+
+    with Session(
+        "in", dir=tmp_path, device=FakeDevice(clock, stream(200_000)), print_summary=False
+    ) as s:
+        for _ in s.steps(loader()):
+            clock.advance(1_000_000)
+    report = s.summary()
+    assert report.bound is not None
+    assert report.bound.label == "input-bound"
+    assert report.bound.idle_ns_by_cause.input > report.bound.idle_ns_by_cause.host
