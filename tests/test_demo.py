@@ -282,7 +282,12 @@ def test_annotated_trace_is_valid_and_matches_the_profiler_steps(
         for e in overlay
         if e["ph"] == "M" and e["name"] == "process_name" and e["args"]["name"] == "asynctrace"
     }
-    spans = {e["name"]: e for e in overlay if e["ph"] == "X" and e["pid"] == pid}
+    # the host lane's step spans (the device-idle and step-share tracks are named otherwise)
+    spans = {
+        e["name"]: e
+        for e in overlay
+        if e["ph"] == "X" and e["pid"] == pid and re.fullmatch(r"step \d+", e["name"])
+    }
     want = {
         e["name"].replace("ProfilerStep#", "step "): e
         for e in source
@@ -293,9 +298,13 @@ def test_annotated_trace_is_valid_and_matches_the_profiler_steps(
         # the host lane's step span is the profiler's step range, to the nanosecond
         assert e["ts"] == pytest.approx(want[name]["ts"], abs=1e-3)
         assert e["dur"] == pytest.approx(want[name]["dur"], abs=1e-3)
-    # what the demo's note says the CPU overlay lacks: nothing on a device to draw
+    # what the demo's note says the CPU overlay lacks: no device activity, so no arrows and no
+    # queue depth; the device timeline is all idle, drawn as such, with its cause
     assert {e["ph"] for e in overlay} == {"M", "X"}
-    assert {e["tid"] for e in overlay if e["ph"] == "X"} == {1}
+    assert {e["tid"] for e in spans.values()} == {1}
+    idle = [e for e in overlay if e["ph"] == "X" and e["name"].startswith("idle: ")]
+    assert idle
+    assert all(e["args"]["cause"] in e["name"] for e in idle)
 
 
 def test_tensorboard_runs_hold_the_loops_scalars(
@@ -358,7 +367,8 @@ def test_html_report_is_self_contained(quick_demo: tuple[Path, dict[str, Any], s
     assert re.findall(r"""url\(\s*['"]?([^#'"\s])""", low) == []
     assert re.findall(r"""(?:src|href)\s*=\s*["']?([^#"'\s])""", low) == []
     assert "@import" not in low
-    assert low.count("<svg") == 3  # the trace's overview and each loop's
+    # the trace's overview and each loop's, and each one's idle-by-cause picture
+    assert low.count("<svg") == 6
     for loop in summary["loops"]:
         assert Path(loop["records_path"]).name in page
     (trace,) = _artifacts(summary, "profiler trace")
