@@ -152,14 +152,27 @@ class _Ending:
             return
         # KeyboardInterrupt and SystemExit go on (reported as the script's interrupt)
         try:
-            with deferred_signals(keep=(signal.SIGINT,)):
-                try:
-                    self._around.__exit__(exc_type, exc, tb)
-                except Exception as e:
-                    self.error = e
+            self._end(exc_type, exc, tb)
         except Exception as e:
-            # raised by a deferred handler, run once the session had ended
+            # raised by a deferred handler, run once the session had ended, or by a handler
+            # before its deferral took hold (the second worker's SIGCHLD right as the script
+            # ended): then the session has not ended, and ends now
             self.signal_error = e
+            if getattr(self._around, "active", False):
+                with contextlib.suppress(Exception):
+                    self._end(exc_type, exc, tb)
+
+    def _end(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with deferred_signals(keep=(signal.SIGINT,)):
+            try:
+                self._around.__exit__(exc_type, exc, tb)
+            except Exception as e:
+                self.error = e
 
 
 def run(args: argparse.Namespace) -> int:

@@ -218,6 +218,7 @@ class CaptureSession:
         # see step(): whether another thread steps too, and whether ours is inside a boundary
         self._busy = False
         self._shared = False
+        self._end_failure: BaseException | None = None
         self._now: Callable[[], int] = self.device.host_now_ns
         self._started_unix_ns = 0
         self._t0 = 0
@@ -320,26 +321,31 @@ class CaptureSession:
             return
         if self._active:
             self._check_exit_thread()
-        failure: BaseException | None = None
+        # what a signal handler raised: once the sinks had finished (deferred), or before the
+        # deferral took hold (a DataLoader worker's SIGCHLD right as the loop ended: the end
+        # had not started, so it runs now)
+        handler_error: BaseException | None = None
         try:
-            # Python signal handlers (torch's SIGCHLD one for a dead DataLoader worker) run once
-            # the end is done, and raise then; SIGINT still interrupts the wait for the device
-            # (each part survives that). The lock: a step() of another thread waits.
-            # from here every step() of another thread takes the lock, and waits for the end
-            self._shared = True
-            with self._lock, deferred_signals(keep=(signal.SIGINT,)):
-                failure = self._end_run(exc)
+            try:
+                self._end_deferred(exc)
+            except Exception as early:
+                if not self._active:
+                    raise
+                handler_error = early
+                self._end_deferred(exc)
         except BaseException as e:
-            # what a deferred handler raised, once the sinks had finished
-            if exc is not None and isinstance(e, Exception):
+            handler_error = e
+        failure = self._end_failure
+        if handler_error is not None:
+            if exc is not None and isinstance(handler_error, Exception):
                 warnings.warn(
                     f"asynctrace: after {type(exc).__name__}, a signal handler raised while the "
-                    f"session ended (run once its records were written): {e}",
+                    f"session ended (its records are written): {handler_error}",
                     AsyncTraceWarning,
                     stacklevel=2,
                 )
             else:
-                failure = _worse(failure, e)
+                failure = _worse(failure, handler_error)
         if failure is not None:
             if exc is None or not isinstance(failure, Exception):
                 # ours to raise: the session ended cleanly, or the cleanup was interrupted
@@ -351,6 +357,16 @@ class CaptureSession:
                 AsyncTraceWarning,
                 stacklevel=2,
             )
+
+    def _end_deferred(self, exc: BaseException | None) -> None:
+        """The end, with Python signal handlers (torch's SIGCHLD one for a dead DataLoader
+        worker) run once it is done, raising then; SIGINT still interrupts the wait for the
+        device (each part survives that). From here every step() of another thread takes the
+        lock, and waits for the end."""
+        self._shared = True
+        self._end_failure = None
+        with self._lock, deferred_signals(keep=(signal.SIGINT,)):
+            self._end_failure = self._end_run(exc)
 
     def _end_run(self, exc: BaseException | None) -> BaseException | None:
         """Every part of the end, each whatever happened in the ones before; returns the worst

@@ -210,3 +210,43 @@ def test_a_forked_child_leaving_the_session_prints_no_summary(tmp_path: Path) ->
     assert "asynctrace p: 5 steps" in r.stdout
     rec = read_records(_records(tmp_path))
     assert [x.step for x in rec.steps] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("user_error", [False, True], ids=["clean", "user-error"])
+def test_a_handler_raising_before_the_deferral_takes_hold_still_ends_the_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user_error: bool
+) -> None:
+    # the second DataLoader worker's SIGCHLD right as the loop ends: its handler raises
+    # between two bytecodes before the end's signal deferral is in place
+    from asynctrace.capture import _signals
+
+    real_enter = _signals.deferred_signals.__enter__
+    raised: list[bool] = []
+
+    def enter(self: Any) -> Any:
+        if not raised:
+            raised.append(True)
+            raise RuntimeError("DataLoader worker (pid 1234) exited unexpectedly")
+        return real_enter(self)
+
+    monkeypatch.setattr(_signals.deferred_signals, "__enter__", enter)
+    s, clock = _fake_session(tmp_path)
+    # after a clean body the handler's error is raised, once the records are written; after
+    # the user's own, that one goes on and the handler's is a warning
+    expected = ValueError if user_error else RuntimeError
+    said = (
+        pytest.warns(AsyncTraceWarning, match="signal handler raised")
+        if user_error
+        else contextlib.nullcontext()
+    )
+    with said, pytest.raises(expected), s:  # noqa: PT012 - the training loop
+        for _ in range(4):
+            clock.advance(100)
+            s.step()
+        if user_error:
+            raise ValueError("the user's error")
+    assert raised
+    rec = read_records(_records(tmp_path))
+    assert rec.complete
+    assert len(rec.steps) == 4
+    assert not s.active

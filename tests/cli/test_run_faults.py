@@ -273,3 +273,39 @@ def test_a_forked_child_that_finishes_the_script_prints_no_second_summary(
     rec = read_records(_only_records(out))
     assert rec.complete
     assert [s.step for s in rec.steps] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(("end", "status", "error"), ENDS, ids=[e[0] for e in ENDS])
+def test_a_handler_raising_before_the_end_is_deferred_still_ends_the_session(
+    tmp_path: Path,
+    script: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    end: str,
+    status: int,
+    error: str | None,
+) -> None:
+    # the second worker's SIGCHLD as the script ends, before run's deferral is in place
+    from asynctrace.capture import _signals
+
+    real_enter = _signals.deferred_signals.__enter__
+    raised: list[bool] = []
+
+    def enter(self: Any) -> Any:
+        if not raised:
+            raised.append(True)
+            raise RuntimeError("DataLoader worker (pid 1234) exited unexpectedly")
+        return real_enter(self)
+
+    monkeypatch.setattr(_signals.deferred_signals, "__enter__", enter)
+    out = tmp_path / "out"
+    code = main(["run", "--dir", str(out), "--device", "cpu", str(script), end])
+    assert raised
+    assert code == status
+    assert current_session() is None
+    rec = read_records(_only_records(out))
+    assert rec.complete
+    assert [s.step for s in rec.steps] == [0, 1, 2]
+    captured = capsys.readouterr()
+    assert "asynctrace train: 3 steps" in captured.out
+    assert "exited unexpectedly" in captured.err
