@@ -156,7 +156,9 @@ def test_fit_is_one_session_with_a_step_per_batch(tmp_path: Path, nvtx_log: list
     bounds = [probe.starts[0], *probe.ends]
     for i, s in enumerate(rec.steps):
         expected_ns = bounds[i + 1] - bounds[i]
-        assert abs(s.frontend_ns - expected_ns) < 1_000_000, (i, s.frontend_ns, expected_ns)
+        # ours and the probe's differ by the time between the two hooks, a few µs, unless the
+        # process is descheduled right there (a loaded CI machine): bounded, not timed tight
+        assert abs(s.frontend_ns - expected_ns) < 25_000_000, (i, s.frontend_ns, expected_ns)
         assert s.frontend_ns >= SLEEP_MS[i % len(SLEEP_MS)] * 1_000_000
         # CPU backend: synchronous, so device time is frontend time and nothing runs ahead
         assert s.device_ns == s.frontend_ns

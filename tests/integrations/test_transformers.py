@@ -118,7 +118,9 @@ def test_train_is_one_session_with_a_step_per_optimizer_step(tmp_path: Path) -> 
     bounds = [probe.begins[0], *probe.ends]
     for i, s in enumerate(rec.steps):
         expected_ns = bounds[i + 1] - bounds[i]
-        assert abs(s.frontend_ns - expected_ns) < 1_000_000, (i, s.frontend_ns, expected_ns)
+        # ours and the probe's differ by the time between the two hooks, a few µs, unless the
+        # process is descheduled right there (a loaded CI machine): bounded, not timed tight
+        assert abs(s.frontend_ns - expected_ns) < 25_000_000, (i, s.frontend_ns, expected_ns)
         assert s.frontend_ns >= SLEEP_MS[i % len(SLEEP_MS)] * 1_000_000
         assert s.device_ns == s.frontend_ns
         assert s.run_ahead_ns == 0
