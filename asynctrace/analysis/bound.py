@@ -831,6 +831,32 @@ def _step_estimate(st: StepRecord, asynchronous: bool) -> tuple[int, int, IdleBy
     return wall, wall - idle_ns, idle, False
 
 
+def _estimated_evidence(
+    region: int,
+    busy_ns: int,
+    idle: IdleByCause,
+    lead: str,
+    *,
+    sync_wait_ns: int,
+    data_wait_ns: int,
+    notes: list[str] | None = None,
+) -> BoundEvidence:
+    """The evidence a session's step records give (a step's or the run's): no timeline, so
+    the sync cost is the host's wait."""
+    return BoundEvidence(
+        busy_pct=_pct(busy_ns, region),
+        idle_pct_by_cause={c: _pct(v, region) for c, v in idle.as_dict().items()},
+        leading_cause=lead,
+        host_work_ns=idle.host,
+        sync_wait_ns=sync_wait_ns,
+        sync_wait_pct=_pct(sync_wait_ns, region),
+        sync_cost_pct=_pct(sync_wait_ns, region),
+        data_wait_ns=data_wait_ns,
+        estimated=True,
+        notes=notes if notes is not None else [],
+    )
+
+
 def bound_of_records(
     steps: Sequence[StepRecord], *, asynchronous: bool, per_step: bool = True
 ) -> RecordsBound:
@@ -884,16 +910,13 @@ def bound_of_records(
                 busy_ns=busy_ns,
                 idle_ns=idle.total(),
                 idle_ns_by_cause=idle,
-                evidence=BoundEvidence(
-                    busy_pct=_pct(busy_ns, region),
-                    idle_pct_by_cause={c: _pct(v, region) for c, v in idle.as_dict().items()},
-                    leading_cause=lead,
-                    host_work_ns=idle.host,
+                evidence=_estimated_evidence(
+                    region,
+                    busy_ns,
+                    idle,
+                    lead,
                     sync_wait_ns=st.sync_wait_ns,
-                    sync_wait_pct=_pct(st.sync_wait_ns, region),
-                    sync_cost_pct=_pct(st.sync_wait_ns, region),
                     data_wait_ns=st.data_wait_ns,
-                    estimated=True,
                 ),
             )
         )
@@ -918,17 +941,8 @@ def bound_of_records(
         busy_ns=busy_ns,
         idle_ns=idle.total(),
         idle_ns_by_cause=idle,
-        evidence=BoundEvidence(
-            busy_pct=_pct(busy_ns, region),
-            idle_pct_by_cause={c: _pct(v, region) for c, v in idle.as_dict().items()},
-            leading_cause=lead,
-            host_work_ns=idle.host,
-            sync_wait_ns=int(waits[0]),
-            sync_wait_pct=_pct(int(waits[0]), region),
-            sync_cost_pct=_pct(int(waits[0]), region),
-            data_wait_ns=int(waits[1]),
-            estimated=True,
-            notes=notes,
+        evidence=_estimated_evidence(
+            region, busy_ns, idle, lead, sync_wait_ns=waits[0], data_wait_ns=waits[1], notes=notes
         ),
     )
     run = msgspec.structs.replace(run, advice=advice_for(lab, run, asynchronous=asynchronous))
