@@ -1,7 +1,7 @@
 """asynctrace: make PyTorch's asynchrony visible and checkable.
 
 Capture (``trace``, ``Benchmark``, ``range``, ``expect_syncs``) needs torch and is imported on first
-use; analysis (``load``, ``analyze``) never imports torch.
+use; analysis (``load_source``, ``analyze``) never imports torch.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from asynctrace._many import analyze_many
-    from asynctrace.analysis.report import Report, analyze
+    from asynctrace.analysis.report import Analysis, Report, analyze, analyze_detail
     from asynctrace.capture.benchmark import Benchmark
     from asynctrace.capture.options import TraceOptions
     from asynctrace.capture.profiler import Profile
@@ -30,9 +30,11 @@ if TYPE_CHECKING:
     from asynctrace.capture.sinks import BaseSink, SessionEnd, Sink
     from asynctrace.capture.syncs import expect_syncs
     from asynctrace.session import Session, current_session, trace
+    from asynctrace.sources import find_sources, load_source
     from asynctrace.traces.load import load
 
 __all__ = [
+    "Analysis",
     "AsyncTraceError",
     "AsyncTraceWarning",
     "BaseSink",
@@ -49,10 +51,13 @@ __all__ = [
     "UnexpectedSyncError",
     "__version__",
     "analyze",
+    "analyze_detail",
     "analyze_many",
     "current_session",
     "expect_syncs",
+    "find_sources",
     "load",
+    "load_source",
     "range",
     "trace",
 ]
@@ -73,6 +78,10 @@ _LAZY: dict[str, str] = {
     "load": "asynctrace.traces.load",
     "Report": "asynctrace.analysis.report",
     "analyze": "asynctrace.analysis.report",
+    "analyze_detail": "asynctrace.analysis.report",
+    "Analysis": "asynctrace.analysis.report",
+    "load_source": "asynctrace.sources",
+    "find_sources": "asynctrace.sources",
     "analyze_many": "asynctrace._many",
 }
 

@@ -1,7 +1,7 @@
 """Before/after: per-figure deltas between two runs, judged against step-to-step noise.
 
-Two sessions' records or two traces' reports are compared figure by figure on their per-step
-values. For each figure:
+Two reports (of sessions' records, traces, or one of each) are compared figure by figure on
+their per-step values. For each figure:
 
 * ``a_median`` / ``b_median``: the median over steps (nearest-rank free: numpy's median);
 * ``delta`` = b − a of the medians, ``delta_pct`` relative to a;
@@ -29,21 +29,19 @@ import msgspec
 import numpy as np
 
 from asynctrace.analysis.report import Report, VerdictInfo
-from asynctrace.analysis.verdict import judge_steps
-from asynctrace.records import Records
+from asynctrace.records import SessionHeader
 
 __all__ = [
     "COMPARE_SCHEMA_VERSION",
     "Comparison",
     "FigureDelta",
     "capture_differences",
-    "compare_records",
-    "compare_reports",
+    "compare",
     "compare_values",
     "mann_whitney_p",
 ]
 
-COMPARE_SCHEMA_VERSION = 1
+COMPARE_SCHEMA_VERSION = 2
 
 
 class FigureDelta(msgspec.Struct, frozen=True, kw_only=True):
@@ -70,7 +68,7 @@ class Comparison(msgspec.Struct, frozen=True, kw_only=True):
     schema_version: int = COMPARE_SCHEMA_VERSION
     a: str
     b: str
-    #: "records" or "report"
+    #: what was compared: "records" (two sessions), "trace" (two traces) or "mixed"
     kind: str
     #: judged on step time: "improvement", "regression" or "same" (within noise); or why it was
     #: not judged: "too few steps" (fewer than ``min_steps`` on a side), "n/a" (no steps),
@@ -244,7 +242,7 @@ def _build(
 
 
 #: (figure, unit, StepRecord field, scale, better)
-_RECORD_FIGURES: tuple[tuple[str, str, str, float, str | None], ...] = (
+_STEP_FIGURES: tuple[tuple[str, str, str, float, str | None], ...] = (
     ("step time", "ms", "frontend_ns", 1e-6, "lower"),
     ("frontend", "ms", "frontend_ns", 1e-6, "lower"),
     ("device", "ms", "device_ns", 1e-6, "lower"),
@@ -255,6 +253,13 @@ _RECORD_FIGURES: tuple[tuple[str, str, str, float, str | None], ...] = (
     ("in flight", "steps", "in_flight", 1.0, None),
     ("memory allocated", "MiB", "mem_allocated_bytes", 1.0 / (1 << 20), "lower"),
     ("memory reserved", "MiB", "mem_reserved_bytes", 1.0 / (1 << 20), "lower"),
+)
+#: (figure, unit, field of the trace's per-step extras or step bounds, scale, better): what
+#: only a trace measures per step ("n/a" where a side is a session)
+_TRACE_FIGURES: tuple[tuple[str, str, str, float, str | None], ...] = (
+    ("gpu busy", "ms", "busy_ns", 1e-6, "lower"),
+    ("gpu idle", "ms", "idle_ns", 1e-6, "lower"),
+    ("queue max", "ops", "queue_max", 1.0, None),
 )
 
 
@@ -267,29 +272,70 @@ def _values(rows: Sequence[object], field: str, scale: float) -> list[float]:
     return out
 
 
-def _records_verdict(r: Records) -> VerdictInfo:
-    v = judge_steps(r.steps, asynchronous=r.header.asynchronous, sync_sites=r.syncs)
-    return VerdictInfo(code=v.code, message=v.message, findings=list(v.findings))
+def _trace_rows(r: Report, field: str) -> Sequence[object]:
+    if r.trace is None:
+        return ()
+    return r.step_bounds if field in ("busy_ns", "idle_ns") else r.trace.steps
 
 
-def compare_records(
-    a: Records,
-    b: Records,
+def _queue_p50_ms(r: Report) -> float | None:
+    t = r.trace
+    return t.launch.queue_delay_ns.p50 / 1e6 if t is not None and t.launch.matched else None
+
+
+def compare(
+    a: Report,
+    b: Report,
     *,
     alpha: float = 0.01,
     min_effect: float = 0.02,
     min_steps: int = 5,
 ) -> Comparison:
-    """Compare two sessions (pure). On the host, steps are back to back, so a step's time is
-    its frontend time; both are listed because a trace's step time is not."""
+    """Compare two runs (pure): any two reports, of sessions or traces. On the host, steps are
+    back to back, so a step's time is its frontend time; both are listed because that may
+    change. What one side does not measure per step (a trace's data wait and memory, a
+    session's GPU busy time) is "n/a"."""
     cv = functools.partial(compare_values, alpha=alpha, min_effect=min_effect, min_steps=min_steps)
     figures = [
         cv(name, unit, _values(a.steps, f, s), _values(b.steps, f, s), better=better)
-        for name, unit, f, s, better in _RECORD_FIGURES
+        for name, unit, f, s, better in _STEP_FIGURES
     ]
-    figures.append(_single("queue delay p50", "ms", None, None))
+    figures[4:4] = [
+        cv(
+            name,
+            unit,
+            _values(_trace_rows(a, f), f, s),
+            _values(_trace_rows(b, f), f, s),
+            better=better,
+        )
+        for name, unit, f, s, better in _TRACE_FIGURES
+    ]
+    figures.append(_single("queue delay p50", "ms", _queue_p50_ms(a), _queue_p50_ms(b)))
+    notes, figures = _capture_notes(a.source.session, b.source.session, figures)
+    kinds = {"records" if r.trace is None else "trace" for r in (a, b)}
+    return _build(
+        a.source.path,
+        b.source.path,
+        kinds.pop() if len(kinds) == 1 else "mixed",
+        figures,
+        a.verdict,
+        b.verdict,
+        alpha=alpha,
+        min_effect=min_effect,
+        min_steps=min_steps,
+        notes=notes,
+    )
+
+
+def _capture_notes(
+    a: SessionHeader | None, b: SessionHeader | None, figures: list[FigureDelta]
+) -> tuple[list[str], list[FigureDelta]]:
+    """What limits a comparison of two sessions, and their figures marked "not comparable"
+    where it does."""
     notes: list[str] = []
-    da, db = a.header.sync_detection, b.header.sync_detection
+    if a is None or b is None:
+        return notes, figures
+    da, db = a.sync_detection, b.sync_detection
     if da is not None and db is not None and da != db:
         # `asynctrace check` (lint) against `asynctrace run` (auto: nothing on CPU) would read
         # as every sync removed
@@ -297,10 +343,7 @@ def compare_records(
             f"sync detection differs (A: {da}, B: {db}): their sync counts and waits are not "
             "comparable, nor a verdict that rests on them"
         )
-        figures = [
-            msgspec.structs.replace(f, change="not comparable") if f.figure in _SYNC_FIGURES else f
-            for f in figures
-        ]
+        figures = _not_comparable(figures, _SYNC_FIGURES)
     differ = capture_differences(a, b)
     if differ:
         # the lint alone makes a step 2–5× slower on CPU: "−59 %" between a linted, profiled
@@ -309,22 +352,15 @@ def compare_records(
             f"capture settings that cost time differ ({'; '.join(differ)}): step times are "
             "not comparable; compare runs captured the same way"
         )
-        figures = [
-            msgspec.structs.replace(f, change="not comparable") if f.figure in _TIME_FIGURES else f
-            for f in figures
-        ]
-    return _build(
-        a.path,
-        b.path,
-        "records",
-        figures,
-        _records_verdict(a),
-        _records_verdict(b),
-        alpha=alpha,
-        min_effect=min_effect,
-        min_steps=min_steps,
-        notes=notes,
-    )
+        figures = _not_comparable(figures, _TIME_FIGURES)
+    return notes, figures
+
+
+def _not_comparable(figures: list[FigureDelta], names: Sequence[str]) -> list[FigureDelta]:
+    return [
+        msgspec.structs.replace(f, change="not comparable") if f.figure in names else f
+        for f in figures
+    ]
 
 
 _SYNC_FIGURES = ("syncs per step", "sync wait")
@@ -339,12 +375,12 @@ _COSTLY_SETTINGS = (
 )
 
 
-def capture_differences(a: Records, b: Records) -> list[str]:
-    """The capture settings that cost time and differ between two sessions, as
-    ``"deep mode: A on, B off"``; a setting either file does not record is not judged."""
+def capture_differences(a: SessionHeader, b: SessionHeader) -> list[str]:
+    """The capture settings that cost time and differ between two sessions (their headers),
+    as ``"deep mode: A on, B off"``; a setting either file does not record is not judged."""
     out = []
     for attr, what in _COSTLY_SETTINGS:
-        va, vb = getattr(a.header, attr), getattr(b.header, attr)
+        va, vb = getattr(a, attr), getattr(b, attr)
         if va is None or vb is None or va == vb:
             continue
         if isinstance(va, bool):
@@ -352,50 +388,3 @@ def capture_differences(a: Records, b: Records) -> list[str]:
         else:
             out.append(f"{what}: A {va}, B {vb}")
     return out
-
-
-_REPORT_FIGURES: tuple[tuple[str, str, str, float, str | None], ...] = (
-    ("step time", "ms", "cpu_ns", 1e-6, "lower"),
-    ("frontend", "ms", "cpu_ns", 1e-6, "lower"),
-    ("device", "ms", "device_ns", 1e-6, "lower"),
-    ("gpu busy", "ms", "gpu_busy_ns", 1e-6, "lower"),
-    ("gpu idle", "ms", "gpu_idle_ns", 1e-6, "lower"),
-    ("run-ahead", "ms", "run_ahead_ns", 1e-6, None),
-    ("syncs per step", "count", "sync_count", 1.0, "lower"),
-    ("sync wait", "ms", "sync_wait_ns", 1e-6, "lower"),
-    ("queue max", "ops", "queue_max", 1.0, None),
-    ("in flight", "steps", "in_flight_steps", 1.0, None),
-)
-
-
-def compare_reports(
-    a: Report,
-    b: Report,
-    *,
-    alpha: float = 0.01,
-    min_effect: float = 0.02,
-    min_steps: int = 5,
-) -> Comparison:
-    """Compare two traces' reports (pure). Traces carry no data-wait or memory figure per
-    step: those rows are "n/a"."""
-    cv = functools.partial(compare_values, alpha=alpha, min_effect=min_effect, min_steps=min_steps)
-    figures = [
-        cv(name, unit, _values(a.steps, f, s), _values(b.steps, f, s), better=better)
-        for name, unit, f, s, better in _REPORT_FIGURES
-    ]
-    figures.insert(3, cv("data wait", "ms", [], []))
-    qa = a.launch.queue_delay_ns.p50 / 1e6 if a.launch.matched else None
-    qb = b.launch.queue_delay_ns.p50 / 1e6 if b.launch.matched else None
-    figures.append(_single("queue delay p50", "ms", qa, qb))
-    figures.append(cv("memory allocated", "MiB", [], []))
-    return _build(
-        a.trace.source,
-        b.trace.source,
-        "report",
-        figures,
-        a.verdict,
-        b.verdict,
-        alpha=alpha,
-        min_effect=min_effect,
-        min_steps=min_steps,
-    )

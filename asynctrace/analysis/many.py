@@ -92,7 +92,7 @@ class CrossRank(msgspec.Struct, frozen=True, kw_only=True):
 
 def order_ranks(reports: Sequence[Report]) -> list[Report]:
     """The reports in rank order (unknown ranks last, then by source), as the rank table."""
-    return sorted(reports, key=lambda r: (r.trace.rank is None, r.trace.rank or 0, r.trace.source))
+    return sorted(reports, key=lambda r: (r.source.rank is None, r.source.rank or 0, r.source.path))
 
 
 def bound_label(report: Report) -> str | None:
@@ -113,7 +113,7 @@ def _bound_split(ordered: Sequence[Report]) -> BoundSplit | None:
         majority=majority,
         ranks=dict(ranked),
         outliers=[
-            BoundOutlier(rank=r.trace.rank, source=r.trace.source, label=x)
+            BoundOutlier(rank=r.source.rank, source=r.source.path, label=x)
             for r, x in zip(ordered, labels, strict=True)
             if x is not None and x != majority
         ],
@@ -127,12 +127,14 @@ def cross_rank(reports: Sequence[Report]) -> CrossRank:
     n_steps = np.array([len(r.steps) for r in ordered], dtype=np.int64)
     rank_i = np.repeat(np.arange(len(ordered), dtype=np.int64), n_steps)
     step = np.fromiter((s.step for r in ordered for s in r.steps), np.int64, int(n_steps.sum()))
-    cpu = np.fromiter((s.cpu_ns for r in ordered for s in r.steps), np.int64, len(step))
+    cpu = np.fromiter((s.frontend_ns for r in ordered for s in r.steps), np.int64, len(step))
 
     slowest: int | None = None
     if len(ordered) > 1:
         # as compare_ranks computes it, so both name the same rank
-        means = [float(np.mean([s.cpu_ns for s in r.steps])) if r.steps else 0.0 for r in ordered]
+        means = [
+            float(np.mean([s.frontend_ns for s in r.steps])) if r.steps else 0.0 for r in ordered
+        ]
         slowest = int(np.argmax(means))
 
     # per step number: min, max and the first rank (in rank order) holding the max
@@ -152,14 +154,14 @@ def cross_rank(reports: Sequence[Report]) -> CrossRank:
     return CrossRank(
         ranks=len(ordered),
         steps=len(skew),
-        slowest_rank=ordered[slowest].trace.rank if slowest is not None else None,
-        slowest_source=ordered[slowest].trace.source if slowest is not None else None,
+        slowest_rank=ordered[slowest].source.rank if slowest is not None else None,
+        slowest_source=ordered[slowest].source.path if slowest is not None else None,
         step_skew_ns=percentiles(skew),
         worst_step=int(s_step[first][keep][worst]) if worst >= 0 else None,
-        worst_step_rank=ordered[int(hi_rank[worst])].trace.rank if worst >= 0 else None,
+        worst_step_rank=ordered[int(hi_rank[worst])].source.rank if worst >= 0 else None,
         slowest_by_step=[
             RankSlowest(
-                rank=ordered[i].trace.rank, source=ordered[i].trace.source, steps=int(counts[i])
+                rank=ordered[i].source.rank, source=ordered[i].source.path, steps=int(counts[i])
             )
             for i in by_count
         ],

@@ -1,19 +1,17 @@
-"""The :class:`Report`: every figure of one trace, with a versioned JSON form.
+"""The :class:`Report`: every figure of one run — a trace or a session's records — with a
+versioned JSON form.
 
-``analyze(trace)`` runs the pure analyses (launches, queue, steps, syncs, verdict) and returns a
-frozen Report. ``Report.to_json()`` / ``Report.from_json()`` round-trip it; the schema is
-documented in docs/report-json.md and versioned by ``schema_version``.
+``analyze(source)`` takes what a loader returned (:func:`asynctrace.load_source`: a
+:class:`~asynctrace.traces.model.Trace` or the :class:`~asynctrace.records.Records` a capture
+session wrote) and returns one frozen Report. Both kinds become the same step records
+(:class:`~asynctrace.records.StepRecord`), summarized, judged and labelled by the same code; a
+trace adds what only a trace has (activities, launches, queues, each sync call, per-step
+extras) in ``Report.trace``. ``Report.to_json()`` / ``Report.from_json()`` round-trip it; the
+schema is documented in docs/report-json.md and versioned by ``schema_version``.
 
-``analyze_detail(trace)`` returns the same report with the detail beside it (each idle gap, each
-stream's queue over time) for the views that draw more than the report carries (``annotate``);
-the detail is not part of the JSON form.
-
-``summarize_records`` does the same for the records a capture session wrote.
-
-Schema 2 (this version) adds ``bound`` (what bounds the run: label, figures, evidence, advice),
-``steps[i].bound`` and ``warnings``, and changes the meaning of ``steps[i].gpu_busy_ns`` /
-``gpu_idle_ns``: they are the step's share of the device timeline (the shares partition the
-run, so they add up to its totals), no longer its own activities' window.
+``analyze_detail(source)`` returns the same report with the detail beside it (each idle gap,
+each stream's queue over time, the launch links, the per-step series) for the views that draw
+more than the report carries; the detail is not part of the JSON form.
 """
 
 from __future__ import annotations
@@ -24,13 +22,16 @@ from pathlib import PurePath
 import msgspec
 import numpy as np
 
+from asynctrace.analysis._bound_model import StepBound
+from asynctrace.analysis.accumulate import FigureStats, StepAccumulator
 from asynctrace.analysis.bound import (
     Bound,
     IdleGaps,
     ReportWarning,
+    bound_of_records,
     bound_of_trace,
 )
-from asynctrace.analysis.launches import LaunchStats, launch_stats, link_launches
+from asynctrace.analysis.launches import LaunchLinks, LaunchStats, launch_stats, link_launches
 from asynctrace.analysis.queue import (
     DEFAULT_QUEUE_CAP,
     QueueSeries,
@@ -39,43 +40,66 @@ from asynctrace.analysis.queue import (
     queue_stats,
     stream_groups,
 )
-from asynctrace.analysis.steps import StepFigures, split_steps, step_windows
+from asynctrace.analysis.series import (
+    MAX_BINS,
+    BoundSeries,
+    StepSeries,
+    bound_series,
+    steps_series,
+)
+from asynctrace.analysis.steps import (
+    StepWindow,
+    TraceStep,
+    split_steps,
+    step_windows,
+    without_clock_figures,
+)
 from asynctrace.analysis.syncs import SyncCall, SyncSummary, find_syncs
 from asynctrace.analysis.verdict import judge_steps
 from asynctrace.errors import TraceFormatError
-from asynctrace.records import Records, StepRecord, SyncSite
+from asynctrace.records import Records, SessionHeader, StepRecord, SyncSite
 from asynctrace.traces.model import ActivityKind, Trace
 
 __all__ = [
     "REPORT_SCHEMA_VERSION",
     "ActivityCounts",
     "Analysis",
-    "FigureStats",
-    "RecordsSummary",
     "Report",
-    "TraceInfo",
+    "SourceInfo",
+    "TraceFigures",
     "VerdictInfo",
     "analyze",
     "analyze_detail",
     "rank_from_name",
-    "step_records",
-    "summarize_records",
     "sync_sites",
 ]
 
-REPORT_SCHEMA_VERSION = 2
+REPORT_SCHEMA_VERSION = 3
 
 
-class TraceInfo(msgspec.Struct, frozen=True, kw_only=True):
-    source: str
+class SourceInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What was analysed."""
+
+    #: the file (or the name a trace was built under)
+    path: str
+    #: "kineto", "nsys", "synthetic" (traces) or "records" (a capture session's records)
     format: str
     device: str
-    #: from the trace's distributed info, else from the file name (``rank<N>``, ``rank-N``)
+    #: whether device work runs asynchronously to the host: a trace with device activity, a
+    #: session on CUDA/ROCm (False on the CPU backend, where device time is host time)
+    asynchronous: bool
+    #: from the trace's distributed info or the session header, else from the file name
+    #: (``rank<N>``, ``rank-N``)
     rank: int | None
     world_size: int | None
+    #: events the trace held, or the step lines of a records file
     events: int
     #: events the loader read and did not keep, by reason
     skipped: dict[str, int] = msgspec.field(default_factory=dict)
+    #: False for a records file without its summary line (a killed run)
+    complete: bool = True
+    #: records only: the header the session wrote (device kind, clocks, capture settings)
+    session: SessionHeader | None = None
 
 
 class ActivityCounts(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,11 +116,10 @@ class VerdictInfo(msgspec.Struct, frozen=True, kw_only=True):
     findings: list[str] = msgspec.field(default_factory=list)
 
 
-class Report(msgspec.Struct, frozen=True, kw_only=True):
-    """Every figure of one trace. Build it with :func:`analyze`."""
+class TraceFigures(msgspec.Struct, frozen=True, kw_only=True):
+    """What only a trace has: device activities, launches, queues, each sync call, and the
+    trace-only extras of each step (index for index with ``Report.steps``)."""
 
-    schema_version: int = REPORT_SCHEMA_VERSION
-    trace: TraceInfo
     activities: ActivityCounts
     launch: LaunchStats
     #: stream key (as in ``activities.per_stream``) → queue figures
@@ -106,12 +129,36 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     #: where the steps came from: "profiler", "nvtx", "annotation", "optimizer", "trace" or
     #: "none"
     step_source: str
-    steps: list[StepFigures]
+    steps: list[TraceStep]
+
+
+class Report(msgspec.Struct, frozen=True, kw_only=True):
+    """Every figure of one run (a trace or a session's records). Build it with
+    :func:`analyze`."""
+
+    schema_version: int = REPORT_SCHEMA_VERSION
+    source: SourceInfo
+    #: one record per step, the same type a capture session writes
+    steps: list[StepRecord]
+    #: each step's share of the device timeline and its label, index for index with ``steps``
+    #: (a trace's; a records file's are estimated, and left out past ``max_step_bounds``)
+    step_bounds: list[StepBound] = msgspec.field(default_factory=list)
+    #: figure name ("frontend_ns", "device_ns", ...) → statistics over the steps that have it
+    figures: dict[str, FigureStats] = msgspec.field(default_factory=dict)
+    #: sync sites of syncs made inside steps
+    sync_sites: list[SyncSite] = msgspec.field(default_factory=list)
     verdict: VerdictInfo
-    #: what bounds the run (None only in reports of schema 1)
+    #: what bounds the run
     bound: Bound | None = None
-    #: consistency warnings: figures that the trace itself makes unreliable
+    #: consistency warnings: figures that the input itself makes unreliable
     warnings: list[ReportWarning] = msgspec.field(default_factory=list)
+    #: what only a trace has; None for a session's records
+    trace: TraceFigures | None = None
+
+    @property
+    def whole_trace(self) -> bool:
+        """Whether the run was judged as one step: a trace without steps."""
+        return self.trace is not None and self.trace.step_source in ("trace", "none")
 
     def to_json(self, *, indent: int = 0) -> str:
         data = msgspec.json.encode(self)
@@ -152,24 +199,6 @@ def rank_from_name(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def step_records(steps: list[StepFigures], *, clocks_agree: bool = True) -> list[StepRecord]:
-    """The per-step figures of a trace as the records the verdict judges (without run-ahead
-    and in-flight figures where the clocks disagree: they would be wrong)."""
-    return [
-        StepRecord(
-            step=s.step,
-            start_ns=s.start_ns,
-            frontend_ns=s.cpu_ns,
-            device_ns=s.device_ns if s.device_start_ns is not None else None,
-            run_ahead_ns=s.run_ahead_ns if clocks_agree else None,
-            in_flight=s.in_flight_steps if clocks_agree else 0,
-            sync_count=s.sync_count,
-            sync_wait_ns=s.sync_wait_ns,
-        )
-        for s in steps
-    ]
-
-
 def sync_sites(summary: SyncSummary) -> list[SyncSite]:
     """The sites of a trace's syncs made inside steps, as the records the verdict judges (the
     API name where no site): "N syncs per step at A (op ×k)" counts what the steps counted, not
@@ -192,41 +221,92 @@ def sync_sites(summary: SyncSummary) -> list[SyncSite]:
 
 class Analysis(msgspec.Struct, frozen=True, kw_only=True, eq=False):
     """A report and the analysis detail beside it: what views draw that the report does not
-    carry (each idle gap, each stream's queue over time). Made once by :func:`analyze_detail`
-    for the views that need it (``asynctrace annotate``); not part of the report's JSON form.
-    """
+    carry. Made once by :func:`analyze_detail`; not part of the report's JSON form. Renderers
+    and exporters take this and compute nothing."""
 
     report: Report
+    #: the per-step figures in at most ``max_bins`` bins, and what bounds each bin
+    series: StepSeries
+    bounds: BoundSeries
+    #: the trace analysed, and its detail; None for a session's records
+    trace: TraceDetail | None = None
+
+
+class TraceDetail(msgspec.Struct, frozen=True, kw_only=True, eq=False):
+    """The detail of a trace's analysis that views draw from."""
+
+    trace: Trace
+    links: LaunchLinks
+    windows: list[StepWindow]
     #: every idle gap of the device timeline, with its cause and step (bound analysis)
     gaps: IdleGaps
-    #: stream key (as in ``report.queue``) → (queue depth, in flight) over time
+    #: stream key (as in ``report.trace.queue``) → (queue depth, in flight) over time
     queue_series: dict[str, tuple[QueueSeries, QueueSeries]]
 
 
+Source = Trace | Records
+
+#: a records file's steps get per-step labels up to this many steps (each is an object of
+#: its own: a 10⁶-step file summarizes without them; its plots bin the steps instead)
+MAX_STEP_BOUNDS = 100_000
+
+
 def analyze(
-    trace: Trace, *, queue_cap: int = DEFAULT_QUEUE_CAP, keep_sync_calls: bool = True
+    source: Source,
+    *,
+    queue_cap: int = DEFAULT_QUEUE_CAP,
+    keep_sync_calls: bool = True,
+    max_step_bounds: int = MAX_STEP_BOUNDS,
 ) -> Report:
-    """All figures of one trace (pure; reads no file, imports no torch)."""
-    return analyze_detail(trace, queue_cap=queue_cap, keep_sync_calls=keep_sync_calls).report
+    """All figures of one trace or one session's records (pure; reads no file, imports no
+    torch)."""
+    if isinstance(source, Records):
+        return _records_report(source, max_step_bounds=max_step_bounds)
+    return _trace_analysis(source, queue_cap=queue_cap, keep_sync_calls=keep_sync_calls)[0]
 
 
 def analyze_detail(
-    trace: Trace, *, queue_cap: int = DEFAULT_QUEUE_CAP, keep_sync_calls: bool = True
+    source: Source,
+    *,
+    queue_cap: int = DEFAULT_QUEUE_CAP,
+    keep_sync_calls: bool = True,
+    max_bins: int = MAX_BINS,
+    max_step_bounds: int = MAX_STEP_BOUNDS,
 ) -> Analysis:
-    """:func:`analyze`, and the detail beside the report (the idle gaps, the queue series),
-    from the same single run of the analyses."""
+    """:func:`analyze`, and the detail beside the report (idle gaps, queue series, launch
+    links, per-step series), from the same single run of the analyses."""
+    if isinstance(source, Records):
+        report = _records_report(source, max_step_bounds=max_step_bounds)
+        return Analysis(
+            report=report,
+            series=steps_series(source.steps, max_bins=max_bins),
+            bounds=_bounds(report, max_bins=max_bins),
+        )
+    report, detail = _trace_analysis(source, queue_cap=queue_cap, keep_sync_calls=keep_sync_calls)
+    return Analysis(
+        report=report,
+        series=steps_series(report.steps, max_bins=max_bins),
+        bounds=_bounds(report, max_bins=max_bins),
+        trace=detail,
+    )
+
+
+def _figures(acc: StepAccumulator) -> dict[str, FigureStats]:
+    return {k: v for k, v in acc.figures().items() if v is not None}
+
+
+def _trace_analysis(
+    trace: Trace, *, queue_cap: int, keep_sync_calls: bool
+) -> tuple[Report, TraceDetail]:
     links = link_launches(trace)
     groups = stream_groups(trace)
     series = queue_series(trace, links, groups=groups)
     windows = step_windows(trace)
-    steps = split_steps(trace, links, windows=windows, queues=series)
     syncs = find_syncs(trace, windows=windows)
     sites = sync_sites(syncs)  # from the calls: before they may be dropped
     group_of, keys = groups
-    per_stream = np.bincount(group_of, minlength=len(keys))
-    kinds = trace.activities.kind
-    per_kind = {k.name.lower(): int(np.count_nonzero(kinds == k)) for k in ActivityKind}
     has_device = len(trace.activities) > 0
+    plain = split_steps(trace, links, windows=windows, queues=series)
     tb = bound_of_trace(
         trace,
         links,
@@ -234,121 +314,110 @@ def analyze_detail(
         syncs=syncs,
         queues=series,
         cap=queue_cap,
-        step_sync_wait_ns=[s.sync_wait_ns for s in steps],
+        step_sync_wait_ns=[s.sync_wait_ns for s in plain.steps],
         group_keys=keys,
         group_of=group_of,
     )
-    steps = [
-        msgspec.structs.replace(s, gpu_busy_ns=b.busy_ns, gpu_idle_ns=b.idle_ns, bound=b)
-        for s, b in zip(steps, tb.steps, strict=True)
-    ]
+    # where the clocks disagree, the figures that compare them would be wrong: left out
+    split = without_clock_figures(plain) if tb.clocks_disagree else plain
     whole = bool(windows) and windows[0].source == "trace"
     v = judge_steps(
-        step_records(steps, clocks_agree=not tb.clocks_disagree),
+        split.steps,
         asynchronous=has_device,
         sync_sites=sites,
         sync_cost_fraction=tb.sync_cost_fraction if has_device else None,
         whole_trace=whole,
     )
+    acc = StepAccumulator(window=max(1, len(split.steps))).extend(split.steps)
     report = Report(
-        trace=TraceInfo(
-            source=trace.source,
+        source=SourceInfo(
+            path=trace.source,
             format=trace.format,
             device=trace.device_name,
+            asynchronous=has_device,
             rank=trace.rank if trace.rank is not None else rank_from_name(trace.source),
             world_size=trace.world_size,
             events=trace.n_events,
             skipped=dict(trace.skipped),
         ),
-        activities=ActivityCounts(
-            total=len(trace.activities),
-            per_stream={k: int(c) for k, c in zip(keys, per_stream.tolist(), strict=True)},
-            per_kind=per_kind,
-        ),
-        launch=launch_stats(trace, links),
-        queue=queue_stats(trace, links, cap=queue_cap, series=series, groups=groups),
-        queue_cap=queue_cap,
-        syncs=syncs if keep_sync_calls else msgspec.structs.replace(syncs, calls=[]),
-        step_source=windows[0].source if windows else "none",
-        steps=steps,
+        steps=split.steps,
+        step_bounds=tb.steps,
+        figures=_figures(acc),
+        sync_sites=sites,
         verdict=VerdictInfo(code=v.code, message=v.message, findings=list(v.findings)),
         bound=tb.run,
         warnings=tb.warnings,
+        trace=TraceFigures(
+            activities=_activity_counts(trace, keys, group_of),
+            launch=launch_stats(trace, links),
+            queue=queue_stats(trace, links, cap=queue_cap, series=series, groups=groups),
+            queue_cap=queue_cap,
+            syncs=syncs if keep_sync_calls else msgspec.structs.replace(syncs, calls=[]),
+            step_source=windows[0].source if windows else "none",
+            steps=split.extras,
+        ),
     )
     gaps = tb.gaps  # bound_of_trace always gives them; an empty set where it would not
     if gaps is None:
         empty = np.zeros(0, np.int64)
         gaps = IdleGaps(empty, empty, np.zeros(0, np.uint8), np.zeros(0, bool), empty)
-    return Analysis(report=report, gaps=gaps, queue_series=series)
+    detail = TraceDetail(trace=trace, links=links, windows=windows, gaps=gaps, queue_series=series)
+    return report, detail
 
 
-class FigureStats(msgspec.Struct, frozen=True, kw_only=True):
-    """Mean, median and nearest-rank p90 of one per-step figure over the steps that have it."""
-
-    n: int
-    mean: float
-    median: float
-    p90: int
-
-
-class RecordsSummary(msgspec.Struct, frozen=True, kw_only=True):
-    """The per-step summary of one session's records."""
-
-    schema_version: int = REPORT_SCHEMA_VERSION
-    source: str
-    rank: int | None
-    device: str
-    device_kind: str
-    steps: int
-    complete: bool
-    #: figure name ("frontend_ns", "device_ns", ...) → statistics
-    figures: dict[str, FigureStats]
-    sync_sites: list[SyncSite]
-    verdict: VerdictInfo
-    #: what bounds the session (estimated from its step records; see bound_of_records)
-    bound: Bound | None = None
+def _activity_counts(trace: Trace, keys: list[str], group_of: np.ndarray) -> ActivityCounts:
+    per_stream = np.bincount(group_of, minlength=len(keys))
+    kinds = trace.activities.kind
+    return ActivityCounts(
+        total=len(trace.activities),
+        per_stream={k: int(c) for k, c in zip(keys, per_stream.tolist(), strict=True)},
+        per_kind={k.name.lower(): int(np.count_nonzero(kinds == k)) for k in ActivityKind},
+    )
 
 
-_RECORD_FIGURES = (
-    "frontend_ns",
-    "device_ns",
-    "run_ahead_ns",
-    "data_wait_ns",
-    "sync_wait_ns",
-    "sync_count",
-    "in_flight",
-)
-
-
-def summarize_records(records: Records) -> RecordsSummary:
-    """Mean/median/p90 of each per-step figure of a session, its verdict and what bounds it
-    (pure): the live session's own summary (:class:`~asynctrace.analysis.accumulate.
-    StepAccumulator`) over every step of the file."""
-    from asynctrace.analysis.accumulate import StepAccumulator
-
+def _records_report(records: Records, *, max_step_bounds: int) -> Report:
+    """A session's records as a report: the live session's own summary
+    (:class:`~asynctrace.analysis.accumulate.StepAccumulator`) over every step of the file."""
     h = records.header
-    acc = StepAccumulator(window=max(1, len(records.steps))).extend(records.steps)
-    stats = acc.figures()
-    figures: dict[str, FigureStats] = {}
-    for name in _RECORD_FIGURES:
-        f = stats[name]
-        figures[name] = (
-            FigureStats(n=0, mean=0.0, median=0.0, p90=0)
-            if f is None
-            else FigureStats(n=f.count, mean=f.mean, median=f.median, p90=int(f.p90))
-        )
+    steps = records.steps
+    acc = StepAccumulator(window=max(1, len(steps))).extend(steps)
     code, message, findings = acc.verdict(
         asynchronous=h.asynchronous, sync_sites=records.syncs, sync_detection=h.sync_detection
     )
-    return RecordsSummary(
-        source=records.path,
-        rank=h.rank if h.rank is not None else rank_from_name(records.path),
-        device=h.device_name,
-        device_kind=h.device_kind,
-        steps=len(records.steps),
-        complete=records.complete,
-        figures=figures,
+    per_step = 0 < len(steps) <= max_step_bounds
+    rb = bound_of_records(steps, asynchronous=h.asynchronous, per_step=per_step) if steps else None
+    return Report(
+        source=SourceInfo(
+            path=records.path,
+            format="records",
+            device=h.device_name,
+            asynchronous=h.asynchronous,
+            rank=h.rank if h.rank is not None else rank_from_name(records.path),
+            world_size=h.world_size,
+            events=len(steps),
+            complete=records.complete,
+            session=h,
+        ),
+        steps=list(steps),
+        step_bounds=rb.steps if rb is not None else [],
+        figures=_figures(acc),
         sync_sites=list(records.syncs),
         verdict=VerdictInfo(code=code, message=message, findings=findings),
-        bound=acc.bound(asynchronous=h.asynchronous),
+        bound=rb.run if rb is not None else None,
+    )
+
+
+def _bounds(report: Report, *, max_bins: int) -> BoundSeries:
+    """Each step's bound in bins; a long records file's (past ``max_step_bounds``, whose
+    report holds none) estimated here, for drawing only."""
+    bounds = report.step_bounds
+    estimated = report.trace is None
+    if not bounds and report.steps and estimated:
+        bounds = bound_of_records(report.steps, asynchronous=report.source.asynchronous).steps
+    return bound_series(
+        bounds,
+        [s.step for s in report.steps] if bounds else [],
+        label=report.bound.label if report.bound is not None else "undetermined",
+        estimated=estimated,
+        max_bins=max_bins,
     )

@@ -22,19 +22,21 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from asynctrace.analysis._bound_model import StepBound
 from asynctrace.analysis.launches import LaunchLinks
 from asynctrace.analysis.queue import QueueSeries, depth_max_between
+from asynctrace.records import StepRecord
 from asynctrace.traces.model import RangeKind, RuntimeKind, Trace
 
 __all__ = [
     "SYNC_KINDS",
-    "StepFigures",
+    "StepSplit",
     "StepWindow",
+    "TraceStep",
     "host_span",
     "split_steps",
     "step_windows",
     "union_length",
+    "without_clock_figures",
 ]
 
 I64 = npt.NDArray[np.int64]
@@ -57,40 +59,29 @@ class StepWindow(msgspec.Struct, frozen=True):
     source: str
 
 
-class StepFigures(msgspec.Struct, frozen=True, kw_only=True):
-    """One step's figures (definitions in docs/analysis.md)."""
+class TraceStep(msgspec.Struct, frozen=True, kw_only=True):
+    """What a trace knows of a step beyond its :class:`~asynctrace.records.StepRecord` (the one
+    step record of sessions and traces): the trace-only extras, aligned with the report's steps
+    (definitions in docs/how-it-works.md)."""
 
-    step: int
     name: str
-    start_ns: int
+    #: host end of the step (its start is the step record's ``start_ns``)
     end_ns: int
-    #: host span of the step
-    cpu_ns: int
     #: activities attributed to the step (through their launch call)
     activities: int
     #: first start and last end of those activities; None when there are none
     device_start_ns: int | None
     device_end_ns: int | None
-    #: device window length (device_end − device_start), 0 when no activity
-    device_ns: int
-    #: in a Report (``analyze``): busy time of the step's share of the device timeline (see
-    #: ``bound``); from ``split_steps`` alone: the union of the step's own activities
-    gpu_busy_ns: int
-    #: in a Report: idle time of the step's share; from ``split_steps``: device window − busy
-    gpu_idle_ns: int
-    #: synchronizing host calls that started in the step
-    sync_count: int
-    #: host time inside synchronizing calls, within the step (overlaps counted once)
-    sync_wait_ns: int
-    #: device end of the step's last activity − host end of the step; None without activities
-    run_ahead_ns: int | None
     #: highest queue depth of any stream during the step's host span
     queue_max: int
-    #: earlier steps whose device work was unfinished when this step started on the host (a
-    #: session's ``in_flight``: one definition, docs/how-it-works.md)
-    in_flight_steps: int
-    #: the step's share of the device timeline and its label (set by ``analyze``)
-    bound: StepBound | None = None
+
+
+class StepSplit(msgspec.Struct, frozen=True, kw_only=True):
+    """A trace's steps: the step records (figures shared with sessions) and, index for index,
+    the trace-only extras."""
+
+    steps: list[StepRecord]
+    extras: list[TraceStep]
 
 
 def union_length(start: I64, end: I64) -> int:
@@ -237,7 +228,7 @@ def split_steps(
     *,
     windows: list[StepWindow] | None = None,
     queues: Mapping[str, tuple[QueueSeries, QueueSeries]] | None = None,
-) -> list[StepFigures]:
+) -> StepSplit:
     """Figures of every step; ``queues`` (from :func:`~asynctrace.analysis.queue.queue_series`)
     gives ``queue_max``, 0 without it."""
     if windows is None:
@@ -250,62 +241,87 @@ def split_steps(
     launch_sorted = launch[order]
     a_start = act.start_ns
     a_end = act.start_ns + act.dur_ns
-
-    rt = trace.runtime
-    is_sync = np.isin(rt.kind, np.array([int(k) for k in SYNC_KINDS], dtype=np.uint8))
-    s_start = rt.start_ns[is_sync]
-    s_end = s_start + rt.dur_ns[is_sync]
-    s_order = np.argsort(s_start, kind="stable")
-    s_start, s_end = s_start[s_order], s_end[s_order]
-
-    out: list[StepFigures] = []
+    syncs = _SyncCalls.of(trace)
+    records: list[StepRecord] = []
+    extras: list[TraceStep] = []
     for w in windows:
         i0, i1 = np.searchsorted(launch_sorted, [w.start_ns, w.end_ns], side="left")
         sel = by_launch[i0:i1]
-        if len(sel):
-            dev_start: int | None = int(a_start[sel].min())
-            dev_end: int | None = int(a_end[sel].max())
-            busy = union_length(a_start[sel], a_end[sel])
-        else:
-            dev_start = dev_end = None
-            busy = 0
-        window = (dev_end - dev_start) if dev_start is not None and dev_end is not None else 0
-        j1 = int(np.searchsorted(s_start, w.end_ns, side="left"))
-        j0 = int(np.searchsorted(s_start, w.start_ns, side="left"))
-        overlap = np.flatnonzero(s_end[:j1] > w.start_ns)
-        wait = union_length(
-            np.maximum(s_start[overlap], w.start_ns), np.minimum(s_end[overlap], w.end_ns)
-        )
+        dev_start = int(a_start[sel].min()) if len(sel) else None
+        dev_end = int(a_end[sel].max()) if len(sel) else None
+        count, wait = syncs.within(w.start_ns, w.end_ns)
         qmax = 0
         if queues:
             qmax = max(depth_max_between(d, w.start_ns, w.end_ns) for d, _ in queues.values())
-        out.append(
-            StepFigures(
+        # a whole trace has no step end the host moved on from: no run-ahead
+        ahead = dev_end is not None and w.source != "trace"
+        records.append(
+            StepRecord(
                 step=w.step,
-                name=w.name,
                 start_ns=w.start_ns,
+                frontend_ns=w.end_ns - w.start_ns,
+                device_ns=dev_end - dev_start
+                if dev_start is not None and dev_end is not None
+                else None,
+                run_ahead_ns=dev_end - w.end_ns if ahead and dev_end is not None else None,
+                sync_count=count,
+                sync_wait_ns=wait,
+            )
+        )
+        extras.append(
+            TraceStep(
+                name=w.name,
                 end_ns=w.end_ns,
-                cpu_ns=w.end_ns - w.start_ns,
                 activities=len(sel),
                 device_start_ns=dev_start,
                 device_end_ns=dev_end,
-                device_ns=window,
-                gpu_busy_ns=busy,
-                gpu_idle_ns=window - busy,
-                sync_count=j1 - j0,
-                sync_wait_ns=wait,
-                # a whole trace has no step end the host moved on from: no run-ahead
-                run_ahead_ns=None if dev_end is None or w.source == "trace" else dev_end - w.end_ns,
                 queue_max=qmax,
-                in_flight_steps=0,
             )
         )
-    # in flight at each step's host start: earlier steps whose device work ends after it (the
-    # definition a live session measures with its markers: one figure for both)
+    return StepSplit(steps=_with_in_flight(records, extras), extras=extras)
+
+
+def without_clock_figures(split: StepSplit) -> StepSplit:
+    """The steps without the figures that compare host and device clocks (run-ahead, in
+    flight): for a trace whose clocks disagree, where they would be wrong."""
+    steps = [msgspec.structs.replace(s, run_ahead_ns=None, in_flight=0) for s in split.steps]
+    return StepSplit(steps=steps, extras=split.extras)
+
+
+def _with_in_flight(records: list[StepRecord], extras: list[TraceStep]) -> list[StepRecord]:
+    """In flight at each step's host start: earlier steps whose device work ends after it (the
+    definition a live session measures with its markers: one figure for both)."""
     dev_ends = np.array(
-        [f.device_end_ns if f.device_end_ns is not None else -(2**62) for f in out], np.int64
+        [x.device_end_ns if x.device_end_ns is not None else -(2**62) for x in extras], np.int64
     )
     return [
-        msgspec.structs.replace(f, in_flight_steps=int(np.count_nonzero(dev_ends[:k] > f.start_ns)))
-        for k, f in enumerate(out)
+        msgspec.structs.replace(r, in_flight=int(np.count_nonzero(dev_ends[:k] > r.start_ns)))
+        for k, r in enumerate(records)
     ]
+
+
+class _SyncCalls(msgspec.Struct, frozen=True):
+    """The trace's synchronizing host calls, sorted by start."""
+
+    start: I64
+    end: I64
+
+    @classmethod
+    def of(cls, trace: Trace) -> _SyncCalls:
+        rt = trace.runtime
+        is_sync = np.isin(rt.kind, np.array([int(k) for k in SYNC_KINDS], dtype=np.uint8))
+        s_start = rt.start_ns[is_sync]
+        s_end = s_start + rt.dur_ns[is_sync]
+        order = np.argsort(s_start, kind="stable")
+        return cls(s_start[order], s_end[order])
+
+    def within(self, start_ns: int, end_ns: int) -> tuple[int, int]:
+        """Calls that started in [start, end), and the host time inside any call, clipped to
+        the window (overlaps counted once)."""
+        j1 = int(np.searchsorted(self.start, end_ns, side="left"))
+        j0 = int(np.searchsorted(self.start, start_ns, side="left"))
+        overlap = np.flatnonzero(self.end[:j1] > start_ns)
+        wait = union_length(
+            np.maximum(self.start[overlap], start_ns), np.minimum(self.end[overlap], end_ns)
+        )
+        return j1 - j0, wait

@@ -71,14 +71,15 @@ def _natural_key(p: Path) -> tuple[object, ...]:
 _DIGITS = re.compile(r"([0-9]+)")
 
 
-def find_traces(directory: str | os.PathLike[str]) -> list[Path]:
+def find_traces(directory: str | os.PathLike[str], *, allow_empty: bool = False) -> list[Path]:
     """The trace files directly inside ``directory`` (one per rank), in natural name order.
 
     Picks ``*.json``, ``*.json.gz``, ``*.sqlite``, ``*.sqlite3``; session records
     (``*.records.jsonl``) are not traces, and what asynctrace derives from a trace
     (:data:`DERIVED_SUFFIXES`: annotated copies, summaries) would count a rank twice, so both
     are left out (:func:`load` still reads any of them by name). Raises
-    :class:`TraceFormatError` when the folder does not exist or holds no trace.
+    :class:`TraceFormatError` when the folder does not exist or holds no trace (``allow_empty``:
+    then an empty list, for a caller that looks for other files too).
     """
     d = Path(directory)
     try:
@@ -99,7 +100,7 @@ def find_traces(directory: str | os.PathLike[str]) -> list[Path]:
         if p.is_file() and p.name.lower().endswith(TRACE_SUFFIXES) and not p.name.startswith(".")
     ]
     found = [p for p in candidates if not p.name.lower().endswith(DERIVED_SUFFIXES)]
-    if not found:
+    if not found and not allow_empty:
         derived = " (annotated copies and summaries are left out: name one to read it)"
         raise TraceFormatError(
             str(d),
