@@ -34,6 +34,7 @@ _OWN_MODULES = frozenset(
         "records.py",
         "render",
         "session.py",
+        "sources.py",
         "sinks",
         "traces",
     }

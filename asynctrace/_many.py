@@ -445,8 +445,8 @@ def _export_one(path: str, shown: str, outdir: str, queue_cap: int) -> _Result:
     del trace
     written = write_rank_tables(outdir, report=report, activities=rows)
     done = ExportedFile(
-        source=report.trace.source,
-        rank=report.trace.rank,
+        source=report.source.path,
+        rank=report.source.rank,
         tables={k: (str(p), n) for k, (p, n) in written.items()},
     )
     data = msgspec.msgpack.encode(done)

@@ -19,7 +19,6 @@ from rich.text import Text
 from asynctrace._output import json_text
 from asynctrace._text import printable
 from asynctrace.errors import TraceFormatError
-from asynctrace.records import is_records_name
 
 if TYPE_CHECKING:
     from asynctrace.analysis.compare import Comparison
@@ -70,7 +69,7 @@ def _min_effect(text: str) -> float:
     return x
 
 
-def _kind(path: Path) -> str:
+def _check_file(path: Path) -> None:
     if not path.exists():
         raise TraceFormatError(str(path), "no such file")
     if path.is_dir():
@@ -80,50 +79,53 @@ def _kind(path: Path) -> str:
     if not path.is_file():
         # reading a FIFO blocks forever, a device never ends: refuse before opening
         raise TraceFormatError(str(path), "not a regular file (a FIFO, socket or device)")
-    if is_records_name(path.name):
-        return "records"
-    if path.suffix == ".json":
-        try:
-            with open(path, "rb") as f:
-                head = f.read(4096).lstrip()
-        except OSError as e:
-            raise TraceFormatError(str(path), f"cannot read the file: {e.strerror or e}") from None
-        if head.startswith(b"{") and b'"schema_version"' in head and b'"traceEvents"' not in head:
-            return "report"
-    return "trace"
 
 
-def _report(path: Path, kind: str) -> Report:
+def _saved_report(path: Path) -> bool:
+    """Whether the file is a report ``asynctrace report --json`` wrote (not a trace)."""
+    if path.suffix != ".json":
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096).lstrip()
+    except OSError as e:
+        raise TraceFormatError(str(path), f"cannot read the file: {e.strerror or e}") from None
+    return head.startswith(b"{") and b'"schema_version"' in head and b'"traceEvents"' not in head
+
+
+def _report(path: Path) -> Report:
+    """The report of a file: a saved report read back, else the analysis of what the loader
+    read (a trace or a session's records)."""
     from asynctrace.analysis.report import Report, analyze
+    from asynctrace.sources import load_source
 
-    if kind == "report":
+    _check_file(path)
+    if _saved_report(path):
         try:
             return Report.from_json(path.read_bytes())
         except OSError as e:
             raise TraceFormatError(str(path), f"cannot read the file: {e.strerror or e}") from None
         except TraceFormatError as e:
             raise TraceFormatError(str(path), e.reason) from None
-    from asynctrace.traces.load import load
+    return analyze(load_source(path))
 
-    return analyze(load(path))
+
+def _what(r: Report) -> str:
+    return "records" if r.trace is None else "trace"
 
 
 def run(args: argparse.Namespace) -> int:
-    from asynctrace.analysis.compare import compare_records, compare_reports
+    from asynctrace.analysis.compare import compare
 
-    pa, pb = Path(args.a), Path(args.b)
-    ka, kb = _kind(pa), _kind(pb)
-    opts = {"alpha": args.alpha, "min_effect": args.min_effect}
-    if (ka == "records") != (kb == "records"):
+    a, b = _report(Path(args.a)), _report(Path(args.b))
+    ka, kb = (_what(r) for r in (a, b))
+    if ka != kb:
+        # a session's steps are its own boundaries, a trace's the profiler's: their times are
+        # not the same measurement
         raise TraceFormatError(
-            str(pb), f"cannot compare {ka} with {kb}: give two records files or two traces/reports"
+            args.b, f"cannot compare {ka} with {kb}: give two records files or two traces/reports"
         )
-    if ka == "records":
-        from asynctrace.records import read_records
-
-        comparison = compare_records(read_records(pa), read_records(pb), **opts)
-    else:
-        comparison = compare_reports(_report(pa, ka), _report(pb, kb), **opts)
+    comparison = compare(a, b, alpha=args.alpha, min_effect=args.min_effect)
 
     if args.json:
         sys.stdout.write(json_text(comparison) + "\n")

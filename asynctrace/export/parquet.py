@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from asynctrace._extras import require
+from asynctrace.errors import TraceFormatError
 
 if TYPE_CHECKING:
-    from asynctrace.analysis.report import Report
+    from asynctrace.analysis.report import Report, TraceFigures
     from asynctrace.analysis.tables import ActivityRows
 
 __all__ = ["TABLES", "rank_partition", "write_rank_tables"]
@@ -59,28 +60,28 @@ def _opt_int(values: list[int | None]) -> Any:
     return pa.array(values, type=pa.int64())
 
 
-def _steps_table(report: Report, source: str) -> Any:
+def _steps_table(report: Report, trace: TraceFigures, source: str) -> Any:
     pa = _pa()
-    s = report.steps
+    s, x, b = report.steps, trace.steps, report.step_bounds
     return pa.table(
         {
             "source": pa.array([source] * len(s), type=pa.string()),
-            "step": _int([x.step for x in s]),
-            "name": pa.array([x.name for x in s], type=pa.string()),
-            "start_ns": _int([x.start_ns for x in s]),
-            "end_ns": _int([x.end_ns for x in s]),
-            "cpu_ns": _int([x.cpu_ns for x in s]),
-            "activities": _int([x.activities for x in s]),
-            "device_start_ns": _opt_int([x.device_start_ns for x in s]),
-            "device_end_ns": _opt_int([x.device_end_ns for x in s]),
-            "device_ns": _int([x.device_ns for x in s]),
-            "gpu_busy_ns": _int([x.gpu_busy_ns for x in s]),
-            "gpu_idle_ns": _int([x.gpu_idle_ns for x in s]),
-            "sync_count": _int([x.sync_count for x in s]),
-            "sync_wait_ns": _int([x.sync_wait_ns for x in s]),
-            "run_ahead_ns": _opt_int([x.run_ahead_ns for x in s]),
-            "queue_max": _int([x.queue_max for x in s]),
-            "in_flight_steps": _int([x.in_flight_steps for x in s]),
+            "step": _int([r.step for r in s]),
+            "name": pa.array([e.name for e in x], type=pa.string()),
+            "start_ns": _int([r.start_ns for r in s]),
+            "end_ns": _int([e.end_ns for e in x]),
+            "frontend_ns": _int([r.frontend_ns for r in s]),
+            "activities": _int([e.activities for e in x]),
+            "device_start_ns": _opt_int([e.device_start_ns for e in x]),
+            "device_end_ns": _opt_int([e.device_end_ns for e in x]),
+            "device_ns": _opt_int([r.device_ns for r in s]),
+            "gpu_busy_ns": _int([k.busy_ns for k in b]),
+            "gpu_idle_ns": _int([k.idle_ns for k in b]),
+            "sync_count": _int([r.sync_count for r in s]),
+            "sync_wait_ns": _int([r.sync_wait_ns for r in s]),
+            "run_ahead_ns": _opt_int([r.run_ahead_ns for r in s]),
+            "queue_max": _int([e.queue_max for e in x]),
+            "in_flight": _int([r.in_flight for r in s]),
         }
     )
 
@@ -110,9 +111,9 @@ def _activities_table(rows: ActivityRows, source: str) -> Any:
     )
 
 
-def _syncs_table(report: Report, source: str) -> Any:
+def _syncs_table(trace: TraceFigures, source: str) -> Any:
     pa = _pa()
-    c = report.syncs.calls
+    c = trace.syncs.calls
     return pa.table(
         {
             "source": pa.array([source] * len(c), type=pa.string()),
@@ -127,21 +128,20 @@ def _syncs_table(report: Report, source: str) -> Any:
     )
 
 
-def _ranks_table(report: Report, source: str) -> Any:
+def _ranks_table(report: Report, trace: TraceFigures, source: str) -> Any:
     pa = _pa()
-    t, launch = report.trace, report.launch
+    t, launch = report.source, trace.launch
     steps = report.steps
-    cpu = [x.cpu_ns for x in steps]
     row: dict[str, Any] = {
         "source": pa.array([source], type=pa.string()),
         "format": pa.array([t.format], type=pa.string()),
         "device": pa.array([t.device], type=pa.string()),
         "world_size": _opt_int([t.world_size]),
         "events": _int([t.events]),
-        "step_source": pa.array([report.step_source], type=pa.string()),
+        "step_source": pa.array([trace.step_source], type=pa.string()),
         "steps": _int([len(steps)]),
-        "cpu_ns_total": _int([sum(cpu)]),
-        "activities": _int([report.activities.total]),
+        "frontend_ns_total": _int([sum(x.frontend_ns for x in steps)]),
+        "activities": _int([trace.activities.total]),
         "launch_matched": _int([launch.matched]),
         "launch_unmatched": _int([launch.unmatched]),
     }
@@ -151,8 +151,8 @@ def _ranks_table(report: Report, source: str) -> Any:
     ):
         for name in ("p50", "p90", "p99", "max"):
             row[f"{figure}_{name}_ns"] = _int([getattr(p, name)])
-    row["sync_count"] = _int([report.syncs.count])
-    row["sync_total_ns"] = _int([report.syncs.total_ns])
+    row["sync_count"] = _int([trace.syncs.count])
+    row["sync_total_ns"] = _int([trace.syncs.total_ns])
     row["verdict"] = pa.array([report.verdict.code], type=pa.string())
     return pa.table(row)
 
@@ -166,18 +166,23 @@ def write_rank_tables(
     written whole or not at all (a ``.tmp`` renamed over it); a file of the same rank and source
     from an earlier export is replaced.
     """
+    trace = report.trace
+    if trace is None:
+        raise TraceFormatError(
+            report.source.path, "a session's records have no trace tables: export traces"
+        )
     _pa()  # or the install hint
     import pyarrow.parquet as pq
 
-    source = report.trace.source
+    source = report.source.path
     tables = {
-        "steps": _steps_table(report, source),
+        "steps": _steps_table(report, trace, source),
         "activities": _activities_table(activities, source),
-        "syncs": _syncs_table(report, source),
-        "ranks": _ranks_table(report, source),
+        "syncs": _syncs_table(trace, source),
+        "ranks": _ranks_table(report, trace, source),
     }
     assert tuple(tables) == TABLES
-    part = rank_partition(report.trace.rank)
+    part = rank_partition(report.source.rank)
     name = Path(source).name + ".parquet"
     out: dict[str, tuple[Path, int]] = {}
     for table, data in tables.items():

@@ -16,10 +16,11 @@ from asynctrace.analysis.bound import (
     bound_of_records,
     label_of,
 )
-from asynctrace.analysis.report import analyze, summarize_records
+from asynctrace.analysis.report import analyze
 from asynctrace.records import Records, SessionHeader, StepRecord
 from asynctrace.traces.builder import TraceBuilder
 from asynctrace.traces.model import RangeKind, RuntimeKind, Trace
+from tests.analysis._flat import flat_steps
 
 US = 1_000
 MS = 1_000_000
@@ -88,7 +89,7 @@ def test_every_cause_by_hand() -> None:
     )
     assert "log_metrics (train.py:12)" in b.advice[0]
     # per step: step 1's share starts at its first activity (e, 1020); step 0 owns the rest
-    s0, s1 = (s.bound for s in r.steps)
+    s0, s1 = (s.bound for s in flat_steps(r))
     assert s0 is not None
     assert s1 is not None
     assert (s0.share_start_ns, s0.share_end_ns, s1.share_start_ns, s1.share_end_ns) == (
@@ -105,7 +106,7 @@ def test_every_cause_by_hand() -> None:
     assert (s1.busy_ns, s1.idle_ns) == (190 * US, 790 * US)
     assert s1.idle_ns_by_cause == IdleByCause(host=720 * US, unattributed=70 * US)
     assert s1.label == "host-bound"
-    assert [(s.gpu_busy_ns, s.gpu_idle_ns) for s in r.steps] == [
+    assert [(s.gpu_busy_ns, s.gpu_idle_ns) for s in flat_steps(r)] == [
         (400 * US, 620 * US),
         (190 * US, 790 * US),
     ]
@@ -250,7 +251,7 @@ def test_no_steps_is_one_whole_trace_never_a_rate() -> None:
     for i in range(5):
         b.runtime("cudaStreamSynchronize", 20 * US + i * 100 * US, 50 * US, kind=RuntimeKind.SYNC)
     r = analyze(b.build())
-    assert r.step_source == "trace"
+    assert r.trace.step_source == "trace"
     assert r.steps[0].run_ahead_ns is None
     assert "in the whole trace" in r.verdict.message
     assert "per step" not in r.verdict.message
@@ -318,12 +319,12 @@ def test_shares_add_up_and_causes_sum_to_idle(acts, syncs, steps) -> None:  # ty
     assert run is not None
     assert run.busy_ns + run.idle_ns == run.region_ns
     assert run.idle_ns_by_cause.total() == run.idle_ns
-    assert sum(s.gpu_busy_ns for s in r.steps) == run.busy_ns
-    assert sum(s.gpu_idle_ns for s in r.steps) == run.idle_ns
+    assert sum(s.gpu_busy_ns for s in flat_steps(r)) == run.busy_ns
+    assert sum(s.gpu_idle_ns for s in flat_steps(r)) == run.idle_ns
     for cause in ("host", "sync", "input", "dependency", "unattributed"):
-        got = sum(getattr(s.bound.idle_ns_by_cause, cause) for s in r.steps if s.bound)
+        got = sum(getattr(s.bound.idle_ns_by_cause, cause) for s in flat_steps(r) if s.bound)
         assert got == getattr(run.idle_ns_by_cause, cause)
-    shares = [(s.bound.share_start_ns, s.bound.share_end_ns) for s in r.steps if s.bound]
+    shares = [(s.bound.share_start_ns, s.bound.share_end_ns) for s in flat_steps(r) if s.bound]
     for (_a0, a1), (b0, _b1) in itertools.pairwise(shares):
         assert a1 == b0  # contiguous, no overlap
     if shares:
@@ -444,7 +445,7 @@ def test_summarize_records_includes_the_bound() -> None:
         summary=None,
         complete=False,
     )
-    s = summarize_records(records)
+    s = analyze(records)
     assert s.bound is not None
     assert s.bound.label == "host-bound"
 
@@ -515,7 +516,7 @@ def test_bound_figures_match_independent_reading(kind: str, name: str) -> None:
     r, ref = _real(kind, name)
     _same_bound(r, ref)
     # the queue never holds more than the device's launch queue
-    assert all(q.max <= r.queue_cap for q in r.queue.values())
+    assert all(q.max <= r.trace.queue_cap for q in r.trace.queue.values())
 
 
 def _idle(ref: dict[str, Any]) -> float:
@@ -533,8 +534,10 @@ def test_v100_ns_trace_is_device_bound() -> None:
     assert _idle(ref) < 0.15
     assert r.bound.label == "device-bound"
     assert r.bound.evidence.blocked_at_cap_ns > 200 * MS  # host blocked in launch calls
-    assert max(q.max for q in r.queue.values()) == r.queue_cap  # at, never above, the cap
-    assert all(s.bound.label == "device-bound" for s in r.steps)  # 5 steps: no trend needed
+    assert (
+        max(q.max for q in r.trace.queue.values()) == r.trace.queue_cap
+    )  # at, never above, the cap
+    assert all(s.bound.label == "device-bound" for s in flat_steps(r))  # 5 steps: no trend needed
     assert r.verdict.code == "too-few-steps"  # only the trend findings need more steps
 
 
@@ -545,12 +548,12 @@ def test_b200_compile_trace_is_host_bound() -> None:
     assert _idle(ref) > 0.8
     assert _lead(ref) == "host"
     assert r.bound.label == "host-bound"
-    assert max(q.max for q in r.queue.values()) <= 2
+    assert max(q.max for q in r.trace.queue.values()) <= 2
     # with Python frames: the host frames during the idle time name their lines
     site = r.bound.evidence.host_frames[0].site
     assert site.split(":")[0].endswith(".py")
     assert site.split(":")[1].isdigit()
-    assert r.step_source == "trace"
+    assert r.trace.step_source == "trace"
     assert r.verdict.code == "whole-trace"
 
 
@@ -569,14 +572,14 @@ def test_mi300_sglang_warns_of_missing_activity_and_is_undetermined() -> None:
 def test_a100_graph_launch_trace_is_dependency_bound_with_cheap_syncs() -> None:
     r, ref = _real("kineto", "hta_a100_16ranks_rank0_graphlaunch.json.gz")
     # per-step idle no longer exceeds the GPU span: the steps share one timeline
-    assert sum(s.gpu_idle_ns for s in r.steps) == r.bound.idle_ns < r.bound.region_ns
+    assert sum(s.gpu_idle_ns for s in flat_steps(r)) == r.bound.idle_ns < r.bound.region_ns
     assert (r.bound.region_ns, r.bound.busy_ns) == (1_232_450_000, 438_424_000)
     # queued work (launched long before) waited on NCCL and other streams: 687 of 794 ms idle
     assert _lead(ref) == "dependency"
     assert r.bound.label == "dependency-bound"
     assert any("nccl" in w.name.lower() for w in r.bound.evidence.waited_on)
     # a graph launch is one queue entry: 958, under the 1,024 a device holds (was 1,338)
-    assert max(q.max for q in r.queue.values()) == 958
+    assert max(q.max for q in r.trace.queue.values()) == 958
     # 15 syncs per step that cost 0.5% of the step: said, not the headline
     assert r.verdict.code == "cheap-syncs"
     assert "15 syncs per step" in r.verdict.message

@@ -53,10 +53,10 @@ def test_replicated_real_trace_scales_and_stays_fast() -> None:
     report = analyze(big)
     elapsed = time.perf_counter() - start
     # figures scale exactly: every copy is the same run shifted in time and ids
-    assert report.activities.total == copies * small_report.activities.total
-    assert report.launch.matched == copies * small_report.launch.matched
+    assert report.trace.activities.total == copies * small_report.trace.activities.total
+    assert report.trace.launch.matched == copies * small_report.trace.launch.matched
     assert len(report.steps) == copies * len(small_report.steps)
-    assert report.queue["7"].max == small_report.queue["7"].max
-    assert report.launch.queue_delay_ns == small_report.launch.queue_delay_ns
+    assert report.trace.queue["7"].max == small_report.trace.queue["7"].max
+    assert report.trace.launch.queue_delay_ns == small_report.trace.launch.queue_delay_ns
     # measured ≈ 0.1 s on a shared 2-core CI box; the bound leaves room for a busy machine
     assert elapsed < 2.0, f"analyze took {elapsed:.2f} s on {big.n_events} events"

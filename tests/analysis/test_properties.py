@@ -15,6 +15,7 @@ from asynctrace.analysis.queue import queue_series
 from asynctrace.analysis.report import analyze
 from asynctrace.traces.builder import TraceBuilder
 from asynctrace.traces.model import ActivityKind, RangeKind, RuntimeKind, Trace
+from tests.analysis._flat import flat_steps
 
 _launch = st.tuples(
     st.integers(0, 2_000),  # launch call start
@@ -91,13 +92,13 @@ def test_invariants(launches, syncs, steps) -> None:  # type: ignore[no-untyped-
     assert run.busy_ns + run.idle_ns == run.region_ns
     assert run.idle_ns_by_cause.total() == run.idle_ns
     # the steps' shares partition the device timeline: their figures add up to the run's
-    assert sum(s.gpu_busy_ns for s in report.steps) == run.busy_ns
-    assert sum(s.gpu_idle_ns for s in report.steps) == run.idle_ns
+    assert sum(s.gpu_busy_ns for s in flat_steps(report)) == run.busy_ns
+    assert sum(s.gpu_idle_ns for s in flat_steps(report)) == run.idle_ns
     for cause in ("host", "sync", "input", "dependency", "unattributed"):
-        assert sum(getattr(s.bound.idle_ns_by_cause, cause) for s in report.steps if s.bound) == (
-            getattr(run.idle_ns_by_cause, cause)
-        )
-    for s in report.steps:
+        assert sum(
+            getattr(s.bound.idle_ns_by_cause, cause) for s in flat_steps(report) if s.bound
+        ) == (getattr(run.idle_ns_by_cause, cause))
+    for s in flat_steps(report):
         assert s.bound is not None
         assert s.bound.busy_ns + s.bound.idle_ns == s.bound.region_ns
         assert s.bound.idle_ns_by_cause.total() == s.bound.idle_ns
@@ -110,9 +111,9 @@ def test_invariants(launches, syncs, steps) -> None:  # type: ignore[no-untyped-
     # steps tile the host timeline: every matched launch inside it lands in exactly one step
     end = sum(steps)
     inside = sum((2 if g else 1) for (ls, *_rest, g) in launches if ls < end)
-    assert sum(s.activities for s in report.steps) == inside
-    assert report.launch.matched == sum(2 if g else 1 for *_r, g in launches)
-    assert report.launch.unmatched == 1
+    assert sum(s.activities for s in flat_steps(report)) == inside
+    assert report.trace.launch.matched == sum(2 if g else 1 for *_r, g in launches)
+    assert report.trace.launch.unmatched == 1
 
 
 @settings(max_examples=40, deadline=None)
@@ -139,7 +140,7 @@ def test_queue_max_matches_brute_force(launches) -> None:  # type: ignore[no-unt
         times = {t for pair in iv for t in pair}
         # depth at t: launched at or before t, not started by t
         brute = max(sum(1 for a, b in iv if a <= t < b) for t in times)
-        assert report.queue[str(stream)].max == brute
+        assert report.trace.queue[str(stream)].max == brute
 
 
 def _covered(intervals: list[tuple[int, int]]) -> int:
@@ -182,9 +183,9 @@ def test_figures_match_brute_force(launches, syncs, steps) -> None:  # type: ign
     times = {
         s: sorted({t for x in entries if x[0] == s for t in x[1:]}) for s in {x[0] for x in acts}
     }
-    assert {k for k, q in report.queue.items() if q.activities} == {str(s) for s in times}
+    assert {k for k, q in report.trace.queue.items() if q.activities} == {str(s) for s in times}
     for s, ts in times.items():
-        q = report.queue[str(s)]
+        q = report.trace.queue[str(s)]
         change = sorted(
             {x[1] for x in entries if x[0] == s} | {max(x[3], x[1]) for x in entries if x[0] == s}
         )
@@ -203,8 +204,8 @@ def test_figures_match_brute_force(launches, syncs, steps) -> None:  # type: ign
     to_start = [a - ls for _, ls, _, a, _ in acts]
     delay = [max(a - le, 0) for _, _, le, a, _ in acts]
     for got, values in (
-        (report.launch.launch_to_start_ns, to_start),
-        (report.launch.queue_delay_ns, delay),
+        (report.trace.launch.launch_to_start_ns, to_start),
+        (report.trace.launch.queue_delay_ns, delay),
     ):
         assert (got.p50, got.p90, got.p99, got.max) == (
             _nearest_rank(values, 50),
@@ -216,7 +217,7 @@ def test_figures_match_brute_force(launches, syncs, steps) -> None:  # type: ign
     bounds = [sum(steps[:i]) for i in range(len(steps) + 1)]
     sync_iv = [(ss, ss + sd) for ss, sd, _ in syncs]
     device_ends: list[int | None] = []
-    for i, f in enumerate(report.steps):
+    for i, f in enumerate(flat_steps(report)):
         w0, w1 = bounds[i], bounds[i + 1]
         assert (f.step, f.start_ns, f.end_ns, f.cpu_ns) == (i, w0, w1, w1 - w0)
         mine = [x for x in acts if w0 <= x[1] < w1]

@@ -7,50 +7,60 @@ import textwrap
 
 import pytest
 
-from asynctrace.analysis.report import Report, analyze, rank_from_name, step_records
+from asynctrace.analysis.report import Report, analyze, rank_from_name
 from asynctrace.errors import TraceFormatError
 from tests.analysis._traces import launches_trace, steps_trace
 
 
 def test_json_has_the_documented_fields() -> None:
     obj = json.loads(analyze(launches_trace()).to_json())
-    assert obj["schema_version"] == 2
-    assert obj["trace"] == {
-        "source": "launches.json",
+    assert obj["schema_version"] == 3
+    assert obj["source"] == {
+        "path": "launches.json",
         "format": "synthetic",
         "device": "Fake GPU",
+        "asynchronous": True,
         "rank": None,
         "world_size": None,
         "events": 9,
         "skipped": {},
+        "complete": True,
+        "session": None,
     }
-    assert obj["activities"] == {
+    t = obj["trace"]  # schema 3: what only a trace has
+    assert t["activities"] == {
         "total": 4,
         "per_stream": {"7": 3, "8": 1},
         "per_kind": {"kernel": 3, "memcpy": 1, "memset": 0},
     }
-    assert obj["launch"] == {
+    assert t["launch"] == {
         "matched": 3,
         "unmatched": 1,
         "queue_delay_ns": {"p50": 90, "p90": 120, "p99": 120, "max": 120},
         "launch_to_start_ns": {"p50": 100, "p90": 130, "p99": 130, "max": 130},
     }
-    assert set(obj["queue"]) == {"7", "8"}
-    assert {"max", "mean", "time_at_cap_ns"} <= set(obj["queue"]["7"])
-    assert obj["syncs"]["count"] == 1
-    assert obj["syncs"]["total_ns"] == 100
-    assert obj["syncs"]["sites"][0]["op"] == "cudaStreamSynchronize"
+    assert set(t["queue"]) == {"7", "8"}
+    assert {"max", "mean", "time_at_cap_ns"} <= set(t["queue"]["7"])
+    assert t["syncs"]["count"] == 1
+    assert t["syncs"]["total_ns"] == 100
+    assert t["syncs"]["sites"][0]["op"] == "cudaStreamSynchronize"
+    # one step record type for traces and sessions; the trace's extras beside it
     (step,) = obj["steps"]
-    for key in (
-        "cpu_ns",
-        "gpu_busy_ns",
-        "gpu_idle_ns",
-        "sync_wait_ns",
-        "run_ahead_ns",
-        "queue_max",
-    ):
+    assert step["type"] == "step"
+    for key in ("frontend_ns", "device_ns", "sync_wait_ns", "run_ahead_ns", "in_flight"):
         assert key in step
-    assert obj["step_source"] == "trace"
+    (extra,) = t["steps"]
+    assert set(extra) == {
+        "name",
+        "end_ns",
+        "activities",
+        "device_start_ns",
+        "device_end_ns",
+        "queue_max",
+    }
+    assert t["step_source"] == "trace"
+    assert {"frontend_ns", "sync_count"} <= set(obj["figures"])
+    assert set(obj["figures"]["frontend_ns"]) == {"count", "mean", "median", "p90", "window_steps"}
     assert set(obj["verdict"]) == {"code", "message", "findings"}
     # schema 2: what bounds the run, per step too, and consistency warnings
     bound = obj["bound"]
@@ -66,8 +76,9 @@ def test_json_has_the_documented_fields() -> None:
     assert set(bound["idle_ns_by_cause"]) == {"host", "sync", "input", "dependency", "unattributed"}
     assert bound["busy_ns"] + bound["idle_ns"] == bound["region_ns"]
     assert len(bound["advice"]) >= 1
-    assert set(step["bound"]) >= {"label", "region_ns", "busy_ns", "idle_ns", "idle_ns_by_cause"}
-    assert "advice" not in step["bound"]
+    (step_bound,) = obj["step_bounds"]
+    assert set(step_bound) >= {"label", "region_ns", "busy_ns", "idle_ns", "idle_ns_by_cause"}
+    assert "advice" not in step_bound
     assert isinstance(obj["warnings"], list)
 
 
@@ -83,17 +94,18 @@ def test_round_trip_and_newer_schema_refused() -> None:
 
 
 def test_rank_from_trace_else_file_name() -> None:
-    assert analyze(steps_trace()).trace.rank == 3  # "rank-3.steps..."
+    assert analyze(steps_trace()).source.rank == 3  # "rank-3.steps..."
     assert rank_from_name("/x/hta_sampled_rank1.json.gz") == 1
     assert rank_from_name("/x/hta_a100_16ranks_rank0_graphlaunch.json.gz") == 0
     assert rank_from_name("rank_12.json") == 12
     assert rank_from_name("/rank7/trace.json") is None  # the file name only
 
 
-def test_step_records_adapter() -> None:
+def test_a_trace_has_the_step_records_a_session_writes() -> None:
     r = analyze(steps_trace())
-    recs = step_records(r.steps)
-    assert [(s.step, s.frontend_ns, s.device_ns, s.run_ahead_ns, s.sync_count) for s in recs] == [
+    assert [
+        (s.step, s.frontend_ns, s.device_ns, s.run_ahead_ns, s.sync_count) for s in r.steps
+    ] == [
         (1, 1000, 200, -500, 1),
         (2, 500, 100, 200, 0),
     ]
@@ -143,8 +155,8 @@ def test_the_verdict_names_the_syncs_the_steps_counted() -> None:
     b.python_frame("setup.py(3): warm_up", 8_990, 30)
     report = analyze(b.build())
 
-    assert report.syncs.count == 8
-    assert {(s.site, s.count) for s in report.syncs.sites} == {
+    assert report.trace.syncs.count == 8
+    assert {(s.site, s.count) for s in report.trace.syncs.sites} == {
         ("train.py:12", 6),
         ("setup.py:3", 2),
     }
@@ -156,5 +168,5 @@ def test_the_verdict_names_the_syncs_the_steps_counted() -> None:
     )
     # the same when the calls themselves are not kept in the report
     lean = analyze(b.build(), keep_sync_calls=False)
-    assert lean.syncs.calls == []
+    assert lean.trace.syncs.calls == []
     assert lean.verdict.message == report.verdict.message

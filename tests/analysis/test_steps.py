@@ -7,31 +7,25 @@ from asynctrace.analysis.queue import queue_series
 from asynctrace.analysis.steps import split_steps, step_windows, union_length
 from asynctrace.traces.builder import TraceBuilder
 from asynctrace.traces.model import RangeKind, RuntimeKind
+from tests.analysis._flat import flat_split
 from tests.analysis._traces import steps_trace
 
 
 def _split(t):  # type: ignore[no-untyped-def]
     links = link_launches(t)
-    return split_steps(t, links, queues=queue_series(t, links))
+    return flat_split(split_steps(t, links, queues=queue_series(t, links)))
 
 
 def test_profiler_steps_by_hand() -> None:
     s1, s2 = _split(steps_trace())
     assert (s1.step, s1.cpu_ns, s1.activities) == (1, 1000, 2)
     assert (s1.device_start_ns, s1.device_end_ns, s1.device_ns) == (300, 500, 200)
-    assert (s1.gpu_busy_ns, s1.gpu_idle_ns) == (150, 50)
     assert (s1.sync_count, s1.sync_wait_ns) == (1, 100)
     assert s1.run_ahead_ns == 500 - 1000
     assert s1.queue_max == 2  # launches at 100 and 200, first start at 300
     assert s1.in_flight_steps == 0
     # the last step is kept; its kernel runs after the host finished the step
-    assert (s2.step, s2.cpu_ns, s2.device_ns, s2.gpu_busy_ns, s2.gpu_idle_ns) == (
-        2,
-        500,
-        100,
-        100,
-        0,
-    )
+    assert (s2.step, s2.cpu_ns, s2.device_ns) == (2, 500, 100)
     assert s2.run_ahead_ns == 200
     assert s2.queue_max == 1
     # in flight: earlier steps unfinished at this step's host start (s1's work ended at 500)
@@ -130,22 +124,21 @@ def test_edge_cases_by_hand() -> None:
     b.runtime("cudaLaunchKernel", 200, 5, kind=launch, correlation=4)
     b.activity("c", 200, 10, stream=9, correlation=4)
     s0, s1, s2 = _split(b.build())
-    # device [40, 200); busy = [50, 150) ∪ [60, 200) = [50, 200): the zero-length kernel adds
-    # nothing, the overlap counts once
+    # device window [40, 200) (busy time is the step's share of the timeline: test_bound.py)
     assert (s0.activities, s0.device_start_ns, s0.device_end_ns) == (3, 40, 200)
-    assert (s0.device_ns, s0.gpu_busy_ns, s0.gpu_idle_ns) == (160, 150, 10)
+    assert s0.device_ns == 160
     assert s0.run_ahead_ns == 200 - 100
     # stream 7: depth 1 on [10, 20), 2 on [20, 40), 1 on [40, 50); stream 9: 1 on [30, 60)
     assert s0.queue_max == 2
     assert s0.in_flight_steps == 0  # no step before the first
     # nothing launched: no device window, no run-ahead; step 0's work (to 200) was unfinished
     # when step 1 started (100): one in flight
-    assert (s1.activities, s1.device_start_ns, s1.device_ns, s1.gpu_busy_ns) == (0, None, 0, 0)
+    assert (s1.activities, s1.device_start_ns, s1.device_ns) == (0, None, 0)
     assert (s1.run_ahead_ns, s1.queue_max, s1.in_flight_steps) == (None, 0, 1)
     # step 0's work ends at 200, not after step 2's start (200): none in flight
     assert s2.in_flight_steps == 0
     # launch and device start at 200: the start applies first, so depth stays 0
-    assert (s2.device_ns, s2.gpu_busy_ns, s2.run_ahead_ns, s2.queue_max) == (10, 10, -90, 0)
+    assert (s2.device_ns, s2.run_ahead_ns, s2.queue_max) == (10, -90, 0)
 
 
 def test_optimizer_annotations_end_steps_without_profiler_steps() -> None:

@@ -106,7 +106,7 @@ def test_compare_traces_and_saved_reports(
     saved.write_text(capsys.readouterr().out)
     assert main(["compare", str(saved), str(a), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["kind"] == "report"
+    assert out["kind"] == "trace"
     assert out["outcome"] == "same"
     assert all(f["delta"] in (0, None) for f in out["figures"])
     assert out["verdict_changed"] is False
