@@ -82,7 +82,7 @@ def test_local_workers_same_output(
     assert (status, err) == (0, "")
     assert out == sequential["json"]
     obj = json.loads(out)
-    assert [r["trace"]["rank"] for r in obj["reports"]] == list(range(6))
+    assert [r["source"]["rank"] for r in obj["reports"]] == list(range(6))
     assert obj["cross_rank"]["ranks"] == 6
     status, out, err = _report([str(ranks), "--workers", "2"], capsys)
     assert (status, err) == (0, "")
@@ -208,7 +208,7 @@ def test_worker_killed_mid_run_names_its_file(tmp_path: Path) -> None:
     lost = [line for line in err.splitlines() if "worker analysing it was lost" in line]
     assert lost == [f"asynctrace report: skipped {killed}: " + lost[0].split(": ", 2)[2]]
     reports = json.loads(out)["reports"]
-    assert sorted(r["trace"]["source"] for r in reports) == sorted(
+    assert sorted(r["source"]["path"] for r in reports) == sorted(
         str(p) for p in files if p != killed
     )
 
@@ -414,7 +414,7 @@ def test_dask_worker_killed_mid_run_names_its_file(tmp_path: Path) -> None:
     assert str(killed) in lost_files
     assert len(lost_files) <= 2
     reports = json.loads(out)["reports"]
-    assert sorted(r["trace"]["source"] for r in reports) == sorted(
+    assert sorted(r["source"]["path"] for r in reports) == sorted(
         str(p) for p in files if str(p) not in lost_files
     )
 

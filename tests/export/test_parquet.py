@@ -40,13 +40,13 @@ def test_duckdb_counts_match_the_report(
     out, folder = exported
     capsys.readouterr()
     report = _report(folder, capsys)
-    reports = {r["trace"]["rank"]: r for r in report["reports"]}  # type: ignore[index]
+    reports = {r["source"]["rank"]: r for r in report["reports"]}  # type: ignore[index]
     db = duckdb.connect()
 
     def rows(sql: str) -> dict[int, tuple[object, ...]]:
         return {r[0]: r[1:] for r in db.sql(sql).fetchall()}
 
-    steps = rows(f"SELECT rank, count(*), sum(cpu_ns) FROM '{out}/steps/*/*.parquet' GROUP BY 1")
+    steps = rows(f"SELECT rank, count(*), sum(frontend_ns) FROM '{out}/steps/*/*.parquet' GROUP BY 1")
     acts = rows(
         "SELECT rank, count(*), count(launch_start_ns), max(queue_delay_ns), "
         f"max(launch_to_start_ns) FROM '{out}/activities/*/*.parquet' GROUP BY 1"
@@ -61,20 +61,20 @@ def test_duckdb_counts_match_the_report(
     }
     assert set(steps) == set(acts) == set(reports) == {0, 1, 2, 3}
     for rank, r in reports.items():
-        assert steps[rank] == (len(r["steps"]), sum(s["cpu_ns"] for s in r["steps"]))
-        launch = r["launch"]
+        assert steps[rank] == (len(r["steps"]), sum(s["frontend_ns"] for s in r["steps"]))
+        launch = r["trace"]["launch"]
         assert acts[rank] == (
-            r["activities"]["total"],
+            r["trace"]["activities"]["total"],
             launch["matched"],
             launch["queue_delay_ns"]["max"],
             launch["launch_to_start_ns"]["max"],
         )
-        assert syncs.get(rank, (0,)) == (r["syncs"]["count"],)
-        for s in r["steps"]:
-            assert per_step.get((rank, s["step"]), 0) == s["activities"]
+        assert syncs.get(rank, (0,)) == (r["trace"]["syncs"]["count"],)
+        for s, x in zip(r["steps"], r["trace"]["steps"], strict=True):
+            assert per_step.get((rank, s["step"]), 0) == x["activities"]
     # the slowest 10 steps across all ranks (the docs' example) run as written
     top = db.sql(
-        f"SELECT rank, step, cpu_ns FROM '{out}/steps/*/*.parquet' ORDER BY cpu_ns DESC LIMIT 10"
+        f"SELECT rank, step, frontend_ns FROM '{out}/steps/*/*.parquet' ORDER BY frontend_ns DESC LIMIT 10"
     ).fetchall()
     assert len(top) == sum(len(r["steps"]) for r in reports.values())
 
@@ -85,7 +85,7 @@ def test_polars_reads_the_same_rows(exported: tuple[Path, Path]) -> None:
     out, _ = exported
     steps = pl.scan_parquet(f"{out}/steps/**/*.parquet", hive_partitioning=True).collect()
     assert sorted(set(steps["rank"].to_list())) == [0, 1, 2, 3]
-    assert steps.schema["cpu_ns"] == pl.Int64
+    assert steps.schema["frontend_ns"] == pl.Int64
 
 
 def test_without_pyarrow_says_how_to_install(
