@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePath
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -168,7 +169,8 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_json(cls, data: str | bytes) -> Report:
-        """Read a report written by :meth:`to_json`; refuse a newer schema."""
+        """Read a report written by :meth:`to_json` (schemas 1 and 2 of traces are read into
+        this one, docs/report-json.md); refuse a newer schema."""
         try:
             version = msgspec.json.decode(data, type=_Version).schema_version
             if version > REPORT_SCHEMA_VERSION:
@@ -177,13 +179,68 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
                     f"report schema {version} is newer than this asynctrace "
                     f"({REPORT_SCHEMA_VERSION}); upgrade asynctrace",
                 )
+            if version < 3:
+                old = msgspec.convert(_from_schema_2(msgspec.json.decode(data)), type=cls)
+                # the summary schema 3 adds, from the steps it always had
+                acc = StepAccumulator(window=max(1, len(old.steps))).extend(old.steps)
+                return msgspec.structs.replace(old, figures=_figures(acc))
             return msgspec.json.decode(data, type=cls)
-        except msgspec.DecodeError as e:
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
             raise TraceFormatError("<report>", f"not an asynctrace report ({e})") from None
+        except (KeyError, TypeError, AttributeError) as e:
+            raise TraceFormatError("<report>", f"not an asynctrace report ({e!r})") from None
         except RecursionError:
             raise TraceFormatError(
                 "<report>", "not an asynctrace report (nested too deeply)"
             ) from None
+
+
+def _from_schema_2(obj: dict[str, Any]) -> dict[str, Any]:
+    """A schema-1/2 trace report's JSON in schema 3's shape (the same figures: the step fields
+    that only a trace has move to ``trace.steps``, busy/idle shares to ``step_bounds``)."""
+    t = obj["trace"]
+    steps = obj.get("steps", [])
+    extras = ("name", "end_ns", "activities", "device_start_ns", "device_end_ns", "queue_max")
+    has_device = obj["activities"]["total"] > 0
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "source": {
+            "path": t["source"],
+            "format": t["format"],
+            "device": t["device"],
+            "asynchronous": has_device,
+            "rank": t.get("rank"),
+            "world_size": t.get("world_size"),
+            "events": t["events"],
+            "skipped": t.get("skipped", {}),
+        },
+        "steps": [
+            {
+                "step": s["step"],
+                "start_ns": s["start_ns"],
+                "frontend_ns": s["cpu_ns"],
+                "device_ns": s["device_ns"] if s.get("device_start_ns") is not None else None,
+                "run_ahead_ns": s.get("run_ahead_ns"),
+                "in_flight": s.get("in_flight_steps", 0),
+                "sync_count": s["sync_count"],
+                "sync_wait_ns": s["sync_wait_ns"],
+            }
+            for s in steps
+        ],
+        "step_bounds": [s["bound"] for s in steps if s.get("bound") is not None],
+        "verdict": obj["verdict"],
+        "bound": obj.get("bound"),
+        "warnings": obj.get("warnings", []),
+        "trace": {
+            "activities": obj["activities"],
+            "launch": obj["launch"],
+            "queue": obj["queue"],
+            "queue_cap": obj.get("queue_cap", DEFAULT_QUEUE_CAP),
+            "syncs": obj["syncs"],
+            "step_source": obj["step_source"],
+            "steps": [{k: s[k] for k in extras} for s in steps],
+        },
+    }
 
 
 class _Version(msgspec.Struct):

@@ -170,3 +170,16 @@ def test_the_verdict_names_the_syncs_the_steps_counted() -> None:
     lean = analyze(b.build(), keep_sync_calls=False)
     assert lean.trace.syncs.calls == []
     assert lean.verdict.message == report.verdict.message
+
+
+@pytest.mark.real_traces
+def test_a_schema_2_report_reads_back_as_the_same_report() -> None:
+    # written by asynctrace before the one step model (schema 2) from the same trace
+    from pathlib import Path
+
+    from asynctrace.sources import load_source
+    from tests.conftest import shared_trace
+
+    saved = Path(__file__).parent / "data" / "hta_sampled_rank0.schema2.report.json"
+    old = Report.from_json(saved.read_bytes())
+    assert old == analyze(load_source(shared_trace("kineto", "hta_sampled_rank0.json.gz")))
