@@ -14,10 +14,9 @@ import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from asynctrace.analysis.accumulate import SessionReport, session_report
-from asynctrace.capture._distributed import RankTable
 from asynctrace.capture.options import TraceOptions
 from asynctrace.capture.session import CaptureSession, current_session
 from asynctrace.capture.sinks import Sink
@@ -30,6 +29,9 @@ from asynctrace.sinks import (
     SummarySink,
     TensorBoardSink,
 )
+
+if TYPE_CHECKING:
+    from asynctrace.analysis.ranks import RankTable
 
 __all__ = ["Session", "current_session", "trace"]
 
@@ -162,7 +164,7 @@ class Session(CaptureSession):
             print_report(report)
             table = self.rank_table
             if table is not None:
-                from asynctrace.capture._distributed import format_rank_table
+                from asynctrace.render.ranks import format_rank_table
 
                 print(format_rank_table(table))
 

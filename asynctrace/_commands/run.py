@@ -266,10 +266,11 @@ def _one_line(e: BaseException) -> str:
 
 def _print_rank_table(session: Session) -> None:
     from asynctrace.capture import _distributed
+    from asynctrace.render.ranks import format_rank_table
 
     table = session.rank_table
     if table is not None:
-        print(_distributed.format_rank_table(table))
+        print(format_rank_table(table))
     elif not _distributed.is_distributed():
         print(
             "note: --gather-ranks: no initialized torch.distributed process group of more than "

@@ -1,5 +1,10 @@
 """Several ranks side by side: a per-rank table, the slowest rank, and per-step skew.
 
+Two views of one job's ranks, both on their step records (the one step record type of
+sessions and traces): :func:`compare_ranks` of whole reports (``asynctrace report DIR``), and
+:func:`rank_table` of each rank's recent steps as gathered at a session's end over
+torch.distributed (``gather_ranks=True``), or read from records files.
+
 The slowest rank is the one with the largest mean host step time (``frontend_ns``); the skew
 of a step is the spread (max − min) of its ``frontend_ns`` over the ranks that have that step
 number. Reports of traces and of sessions' records compare alike: they hold the same step
@@ -8,15 +13,31 @@ records.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
 
 from asynctrace.analysis.many import order_ranks
 from asynctrace.analysis.report import REPORT_SCHEMA_VERSION, Report
+from asynctrace.errors import OptionError
+from asynctrace.records import StepRecord
 
-__all__ = ["RankComparison", "RankRow", "StepSkew", "compare_ranks"]
+__all__ = [
+    "Metric",
+    "RankComparison",
+    "RankRow",
+    "RankStep",
+    "RankSummary",
+    "RankTable",
+    "StepSkew",
+    "compare_ranks",
+    "rank_table",
+]
+
+Metric = Literal["auto", "frontend", "device"]
 
 
 class RankRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -105,4 +126,137 @@ def compare_ranks(reports: Sequence[Report]) -> RankComparison:
         ranks=rows,
         slowest_rank=ordered[slowest_i].source.rank if slowest_i >= 0 else None,
         step_skew=skew,
+    )
+
+
+@dataclass(frozen=True)
+class RankStep:
+    """One step across ranks; ``time_ns`` is the table's metric, indexed like its ``ranks``."""
+
+    step: int
+    time_ns: tuple[int, ...]
+    slowest_rank: int
+    fastest_rank: int
+    #: slowest rank's time minus fastest rank's time for this step (>= 0)
+    skew_ns: int
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    rank: int
+    #: steps this rank reported (its last ``last_steps``)
+    steps: int
+    median_ns: int | None
+    #: steps (of those all ranks reported) on which this rank was the slowest
+    slowest_count: int
+    records_path: str | None = None
+
+
+@dataclass(frozen=True)
+class RankTable:
+    """Per-step times of every rank, the slowest rank and the skew per step."""
+
+    #: "frontend_ns" or "device_ns": which step figure the times are
+    metric: str
+    ranks: tuple[int, ...]
+    #: steps every rank reported, in step order
+    steps: tuple[RankStep, ...]
+    per_rank: tuple[RankSummary, ...]
+    median_skew_ns: int | None
+    max_skew_ns: int | None
+    max_skew_step: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (ints, strings, lists, None)."""
+        out = asdict(self)
+        out["ranks"] = list(self.ranks)
+        out["steps"] = [{**asdict(s), "time_ns": list(s.time_ns)} for s in self.steps]
+        out["per_rank"] = [asdict(r) for r in self.per_rank]
+        return out
+
+
+def _median(values: Sequence[int]) -> int | None:
+    if not values:
+        return None
+    s = sorted(values)
+    mid = len(s) // 2
+    if len(s) % 2:
+        return s[mid]
+    # integer ns: round half up so the figure is reproducible without floats
+    return (s[mid - 1] + s[mid] + 1) // 2
+
+
+def _choose_metric(per_rank: Mapping[int, Sequence[StepRecord]], metric: Metric) -> str:
+    if metric == "frontend":
+        return "frontend_ns"
+    if metric == "device":
+        return "device_ns"
+    if metric != "auto":
+        raise OptionError(f"metric must be 'auto', 'frontend' or 'device', got {metric!r}")
+    has_device = any(s.device_ns is not None for steps in per_rank.values() for s in steps)
+    all_device = all(s.device_ns is not None for steps in per_rank.values() for s in steps)
+    # device time is what the ranks wait on each other for in collectives, but only if every
+    # rank measured it; mixing figures across ranks would make the skew meaningless
+    return "device_ns" if has_device and all_device else "frontend_ns"
+
+
+def rank_table(
+    per_rank: Mapping[int, Sequence[StepRecord]],
+    *,
+    metric: Metric = "frontend",
+    records_paths: Mapping[int, str | None] | None = None,
+) -> RankTable:
+    """Build the per-rank table from each rank's step records (pure).
+
+    The default compares host step time (``frontend_ns``), the figure ``asynctrace report``
+    compares across ranks too; ``metric="device"`` compares ``device_ns``, and ``"auto"`` uses
+    ``device_ns`` where every step of every rank has it. Only steps every rank reported (matched
+    by step number) are compared.
+    """
+    name = _choose_metric(per_rank, metric)
+    ranks = tuple(sorted(per_rank))
+    times: dict[int, dict[int, int]] = {}
+    for r in ranks:
+        t: dict[int, int] = {}
+        for s in per_rank[r]:
+            v = getattr(s, name)
+            if v is not None:
+                t[s.step] = int(v)
+        times[r] = t
+    common = set.intersection(*(set(t) for t in times.values())) if ranks else set()
+    rows: list[RankStep] = []
+    slowest_count = dict.fromkeys(ranks, 0)
+    for step in sorted(common):
+        values = tuple(times[r][step] for r in ranks)
+        hi = max(values)
+        lo = min(values)
+        # ties go to the lowest rank, so the table is deterministic
+        slow = ranks[values.index(hi)]
+        fast = ranks[values.index(lo)]
+        slowest_count[slow] += 1
+        rows.append(
+            RankStep(
+                step=step, time_ns=values, slowest_rank=slow, fastest_rank=fast, skew_ns=hi - lo
+            )
+        )
+    skews = [row.skew_ns for row in rows]
+    worst = max(rows, key=lambda row: row.skew_ns, default=None)
+    paths = records_paths or {}
+    return RankTable(
+        metric=name,
+        ranks=ranks,
+        steps=tuple(rows),
+        per_rank=tuple(
+            RankSummary(
+                rank=r,
+                steps=len(per_rank[r]),
+                median_ns=_median(list(times[r].values())),
+                slowest_count=slowest_count[r],
+                records_path=paths.get(r),
+            )
+            for r in ranks
+        ),
+        median_skew_ns=_median(skews),
+        max_skew_ns=None if worst is None else worst.skew_ns,
+        max_skew_step=None if worst is None else worst.step,
     )

@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from asynctrace.capture._distributed import RankTable
 from asynctrace.capture.devices import CudaDevice, Device
 from asynctrace.capture.sinks import BaseSink, SessionEnd
+
+if TYPE_CHECKING:
+    from asynctrace.analysis.ranks import RankTable
 
 __all__ = ["RankGatherSink"]
 
@@ -44,7 +46,11 @@ class RankGatherSink(BaseSink):
             # never called set_device that is cuda:0 on every rank, and NCCL fails or hangs
             on_device = torch.cuda.device(device.index)
         with on_device:
-            self.table = _distributed.gather_records(self._records_path())
+            gathered = _distributed.gather_records(self._records_path())
+        if gathered is not None:  # rank 0
+            from asynctrace.analysis.ranks import rank_table
+
+            self.table = rank_table(gathered.steps, records_paths=gathered.records_paths)
 
     def __repr__(self) -> str:
         return "RankGatherSink()"

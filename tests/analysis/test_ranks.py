@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from asynctrace.analysis.ranks import compare_ranks
+from asynctrace.analysis.ranks import compare_ranks, rank_table
 from asynctrace.analysis.report import analyze
+from asynctrace.records import StepRecord
+from asynctrace.render.ranks import format_rank_table
 from asynctrace.traces.builder import TraceBuilder
 from asynctrace.traces.load import load
 from asynctrace.traces.model import RangeKind
@@ -105,3 +109,63 @@ def test_ranks_of_sessions_compare_like_traces() -> None:
     ]
     assert c.ranks[0].gpu_busy_ns_mean is None  # a session measures no device timeline
     assert [(k.step, k.skew_ns, k.slowest_rank) for k in c.step_skew] == [(0, 0, 0), (1, 200, 1)]
+
+
+def _steps(*frontend_ms: float, first: int = 0, device: bool = False) -> list[StepRecord]:
+    return [
+        StepRecord(
+            step=first + i,
+            start_ns=0,
+            frontend_ns=int(ms * 1e6),
+            device_ns=int(ms * 2e6) if device else None,
+        )
+        for i, ms in enumerate(frontend_ms)
+    ]
+
+
+def test_rank_table_known_answer() -> None:
+    table = rank_table(
+        {0: _steps(10, 12, 11), 1: _steps(14, 9, 11), 2: _steps(10, 10, 20, first=1)},
+        records_paths={0: "a", 1: "b"},
+    )
+    assert table.metric == "frontend_ns"
+    assert table.ranks == (0, 1, 2)
+    # only steps 1 and 2 are on every rank
+    assert [s.step for s in table.steps] == [1, 2]
+    s1, s2 = table.steps
+    assert s1.time_ns == (12_000_000, 9_000_000, 10_000_000)
+    assert (s1.slowest_rank, s1.fastest_rank, s1.skew_ns) == (0, 1, 3_000_000)
+    assert s2.time_ns == (11_000_000, 11_000_000, 10_000_000)
+    # a tie goes to the lowest rank
+    assert (s2.slowest_rank, s2.fastest_rank, s2.skew_ns) == (0, 2, 1_000_000)
+    assert table.median_skew_ns == 2_000_000
+    assert (table.max_skew_ns, table.max_skew_step) == (3_000_000, 1)
+    r0, r1, r2 = table.per_rank
+    assert (r0.steps, r0.median_ns, r0.slowest_count, r0.records_path) == (3, 11_000_000, 2, "a")
+    assert (r1.median_ns, r1.slowest_count, r1.records_path) == (11_000_000, 0, "b")
+    assert (r2.median_ns, r2.slowest_count, r2.records_path) == (10_000_000, 0, None)
+    js = table.to_json()
+    assert json.loads(json.dumps(js)) == js
+    text = format_rank_table(table)
+    assert "slowest" in text
+    assert "rank0" in text
+    assert "3.000" in text
+
+
+def test_rank_table_metrics() -> None:
+    per_rank = {0: _steps(1, 2, device=True), 1: _steps(3, 1, device=True)}
+    dev = rank_table(per_rank, metric="device")
+    assert dev.metric == "device_ns"
+    assert [s.skew_ns for s in dev.steps] == [4_000_000, 2_000_000]
+    assert rank_table(per_rank, metric="auto").metric == "device_ns"
+    mixed = {0: _steps(1, 2, device=True), 1: _steps(3, 1)}
+    assert rank_table(mixed, metric="auto").metric == "frontend_ns"
+    with pytest.raises(ValueError, match="metric"):
+        rank_table(per_rank, metric="gpu")  # type: ignore[arg-type]
+
+
+def test_rank_table_long_runs_show_the_worst_steps() -> None:
+    table = rank_table({0: _steps(*[1.0] * 50), 1: _steps(*[1.0 + i / 100 for i in range(50)])})
+    text = format_rank_table(table, max_rows=5)
+    assert "5 of 50 steps shown" in text
+    assert f"max {49 / 100 * 1e3 / 1e3:.3f} ms (step 49)" in text

@@ -19,13 +19,7 @@ from typing import Any
 
 import pytest
 
-from asynctrace.capture._distributed import (
-    format_rank_table,
-    rank_and_world,
-    rank_table,
-    rank_tag,
-    tail_steps,
-)
+from asynctrace.capture._distributed import rank_and_world, rank_tag, tail_steps
 from asynctrace.errors import AsyncTraceError
 from asynctrace.records import StepRecord, read_records
 
@@ -40,54 +34,6 @@ def _steps(*frontend_ms: float, first: int = 0, device: bool = False) -> list[St
         )
         for i, ms in enumerate(frontend_ms)
     ]
-
-
-def test_rank_table_known_answer() -> None:
-    table = rank_table(
-        {0: _steps(10, 12, 11), 1: _steps(14, 9, 11), 2: _steps(10, 10, 20, first=1)},
-        records_paths={0: "a", 1: "b"},
-    )
-    assert table.metric == "frontend_ns"
-    assert table.ranks == (0, 1, 2)
-    # only steps 1 and 2 are on every rank
-    assert [s.step for s in table.steps] == [1, 2]
-    s1, s2 = table.steps
-    assert s1.time_ns == (12_000_000, 9_000_000, 10_000_000)
-    assert (s1.slowest_rank, s1.fastest_rank, s1.skew_ns) == (0, 1, 3_000_000)
-    assert s2.time_ns == (11_000_000, 11_000_000, 10_000_000)
-    # a tie goes to the lowest rank
-    assert (s2.slowest_rank, s2.fastest_rank, s2.skew_ns) == (0, 2, 1_000_000)
-    assert table.median_skew_ns == 2_000_000
-    assert (table.max_skew_ns, table.max_skew_step) == (3_000_000, 1)
-    r0, r1, r2 = table.per_rank
-    assert (r0.steps, r0.median_ns, r0.slowest_count, r0.records_path) == (3, 11_000_000, 2, "a")
-    assert (r1.median_ns, r1.slowest_count, r1.records_path) == (11_000_000, 0, "b")
-    assert (r2.median_ns, r2.slowest_count, r2.records_path) == (10_000_000, 0, None)
-    js = table.to_json()
-    assert json.loads(json.dumps(js)) == js
-    text = format_rank_table(table)
-    assert "slowest" in text
-    assert "rank0" in text
-    assert "3.000" in text
-
-
-def test_rank_table_metrics() -> None:
-    per_rank = {0: _steps(1, 2, device=True), 1: _steps(3, 1, device=True)}
-    dev = rank_table(per_rank, metric="device")
-    assert dev.metric == "device_ns"
-    assert [s.skew_ns for s in dev.steps] == [4_000_000, 2_000_000]
-    assert rank_table(per_rank, metric="auto").metric == "device_ns"
-    mixed = {0: _steps(1, 2, device=True), 1: _steps(3, 1)}
-    assert rank_table(mixed, metric="auto").metric == "frontend_ns"
-    with pytest.raises(ValueError, match="metric"):
-        rank_table(per_rank, metric="gpu")  # type: ignore[arg-type]
-
-
-def test_rank_table_long_runs_show_the_worst_steps() -> None:
-    table = rank_table({0: _steps(*[1.0] * 50), 1: _steps(*[1.0 + i / 100 for i in range(50)])})
-    text = format_rank_table(table, max_rows=5)
-    assert "5 of 50 steps shown" in text
-    assert f"max {49 / 100 * 1e3 / 1e3:.3f} ms (step 49)" in text
 
 
 def test_rank_helpers(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -164,16 +110,12 @@ def test_gather_over_a_subgroup_goes_to_the_global_dst(monkeypatch: pytest.Monke
     fake = _FakeDist(me=3, others={2: rank2})
     monkeypatch.setattr(_distributed, "_dist", lambda: fake)
     # global rank 3 is rank 1 of the group [2, 3]: it is the destination all the same
-    table = _distributed.gather_steps(
-        _steps(4.0, 9.0), records_path="r3.jsonl", dst=3, group=[2, 3]
-    )
-    assert table is not None
-    assert table.ranks == (2, 3)
-    assert [(s.step, s.time_ns, s.slowest_rank) for s in table.steps] == [
-        (0, (5_000_000, 4_000_000), 2),
-        (1, (7_000_000, 9_000_000), 3),
-    ]
-    assert [r.records_path for r in table.per_rank] == ["r2.jsonl", "r3.jsonl"]
+    got = _distributed.gather_steps(_steps(4.0, 9.0), records_path="r3.jsonl", dst=3, group=[2, 3])
+    assert got is not None
+    assert sorted(got.steps) == [2, 3]
+    assert [(s.step, s.frontend_ns) for s in got.steps[2]] == [(0, 5_000_000), (1, 7_000_000)]
+    assert [(s.step, s.frontend_ns) for s in got.steps[3]] == [(0, 4_000_000), (1, 9_000_000)]
+    assert got.records_paths == {2: "r2.jsonl", 3: "r3.jsonl"}
     # global rank 2, group rank 0, is not the destination
     fake.me = 2
     assert _distributed.gather_steps(_steps(5.0, 7.0), dst=3, group=[2, 3]) is None
@@ -243,7 +185,9 @@ import json, os, sys, time
 import torch
 import torch.distributed as dist
 import asynctrace
+from asynctrace.analysis.ranks import rank_table
 from asynctrace.capture import _distributed
+from asynctrace.render.ranks import format_rank_table
 
 out = sys.argv[1]
 STRAGGLER_S = 0.25
@@ -261,10 +205,16 @@ for run in range(2):  # two sessions with the same name: nothing may be overwrit
             # makes rank 0's 2 ms step reach (the test reads both ranks' own figures anyway)
             time.sleep(0.002 + (STRAGGLER_S if rank == 1 else 0.0))
             s.step()
-    table = _distributed.gather_records(s.records_path) if run == 0 else s.rank_table
+    if run == 0:
+        gathered = _distributed.gather_records(s.records_path)
+        table = None if gathered is None else rank_table(
+            gathered.steps, records_paths=gathered.records_paths
+        )
+    else:
+        table = s.rank_table
     if rank == 0:
         assert table is not None
-        print(_distributed.format_rank_table(table))
+        print(format_rank_table(table))
         with open(os.path.join(out, f"table{run}.json"), "w") as f:
             json.dump(table.to_json(), f)
     else:
