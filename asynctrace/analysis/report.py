@@ -142,7 +142,8 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     #: one record per step, the same type a capture session writes
     steps: list[StepRecord]
     #: each step's share of the device timeline and its label, index for index with ``steps``
-    #: (a trace's; a records file's are estimated, and left out past ``max_step_bounds``)
+    #: (a trace's; empty for a session's records, whose per-step estimates only the pictures
+    #: draw: :func:`analyze_detail` bins them)
     step_bounds: list[StepBound] = msgspec.field(default_factory=list)
     #: figure name ("frontend_ns", "device_ns", ...) → statistics over the steps that have it
     figures: dict[str, FigureStats] = msgspec.field(default_factory=dict)
@@ -303,9 +304,6 @@ class TraceDetail(msgspec.Struct, frozen=True, kw_only=True, eq=False):
 
 Source = Trace | Records
 
-#: a records file's steps get per-step labels up to this many steps (each is an object of
-#: its own: a 10⁶-step file summarizes without them; its plots bin the steps instead)
-MAX_STEP_BOUNDS = 100_000
 
 
 def analyze(
@@ -313,12 +311,11 @@ def analyze(
     *,
     queue_cap: int = DEFAULT_QUEUE_CAP,
     keep_sync_calls: bool = True,
-    max_step_bounds: int = MAX_STEP_BOUNDS,
 ) -> Report:
     """All figures of one trace or one session's records (pure; reads no file, imports no
     torch)."""
     if isinstance(source, Records):
-        return _records_report(source, max_step_bounds=max_step_bounds)
+        return _records_report(source)
     return _trace_analysis(source, queue_cap=queue_cap, keep_sync_calls=keep_sync_calls)[0]
 
 
@@ -328,12 +325,11 @@ def analyze_detail(
     queue_cap: int = DEFAULT_QUEUE_CAP,
     keep_sync_calls: bool = True,
     max_bins: int = MAX_BINS,
-    max_step_bounds: int = MAX_STEP_BOUNDS,
 ) -> Analysis:
     """:func:`analyze`, and the detail beside the report (idle gaps, queue series, launch
     links, per-step series), from the same single run of the analyses."""
     if isinstance(source, Records):
-        report = _records_report(source, max_step_bounds=max_step_bounds)
+        report = _records_report(source)
         return Analysis(
             report=report,
             series=steps_series(source.steps, max_bins=max_bins),
@@ -432,7 +428,7 @@ def _activity_counts(trace: Trace, keys: list[str], group_of: np.ndarray) -> Act
     )
 
 
-def _records_report(records: Records, *, max_step_bounds: int) -> Report:
+def _records_report(records: Records) -> Report:
     """A session's records as a report: the live session's own summary
     (:class:`~asynctrace.analysis.accumulate.StepAccumulator`) over every step of the file."""
     h = records.header
@@ -441,8 +437,6 @@ def _records_report(records: Records, *, max_step_bounds: int) -> Report:
     code, message, findings = acc.verdict(
         asynchronous=h.asynchronous, sync_sites=records.syncs, sync_detection=h.sync_detection
     )
-    per_step = 0 < len(steps) <= max_step_bounds
-    rb = bound_of_records(steps, asynchronous=h.asynchronous, per_step=per_step) if steps else None
     return Report(
         source=SourceInfo(
             path=records.path,
@@ -456,17 +450,16 @@ def _records_report(records: Records, *, max_step_bounds: int) -> Report:
             session=h,
         ),
         steps=list(steps),
-        step_bounds=rb.steps if rb is not None else [],
         figures=_figures(acc),
         sync_sites=list(records.syncs),
         verdict=VerdictInfo(code=code, message=message, findings=findings),
-        bound=rb.run if rb is not None else None,
+        bound=acc.bound(asynchronous=h.asynchronous),
     )
 
 
 def _bounds(report: Report, *, max_bins: int) -> BoundSeries:
-    """Each step's bound in bins; a long records file's (past ``max_step_bounds``, whose
-    report holds none) estimated here, for drawing only."""
+    """Each step's bound in bins; a session's estimated here, for drawing only (its report
+    holds the run's)."""
     bounds = report.step_bounds
     estimated = report.trace is None
     if not bounds and report.steps and estimated:
