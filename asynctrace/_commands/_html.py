@@ -1,33 +1,32 @@
-"""``asynctrace report --html OUT.html``: load what the report analysed and write one page."""
+"""``asynctrace report --html OUT.html``: one page of what the report command analysed.
+
+The command analyses each file once (:func:`~asynctrace.analysis.report.analyze_detail`) and
+hands the analyses over; nothing is loaded or analysed again here.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from asynctrace.analysis.report import RecordsSummary, Report
-    from asynctrace.records import Records
+    from asynctrace.analysis.many import CrossRank
+    from asynctrace.analysis.ranks import RankComparison
+    from asynctrace.analysis.report import Analysis
 
 __all__ = ["write_report_html"]
 
 
 def write_report_html(
-    out: str | os.PathLike[str],
-    trace_paths: Sequence[Path],
-    reports: Sequence[Report],
-    records: Sequence[Records],
-    summaries: Sequence[RecordsSummary],
-) -> Path:
-    """Write the page; the traces are loaded again for the plots (the report kept no trace),
-    the records are the ones the summaries were made from."""
+    path: str | os.PathLike[str],
+    analyses: Sequence[Analysis],
+    *,
+    ranks: RankComparison | None,
+    cross: CrossRank | None,
+) -> None:
+    """Write the page of the runs (traces and sessions' records alike, in the order given),
+    with the ranks' comparison and cross-rank figures where the folder had them."""
     from asynctrace.render.html import combined_html, write_html
-    from asynctrace.traces.load import load
 
-    page = combined_html(
-        reports=[(r, load(p)) for p, r in zip(trace_paths, reports, strict=True)],
-        records=list(zip(summaries, records, strict=True)),
-    )
-    return write_html(out, page)
+    write_html(path, combined_html(analyses, ranks=ranks, cross=cross))

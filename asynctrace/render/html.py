@@ -1,10 +1,17 @@
-"""One self-contained HTML page per report: tables and plots inline, nothing fetched.
+"""One self-contained HTML page per run: tables and plots inline, nothing fetched.
+
+One view for both kinds of run: :func:`report_html` takes the
+:class:`~asynctrace.analysis.report.Analysis` of a trace or of a session's records and draws
+what every report has (the bound box, the verdict, the per-step figures, the steps, the
+pictures), and the trace-only sections (activities, launches, queues, each sync site) where the
+report has a trace part. :func:`combined_html` puts several runs on one page, led by the ranks
+table.
 
 The page has no script, no external stylesheet, font or image: the plots are inline SVG drawn
-by :mod:`asynctrace.render.plot`, the style is one ``<style>`` block. Every string that comes
-from a trace or records file (names, paths, sites, verdict text) goes through
-:func:`html.escape`, so a kernel called ``<script>`` shows as text. Layout only: the figures are
-the Report's / records summary's.
+by :mod:`asynctrace.render.plot` from the analysis, the style is one ``<style>`` block. Every
+string that comes from a trace or records file (names, paths, sites, verdict text) goes through
+:func:`html.escape`, so a kernel called ``<script>`` shows as text. Layout only: every figure is
+the analysis's; nothing here computes one.
 """
 
 from __future__ import annotations
@@ -20,11 +27,11 @@ from asynctrace._output import write_atomically
 
 if TYPE_CHECKING:
     from asynctrace.analysis.bound import Bound, ReportWarning
-    from asynctrace.analysis.report import RecordsSummary, Report, VerdictInfo
-    from asynctrace.records import Records
-    from asynctrace.traces.model import Trace
+    from asynctrace.analysis.many import CrossRank
+    from asynctrace.analysis.ranks import RankComparison
+    from asynctrace.analysis.report import Analysis, Report, TraceFigures, VerdictInfo
 
-__all__ = ["combined_html", "records_html", "report_html", "write_html"]
+__all__ = ["combined_html", "report_html", "write_html"]
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;
@@ -89,161 +96,284 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def report_html(report: Report, *, trace: Trace | None = None, max_steps: int = 200) -> str:
-    """The page for one trace's report; with ``trace``, the plots too."""
-    return _page(
-        f"asynctrace: {Path(report.trace.source).name}", _report_body(report, trace, max_steps)
-    )
-
-
-def _report_body(report: Report, trace: Trace | None, max_steps: int) -> str:
-    t = report.trace
-    parts = [
-        f"<h1>asynctrace report: {_e(Path(t.source).name)}</h1>",
-        f'<p class="meta">{_e(t.source)} · {_e(t.format)} · device {_e(t.device)}'
-        + (f" · rank {_e(t.rank)}" if t.rank is not None else "")
-        + f" · {t.events} events</p>",
-        _bound_div(
-            report.bound,
-            report.warnings,
-            scope="whole trace" if report.step_source in ("trace", "none") else "run",
-        ),
-        _verdict_div(report.verdict),
-    ]
-    if trace is not None and report.steps:
-        from asynctrace.render.plot import overview_figure, plot_idle_by_cause
-
-        parts.append("<h2>Pictures</h2>")
-        if report.bound is not None and all(s.bound is not None for s in report.steps):
-            parts.append(_svg(plot_idle_by_cause(report)))
-        parts.append(_svg(overview_figure(trace, report)))
-    steps = report.steps[:max_steps]
-    parts += [
-        f"<h2>Steps ({len(report.steps)}, from {_e(report.step_source)})</h2>",
-        _table(
-            [
-                "step",
-                "cpu ms",
-                "device ms",
-                "gpu busy ms",
-                "gpu idle ms",
-                "sync wait ms",
-                "syncs",
-                "run-ahead ms",
-                "queue max",
-                "in flight",
-                "bound",
-            ],
-            (
-                (
-                    s.step,
-                    _ms(s.cpu_ns),
-                    _ms(s.device_ns),
-                    _ms(s.gpu_busy_ns),
-                    _ms(s.gpu_idle_ns),
-                    _ms(s.sync_wait_ns),
-                    s.sync_count,
-                    _ms(s.run_ahead_ns),
-                    s.queue_max,
-                    s.in_flight_steps,
-                    s.bound.label if s.bound is not None else "—",
-                )
-                for s in steps
-            ),
-        ),
-    ]
-    if len(report.steps) > max_steps:
-        parts.append(f'<p class="meta">first {max_steps} steps shown</p>')
-    a = report.activities
-    lq = report.launch
-    parts += [
-        "<h2>Device activities and launches</h2>",
-        _table(
-            ["", "count"],
-            [("total", a.total)]
-            + [(f"kind {k}", v) for k, v in a.per_kind.items()]
-            + [(f"stream {k}", v) for k, v in a.per_stream.items()]
-            + [("launch matched", lq.matched), ("launch unmatched", lq.unmatched)],
-        ),
-        _table(
-            ["delay", "p50 ms", "p90 ms", "p99 ms", "max ms"],
-            [
-                (name, _ms(p.p50), _ms(p.p90), _ms(p.p99), _ms(p.max))
-                for name, p in (
-                    ("queue delay", lq.queue_delay_ns),
-                    ("launch to start", lq.launch_to_start_ns),
-                )
-            ],
-        ),
-        "<h2>Queue depth per stream</h2>",
-        _table(
-            ["stream", "max", "mean", f"time at cap {report.queue_cap} ms", "in flight max"],
-            (
-                (k, q.max, f"{q.mean:.2f}", _ms(q.time_at_cap_ns), q.in_flight_max)
-                for k, q in report.queue.items()
-            ),
-        ),
-        f"<h2>Syncs ({report.syncs.count}, {_ms(report.syncs.total_ns)} ms)</h2>",
-        _table(
-            ["site", "op", "count", "total ms", "steps"],
-            ((s.site or "—", s.op, s.count, _ms(s.total_ns), s.steps) for s in report.syncs.sites),
-            left=2,
-        ),
-    ]
-    return "".join(parts)
-
-
-def records_html(summary: RecordsSummary, *, records: Records | None = None) -> str:
-    """The page for one session's records summary; with ``records``, the plots too."""
-    return _page(f"asynctrace: {Path(summary.source).name}", _records_body(summary, records))
+def report_html(analysis: Analysis, *, max_steps: int = 200) -> str:
+    """The page for one run (a trace or a session's records): its tables and, where
+    matplotlib is installed, its pictures."""
+    name = Path(analysis.report.source.path).name
+    return _page(f"asynctrace: {name}", _run_body(analysis, max_steps))
 
 
 def combined_html(
+    analyses: Sequence[Analysis],
     *,
-    reports: Sequence[tuple[Report, Trace | None]] = (),
-    records: Sequence[tuple[RecordsSummary, Records | None]] = (),
+    ranks: RankComparison | None = None,
+    cross: CrossRank | None = None,
     title: str = "asynctrace report",
+    max_steps: int = 200,
 ) -> str:
-    """One page with several traces' reports and sessions' summaries, one after the other."""
-    bodies = [_report_body(r, t, 200) for r, t in reports]
-    bodies += [_records_body(s, r) for s, r in records]
-    if len(reports) + len(records) > 1:
-        bodies.insert(0, _ranks_table([r for r, _ in reports], [s for s, _ in records]))
+    """One page with several runs (traces and sessions' records alike), one after the other;
+    with more than one, led by the ranks table, then ``ranks`` (the per-rank comparison) and
+    ``cross`` (the cross-rank figures) where given."""
+    lead = []
+    if len(analyses) > 1:
+        lead.append(_ranks_table([a.report for a in analyses]))
+    if ranks is not None:
+        lead.append(_rank_comparison(ranks, max_steps=max_steps))
+    if cross is not None:
+        lead.append(_cross_rank(cross))
+    bodies = [_run_body(a, max_steps) for a in analyses]
+    if lead:
+        bodies.insert(0, "".join(lead))
     return _page(title, "<hr>".join(bodies))
 
 
-def _ranks_table(reports: Sequence[Report], summaries: Sequence[RecordsSummary]) -> str:
-    """One row per trace and per session on the page: its rank, file and what bounds it."""
+def _run_body(analysis: Analysis, max_steps: int) -> str:
+    r = analysis.report
+    s = r.source
+    session = s.session
+    name = Path(s.path).name
+    meta = [_e(s.path), _e(s.format), f"device {_e(s.device)}"]
+    if session is not None:
+        meta[-1] += f" ({_e(session.device_kind)})"
+    if s.rank is not None:
+        meta.append(f"rank {_e(s.rank)}")
+    meta.append(f"{len(r.steps)} steps")
+    if r.trace is not None:
+        meta.append(f"{s.events} events")
+    if not s.complete:
+        meta.append("incomplete file")
+    scope = "session" if r.trace is None else "whole trace" if r.whole_trace else "run"
+    parts = [
+        f"<h1>asynctrace {'session' if r.trace is None else 'report'}: {_e(name)}</h1>",
+        f'<p class="meta">{" · ".join(meta)}</p>',
+        _bound_div(r.bound, r.warnings, scope=scope),
+        _verdict_div(r.verdict),
+        _pictures(analysis),
+        _figures_table(r),
+        _steps_table(r, max_steps),
+    ]
+    if r.trace is not None:
+        parts.append(_trace_tables(r.trace))
+    parts.append(_syncs_table(r))
+    return "".join(parts)
 
-    def row(rank: int | None, source: str, kind: str, b: Bound | None, verdict: str) -> list[str]:
-        if b is None:
-            return [
-                "?" if rank is None else str(rank),
-                Path(source).name,
-                kind,
-                "—",
-                "—",
-                "—",
-                verdict,
-            ]
-        est = " (estimated)" if b.evidence.estimated else ""
-        return [
-            "?" if rank is None else str(rank),
-            Path(source).name,
-            kind,
-            b.label + est,
-            f"{b.evidence.busy_pct:.1f}",
-            b.evidence.leading_cause,
-            verdict,
+
+def _pictures(analysis: Analysis) -> str:
+    """What bounds each step, then the overview (a trace's timeline, the step bars, the
+    run-ahead), drawn by :mod:`asynctrace.render.plot` from the analysis."""
+    from asynctrace.render import plot
+
+    if not analysis.report.steps:
+        return ""
+    if not plot.available():
+        return (
+            '<h2>Pictures</h2><p class="meta">no pictures: matplotlib is not installed '
+            "(pip install 'asynctrace[plot]')</p>"
+        )
+    parts = ["<h2>Pictures</h2>"]
+    if analysis.report.bound is not None and analysis.bounds.bins:
+        parts.append(_svg(plot.plot_idle_by_cause(analysis)))
+    parts.append(_svg(plot.overview_figure(analysis)))
+    return "".join(parts)
+
+
+def _figures_table(r: Report) -> str:
+    """The report's one summary: each figure's mean, median and p90 over the steps with it."""
+
+    def fmt(name: str, v: float) -> str:
+        return f"{v / 1e6:.3f}" if name.endswith("_ns") else f"{v:.2f}"
+
+    return "<h2>Per-step figures</h2>" + _table(
+        ["figure", "steps", "mean", "median", "p90"],
+        (
+            (
+                name.removesuffix("_ns") + (" (ms)" if name.endswith("_ns") else ""),
+                f.count,
+                fmt(name, f.mean),
+                fmt(name, f.median),
+                fmt(name, f.p90),
+            )
+            for name, f in r.figures.items()
+        ),
+    )
+
+
+def _steps_table(r: Report, max_steps: int) -> str:
+    """The first ``max_steps`` steps: the step record's figures, the step's share of the
+    device timeline and its label (a records file's estimated, and none past the report's
+    limit), and a trace's queue maximum."""
+    t = r.trace
+    head = ["step", "cpu ms", "data wait ms", "device ms", "gpu busy ms", "gpu idle ms"]
+    head += ["sync wait ms", "syncs", "run-ahead ms"]
+    head += ["queue max"] if t is not None else []
+    head += ["in flight", "bound"]
+    rows = []
+    for i, s in enumerate(r.steps[:max_steps]):
+        b = r.step_bounds[i] if i < len(r.step_bounds) else None
+        row: list[object] = [s.step, _ms(s.frontend_ns), _ms(s.data_wait_ns), _ms(s.device_ns)]
+        row += [_ms(b.busy_ns if b else None), _ms(b.idle_ns if b else None)]
+        row += [_ms(s.sync_wait_ns), s.sync_count, _ms(s.run_ahead_ns)]
+        row += [t.steps[i].queue_max] if t is not None else []
+        row += [s.in_flight, b.label if b is not None else "—"]
+        rows.append(row)
+    source = t.step_source if t is not None else "the session's records"
+    out = f"<h2>Steps ({len(r.steps)}, from {_e(source)})</h2>" + _table(head, rows)
+    if len(r.steps) > max_steps:
+        out += f'<p class="meta">first {max_steps} steps shown</p>'
+    return out
+
+
+def _trace_tables(t: TraceFigures) -> str:
+    """What only a trace has: its device activities and launches, and each stream's queue."""
+    a, lq = t.activities, t.launch
+    return "".join(
+        [
+            "<h2>Device activities and launches</h2>",
+            _table(
+                ["", "count"],
+                [("total", a.total)]
+                + [(f"kind {k}", v) for k, v in a.per_kind.items()]
+                + [(f"stream {k}", v) for k, v in a.per_stream.items()]
+                + [("launch matched", lq.matched), ("launch unmatched", lq.unmatched)],
+            ),
+            _table(
+                ["delay", "p50 ms", "p90 ms", "p99 ms", "max ms"],
+                [
+                    (name, _ms(p.p50), _ms(p.p90), _ms(p.p99), _ms(p.max))
+                    for name, p in (
+                        ("queue delay", lq.queue_delay_ns),
+                        ("launch to start", lq.launch_to_start_ns),
+                    )
+                ],
+            ),
+            "<h2>Queue depth per stream</h2>",
+            _table(
+                ["stream", "max", "mean", f"time at cap {t.queue_cap} ms", "in flight max"],
+                (
+                    (k, q.max, f"{q.mean:.2f}", _ms(q.time_at_cap_ns), q.in_flight_max)
+                    for k, q in t.queue.items()
+                ),
+            ),
         ]
+    )
 
-    rows = [row(r.trace.rank, r.trace.source, "trace", r.bound, r.verdict.code) for r in reports]
-    rows += [row(s.rank, s.source, "session", s.bound, s.verdict.code) for s in summaries]
+
+def _syncs_table(r: Report) -> str:
+    """A trace's syncs, every call counted by site; a session's sync sites (the syncs it
+    recorded inside steps)."""
+    head = ["site", "op", "count", "wait ms", "steps"]
+    if r.trace is None:
+        rows = [(s.site, s.op, s.count, _ms(s.wait_ns), s.steps) for s in r.sync_sites]
+        return "<h2>Sync sites</h2>" + _table(head, rows, left=2)
+    y = r.trace.syncs
+    rows = [(s.site or "—", s.op, s.count, _ms(s.total_ns), s.steps) for s in y.sites]
+    heading = f"<h2>Syncs ({y.count}, {_ms(y.total_ns)} ms)</h2>"
+    return heading + _table(["site", "op", "count", "total ms", "steps"], rows, left=2)
+
+
+def _rank(rank: int | None) -> str:
+    return "?" if rank is None else str(rank)
+
+
+def _ranks_table(reports: Sequence[Report]) -> str:
+    """One row per run on the page (a trace or a session): its rank, file, kind and what
+    bounds it."""
+    rows = []
+    for r in reports:
+        b = r.bound
+        row = [_rank(r.source.rank), Path(r.source.path).name]
+        row.append("trace" if r.trace is not None else "session")
+        if b is None:
+            row += ["—", "—", "—"]
+        else:
+            est = " (estimated)" if b.evidence.estimated else ""
+            row += [b.label + est, f"{b.evidence.busy_pct:.1f}", b.evidence.leading_cause]
+        rows.append([*row, r.verdict.code])
     return f"<h1>Ranks and sessions ({len(rows)})</h1>" + _table(
         ["rank", "file", "kind", "bound", "device busy %", "leading idle cause", "verdict"],
         rows,
         left=3,
     )
+
+
+def _rank_comparison(c: RankComparison, *, max_steps: int) -> str:
+    """The per-rank means (the slowest rank flagged) and the per-step skew across ranks."""
+    rows = [
+        (
+            _rank(r.rank),
+            Path(r.source).name,
+            r.steps,
+            _ms(r.frontend_ns_mean),
+            _ms(r.device_ns_mean),
+            _ms(r.gpu_busy_ns_mean),
+            _ms(r.sync_wait_ns_mean),
+            r.sync_count,
+            r.bound or "—",
+            "slowest" if r.slowest else "",
+        )
+        for r in c.ranks
+    ]
+    head = ["rank", "file", "steps", "mean cpu ms", "mean device ms", "mean gpu busy ms"]
+    head += ["mean sync wait ms", "syncs", "bound", ""]
+    out = f"<h2>Ranks compared ({len(c.ranks)})</h2>" + _table(head, rows, left=2)
+    if not c.step_skew:
+        return out
+    skew = [
+        (
+            k.step,
+            k.ranks,
+            _ms(k.min_frontend_ns),
+            _ms(k.max_frontend_ns),
+            _ms(k.skew_ns),
+            _rank(k.slowest_rank),
+        )
+        for k in c.step_skew[:max_steps]
+    ]
+    out += "<h2>Per-step skew across ranks</h2>" + _table(
+        ["step", "ranks", "min cpu ms", "max cpu ms", "skew ms", "slowest rank"], skew
+    )
+    if len(c.step_skew) > max_steps:
+        out += f'<p class="meta">first {max_steps} steps shown</p>'
+    return out
+
+
+def _who(rank: int | None, source: str | None) -> str:
+    name = Path(source).name if source else "?"
+    return f"rank {rank} ({name})" if rank is not None else name
+
+
+def _cross_rank(x: CrossRank, *, shown: int = 10) -> str:
+    """The cross-rank figures: the slowest rank, the skew percentiles, the ranks slowest most
+    often, and how the bound labels split."""
+    rows = [("slowest rank (mean cpu)", _who(x.slowest_rank, x.slowest_source))]
+    k = x.step_skew_ns
+    if x.steps:
+        rows.append(
+            (
+                f"per-step skew ({x.steps} steps)",
+                f"p50 {_ms(k.p50)} ms, p90 {_ms(k.p90)} ms, max {_ms(k.max)} ms "
+                f"(step {x.worst_step}, slowest {_rank(x.worst_step_rank)})",
+            )
+        )
+        most = [f"{_who(s.rank, s.source)} ×{s.steps}" for s in x.slowest_by_step]
+        rows.append(("slowest of a step, most often", _first(most, shown)))
+    else:
+        rows.append(("per-step skew", "no step number on two ranks"))
+    b = x.bound
+    if b is None:
+        rows.append(("bound label", "not in these reports"))
+    else:
+        split = ", ".join(f"{label} ×{n}" for label, n in b.ranks.items())
+        rows.append(("bound label", f"majority {b.majority} ({split})"))
+        if b.outliers:
+            differ = [f"{_who(o.rank, o.source)}: {o.label}" for o in b.outliers]
+            rows.append(("ranks that differ", _first(differ, shown)))
+    return f"<h2>Across ranks ({x.ranks})</h2>" + _table(["figure", "value"], rows, left=2)
+
+
+def _first(items: Sequence[str], shown: int) -> str:
+    more = len(items) - shown
+    return ", ".join(items[:shown]) + (f", and {more} more" if more > 0 else "")
 
 
 def _bound_div(bound: Bound | None, warnings: Sequence[ReportWarning], *, scope: str) -> str:
@@ -304,53 +434,6 @@ def _verdict_div(v: VerdictInfo) -> str:
     rest = verdict_line(v.code, v.message)[len(v.code) :]
     others = "".join(f"<br>· {_e(f)}" for f in v.findings if f != v.message)
     return f'<div class="verdict"><b>{_e(v.code)}</b>{_e(rest)}{others}</div>'
-
-
-def _records_body(summary: RecordsSummary, records: Records | None) -> str:
-    parts = [
-        f"<h1>asynctrace session: {_e(Path(summary.source).name)}</h1>",
-        f'<p class="meta">{_e(summary.source)} · {_e(summary.device)} ({_e(summary.device_kind)})'
-        + (f" · rank {_e(summary.rank)}" if summary.rank is not None else "")
-        + f" · {summary.steps} steps" + ("" if summary.complete else " · incomplete file")
-        + "</p>",
-        _bound_div(summary.bound, (), scope="session"),
-        _verdict_div(summary.verdict),
-    ]  # fmt: skip
-    if records is not None and records.steps:
-        from asynctrace.render.plot import plot_records_overview, records_idle_by_cause
-
-        parts += [
-            "<h2>Pictures</h2>",
-            _svg(records_idle_by_cause(records)),
-            _svg(plot_records_overview(records)),
-        ]
-
-    def fmt(name: str, v: float) -> str:
-        return f"{v / 1e6:.3f}" if name.endswith("_ns") else f"{v:.2f}"
-
-    parts += [
-        "<h2>Per-step figures</h2>",
-        _table(
-            ["figure", "steps", "mean", "median", "p90"],
-            (
-                (
-                    name.removesuffix("_ns") + (" (ms)" if name.endswith("_ns") else ""),
-                    f.n,
-                    fmt(name, f.mean),
-                    fmt(name, f.median),
-                    fmt(name, f.p90),
-                )
-                for name, f in summary.figures.items()
-            ),
-        ),
-        "<h2>Sync sites</h2>",
-        _table(
-            ["site", "op", "count", "wait ms", "steps"],
-            ((s.site, s.op, s.count, _ms(s.wait_ns), s.steps) for s in summary.sync_sites),
-            left=2,
-        ),
-    ]
-    return "".join(parts)
 
 
 def write_html(path: str | os.PathLike[str], page: str) -> Path:

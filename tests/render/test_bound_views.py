@@ -21,10 +21,10 @@ from asynctrace.analysis.bound import (
     ReportWarning,
     bound_of_records,
 )
-from asynctrace.analysis.report import Report, analyze, summarize_records
+from asynctrace.analysis.report import Report, analyze
 from asynctrace.analysis.series import bound_series, records_bound_series
 from asynctrace.records import read_records
-from asynctrace.render.html import combined_html, records_html, report_html
+from asynctrace.render.html import combined_html, report_html
 from asynctrace.render.legend import COLORS, IDLE_CAUSE_COLORS
 from asynctrace.render.plot import (
     idle_bar_segments,
@@ -138,26 +138,29 @@ def _box(page: str) -> str:
 
 @pytest.mark.real_traces
 def test_html_box_v100_is_device_bound() -> None:
-    trace = load(shared_trace("kineto", "hta_v100_ns_resolution_rank0.json.gz"))
-    report = analyze(trace)
-    box = _box(report_html(report))
+    from asynctrace.analysis.report import analyze_detail
+
+    a = analyze_detail(load(shared_trace("kineto", "hta_v100_ns_resolution_rank0.json.gz")))
+    page = report_html(a)
+    box = _box(page)
     assert box.startswith('<p class="label">bound: <b>device-bound</b> — run: device busy ')
     assert "(97.7%)" in box
     assert "<td>5578938</td><td>5.579 ms</td><td>1.1</td>" in box  # host idle, ns and %
     assert "evidence: host idle: 158 launch gaps" in box
     assert "next step: the device is busy 98% of the time" in box
     # the steps table gives each step's own label
-    page = report_html(report)
-    for s in report.steps:
-        assert s.bound is not None
-        assert f"<td>{s.in_flight_steps}</td><td>{s.bound.label}</td></tr>" in page
+    report = a.report
+    assert len(report.step_bounds) == len(report.steps)
+    for s, b in zip(report.steps, report.step_bounds, strict=True):
+        assert f"<td>{s.in_flight}</td><td>{b.label}</td></tr>" in page
 
 
 @pytest.mark.real_traces
 def test_html_box_b200_is_host_bound_with_its_host_frames() -> None:
+    from asynctrace.analysis.report import analyze_detail
+
     trace = load(shared_trace("kineto", "tracelens_b200_compile_culaunchkernelex.json.gz"))
-    report = analyze(trace)
-    page = report_html(report, trace=trace)
+    page = report_html(analyze_detail(trace))
     box = _box(page)
     assert "bound: <b>host-bound</b> — whole trace: device busy" in box
     assert "<td>75678592</td><td>75.679 ms</td><td>86.6</td>" in box
@@ -170,7 +173,9 @@ def test_html_box_b200_is_host_bound_with_its_host_frames() -> None:
 
 
 def test_html_box_escapes_what_comes_from_the_file_and_leads_with_the_warnings() -> None:
-    report = analyze(two_step_trace())
+    from asynctrace.analysis.report import analyze_detail
+
+    a = analyze_detail(two_step_trace())
     evidence = BoundEvidence(
         busy_pct=10.0,
         idle_pct_by_cause={"host": 90.0},
@@ -188,7 +193,8 @@ def test_html_box_escapes_what_comes_from_the_file_and_leads_with_the_warnings()
         advice=[f"move {EVIL} out of the step", "second advice"],
     )
     warnings = [ReportWarning(code="missing-activity", message=f"{EVIL} waits")]
-    page = report_html(msgspec.structs.replace(report, bound=bound, warnings=warnings))
+    report = msgspec.structs.replace(a.report, bound=bound, warnings=warnings)
+    page = report_html(msgspec.structs.replace(a, report=report))
     assert "<script" not in page.lower()
     assert EVIL not in page
     box = _box(page)
@@ -201,27 +207,34 @@ def test_html_box_escapes_what_comes_from_the_file_and_leads_with_the_warnings()
 
 
 def test_records_box_says_estimated(tmp_path: Path) -> None:
-    rec = read_records(write_records_file(tmp_path / "a.records.jsonl", make_steps(8)))
-    summary = summarize_records(rec)
-    assert summary.bound is not None
-    page = records_html(summary, records=rec)
+    from asynctrace.analysis.report import analyze_detail
+    from asynctrace.sources import load_source
+
+    p = write_records_file(tmp_path / "a.records.jsonl", make_steps(8))
+    a = analyze_detail(load_source(p))
+    bound = a.report.bound
+    assert bound is not None
+    page = report_html(a)
     box = _box(page)
-    assert f"bound: <b>{summary.bound.label}</b> (estimated from step records) — session" in box
+    assert f"bound: <b>{bound.label}</b> (estimated from step records) — session" in box
     assert "note: estimated from per-step totals" in box
     assert "what bounds each step — session: " in page
 
 
 def test_ranks_table_shows_each_ranks_label(tmp_path: Path) -> None:
-    a = analyze(two_step_trace())
+    from asynctrace.analysis.report import analyze_detail
+
+    a = analyze_detail(two_step_trace())
+    r = a.report
     b = msgspec.structs.replace(
-        a,
-        trace=msgspec.structs.replace(a.trace, source=f"{EVIL}rank1.json", rank=1),
-        bound=msgspec.structs.replace(a.bound, label="sync-bound") if a.bound else None,
+        r,
+        source=msgspec.structs.replace(r.source, path=f"{EVIL}rank1.json", rank=1),
+        bound=msgspec.structs.replace(r.bound, label="sync-bound") if r.bound else None,
     )
-    page = combined_html(reports=[(a, None), (b, None)])
+    page = combined_html([a, msgspec.structs.replace(a, report=b)])
     assert "Ranks and sessions (2)" in page
-    assert f"<td>{a.bound.label if a.bound else ''}</td>" in page
+    assert f"<td>{r.bound.label if r.bound else ''}</td>" in page
     assert "<td>sync-bound</td>" in page
     assert EVIL not in page
-    single = combined_html(reports=[(a, None)])
+    single = combined_html([a])
     assert "Ranks and sessions" not in single

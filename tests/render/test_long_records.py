@@ -52,6 +52,22 @@ def test_the_picture_of_a_long_run_says_it_is_downsampled(tmp_path: Path) -> Non
     assert not any("downsampled" in ax.get_title() for ax in plot.plot_records_overview(short).axes)
 
 
+def test_the_page_of_a_long_run_shows_its_first_steps_and_downsampled_pictures(
+    tmp_path: Path,
+) -> None:
+    from asynctrace.analysis.report import analyze_detail
+    from asynctrace.render.html import report_html
+
+    page = report_html(analyze_detail(read_records(_write(tmp_path / "a.records.jsonl", 5000))))
+    assert "<h2>Steps (5000, from the session&#x27;s records)</h2>" in page
+    assert '<p class="meta">first 200 steps shown</p>' in page
+    assert '<tr><td class="l">199</td>' in page
+    assert '<tr><td class="l">200</td>' not in page
+    # the pictures are drawn from the binned series, and say so
+    assert "downsampled: 5,000 steps in 1,667 bins of 3" in page
+    assert len(page) < 3_000_000
+
+
 #: runs its arguments as a command and prints that command's peak RSS (KiB)
 _PEAK_OF = (
     "import resource, subprocess, sys; "
