@@ -56,7 +56,7 @@ from asynctrace.analysis.steps import (
     without_clock_figures,
 )
 from asynctrace.analysis.syncs import SyncCall, SyncSummary, find_syncs
-from asynctrace.analysis.verdict import judge_steps
+from asynctrace.analysis.verdict import judge_steps, verdict_line
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import Records, SessionHeader, StepRecord, SyncSite
 from asynctrace.traces.model import ActivityKind, Trace
@@ -115,6 +115,11 @@ class VerdictInfo(msgspec.Struct, frozen=True, kw_only=True):
     code: str
     message: str
     findings: list[str] = msgspec.field(default_factory=list)
+
+    @property
+    def line(self) -> str:
+        """``code: message`` with the code said once, as every view shows the verdict."""
+        return verdict_line(self.code, self.message)
 
 
 class TraceFigures(msgspec.Struct, frozen=True, kw_only=True):

@@ -427,11 +427,9 @@ def _bound_div(bound: Bound | None, warnings: Sequence[ReportWarning], *, scope:
 
 
 def _verdict_div(v: VerdictInfo) -> str:
-    """The verdict box: the code in bold, said once (see ``verdict_line``), then the other
+    """The verdict box: the code in bold, said once (``VerdictInfo.line``), then the other
     findings."""
-    from asynctrace.analysis.verdict import verdict_line
-
-    rest = verdict_line(v.code, v.message)[len(v.code) :]
+    rest = v.line[len(v.code) :]
     others = "".join(f"<br>· {_e(f)}" for f in v.findings if f != v.message)
     return f'<div class="verdict"><b>{_e(v.code)}</b>{_e(rest)}{others}</div>'
 
