@@ -57,7 +57,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _traces(paths: list[str]) -> list[Path]:
-    from asynctrace.records import RECORDS_SUFFIX
     from asynctrace.traces.load import find_traces
 
     out: list[Path] = []
@@ -66,7 +65,7 @@ def _traces(paths: list[str]) -> list[Path]:
         if not p.exists():
             raise TraceFormatError(str(p), "no such file or directory")
         if p.is_dir():
-            out.extend(x for x in find_traces(p) if not x.name.endswith(RECORDS_SUFFIX))
+            out.extend(find_traces(p))  # traces only: session records are not exported
         else:
             out.append(p)
     return out

@@ -1,12 +1,15 @@
 """``asynctrace report TRACE|DIR|RECORDS``: analyse traces or session records, as text or JSON.
 
-A folder is read as one job: every trace in it is one rank (per-rank table, slowest rank,
-per-step skew; annotated copies and summaries are left out, see ``find_traces``) and every
-``*.records.jsonl`` file is one session's records. A file in a folder
-that cannot be read is named on stderr and skipped (exit status 1); a single bad file, or a
-folder with nothing readable, is an error (one line on stderr, exit status 2). A folder's traces
-are analysed by worker processes (``--workers``) or on a Dask cluster (``--scheduler``) through
-:func:`asynctrace.analyze_many`, with the same output as in one process.
+Every file becomes one :class:`~asynctrace.analysis.report.Report` (``load_source`` →
+``analyze``), printed by the one text view. A folder is read as one job
+(:func:`~asynctrace.sources.find_sources`): every trace and every ``*.records.jsonl`` file in it
+is one rank (per-rank table, slowest rank, per-step skew; annotated copies and summaries are
+left out, see ``find_traces``). A file in a folder that cannot be read is named on stderr and
+skipped (exit status 1); a single bad file, or a folder with nothing readable, is an error (one
+line on stderr, exit status 2). A folder's traces are analysed by worker processes
+(``--workers``) or on a Dask cluster (``--scheduler``) through :func:`asynctrace.analyze_many`,
+with the same output as in one process; with ``--html`` every file is analysed in this process,
+where the page's plots need the traces.
 """
 
 from __future__ import annotations
@@ -14,15 +17,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
 from asynctrace._output import json_text, output_file, write_failed
 from asynctrace._text import printable
 from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
 from asynctrace.errors import TraceFormatError
-from asynctrace.records import RECORDS_SUFFIX, is_records_name
+from asynctrace.records import RECORDS_SUFFIX
 
 if TYPE_CHECKING:
     import threading
@@ -31,8 +34,9 @@ if TYPE_CHECKING:
 
     from asynctrace._many import ManyReports
     from asynctrace.analysis.many import CrossRank
-    from asynctrace.analysis.report import RecordsSummary, Report
-    from asynctrace.records import Records
+    from asynctrace.analysis.ranks import RankComparison
+    from asynctrace.analysis.report import Analysis, Report
+    from asynctrace.sources import FolderSources
 
 __all__ = ["add_arguments", "run"]
 
@@ -70,14 +74,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="a folder's traces are analysed by N local processes (default: the number of "
-        "cores, at most one per file; 1: in this process)",
+        "cores, at most one per file; 1: in this process; with --html every file is analysed "
+        "in this process, where the page's plots need it)",
     )
     parser.add_argument(
         "--scheduler",
         metavar="ADDRESS",
         default=None,
         help="analyse a folder's traces on an existing Dask cluster (tcp://host:8786; the "
-        "workers must see the files at the same paths); needs asynctrace[dask]",
+        "workers must see the files at the same paths; with --html, analysed here); needs "
+        "asynctrace[dask]",
     )
 
 
@@ -105,10 +111,6 @@ def _console() -> Console:
     if sys.stdout.isatty():
         return Console(emoji=False)
     return Console(width=160, no_color=True, highlight=False, color_system=None, emoji=False)
-
-
-def _is_records(path: Path) -> bool:
-    return path.name.endswith(RECORDS_SUFFIX)
 
 
 class _ImportBehind:
@@ -164,34 +166,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
-    from asynctrace.records import read_records
-    from asynctrace.traces.load import load
+    from asynctrace.sources import find_sources
 
     path = Path(args.path)
     if not path.exists():
         raise TraceFormatError(str(path), "no such file or directory")
-    if path.is_dir():
-        from asynctrace.traces.load import find_traces
-
-        records_paths = sorted(p for p in path.iterdir() if _is_records(p))
-        try:
-            trace_paths = [Path(p) for p in find_traces(path) if not _is_records(Path(p))]
-        except TraceFormatError as e:
-            # a folder of session records only is fine; with neither, say what was looked for
-            if not records_paths:
-                looked_for = f"no trace files or session records (*{RECORDS_SUFFIX}, "
-                raise TraceFormatError(
-                    str(path), e.reason.replace("no trace files (", looked_for)
-                ) from None
-            trace_paths = []
-    elif is_records_name(path.name):  # *.records.jsonl.tmp too, named: a killed run's
-        records_paths, trace_paths = [path], []
-    else:
-        records_paths, trace_paths = [], [path]
+    found = find_sources(path) if path.is_dir() else None
     html = getattr(args, "html", None)
     if html is not None:
-        output_file(html, what="the HTML page", inputs=[*trace_paths, *records_paths])
-
+        output_file(html, what="the HTML page", inputs=found.all if found else [path])
     scheduler = getattr(args, "scheduler", None)
     if scheduler is not None:
         from asynctrace._extras import require
@@ -199,98 +182,147 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
         # before any work: without Dask, say how to install it (one line, exit 2)
         require("distributed", extra="dask", what="--scheduler", packages="dask distributed")
 
-    reports: list[Report] = []
-    summaries: list[RecordsSummary] = []
     failed: list[str] = []
-    # the files that were read: the HTML page loads these again, one per report or summary
-    read_traces: list[Path] = []
-    kept_records: list[Records] = []
-    cross: CrossRank | None = None
-    one_file = trace_paths if not path.is_dir() else []
-    if path.is_dir() and trace_paths:
-        # a folder: the per-rank map (local processes or a Dask cluster), then the reduce
-        behind.close()
-        many = _analyze_folder(args, trace_paths, scheduler)
-        reports, failed, cross = list(many.reports), list(many.failures), many.cross_rank
-        # the files that gave a report, one per report
-        read_traces = [Path(f.source) for f in many.files if f.ok]
-    for p in one_file:
-        try:
-            trace = load(p)
-            behind.close()
-            from asynctrace.analysis.report import analyze
-
-            reports.append(analyze(trace, queue_cap=args.queue_cap, keep_sync_calls=args.json))
-            read_traces.append(p)
-            del trace
-        except TraceFormatError as e:
-            # In a folder, one unreadable file must not hide the other ranks: say so, go on.
-            if not path.is_dir():
-                raise
-            failed.append(str(e))
-    for p in records_paths:
-        try:
-            records = read_records(p)
-            behind.close()
-            from asynctrace.analysis.report import summarize_records
-
-            summaries.append(summarize_records(records))
-            if html is not None:
-                # kept for the page's plots rather than read again (a long run's records
-                # are ~300 B a step, and reading 10^6 of them takes seconds)
-                kept_records.append(records)
-            del records
-        except TraceFormatError as e:
-            if not path.is_dir():
-                raise
-            failed.append(str(e))
-    if not reports and not summaries:
+    analyses: list[Analysis] = []
+    many: ManyReports | None = None
+    if html is not None:
+        # the page draws what the report does not carry: each file analysed here, in detail,
+        # and kept (never loaded a second time)
+        analyses = _each(
+            found.all if found else [path],
+            lambda p: _analyze_file(p, args, behind, detail=True),
+            in_folder=found is not None,
+            failed=failed,
+        )
+        reports = [a.report for a in analyses]
+    elif found is not None:
+        reports, many = _analyze_folder(args, found, behind, scheduler, failed)
+    else:
+        reports = [_analyze_file(path, args, behind, detail=False)]
+    if not reports:
         raise TraceFormatError(str(path), f"nothing readable ({'; '.join(failed)})")
     behind.close()
-    from asynctrace.analysis.ranks import compare_ranks
-
-    comparison = compare_ranks(reports) if len(reports) > 1 else None
+    if many is not None and len(many.reports) == len(reports):
+        # the traces were all there is: their reduce is the job's
+        ranks, cross = many.ranks, many.cross_rank
+    else:
+        ranks, cross = _compare(reports)
 
     if html is not None:
         from asynctrace._commands._html import write_report_html
 
         try:
-            write_report_html(html, read_traces, reports, kept_records, summaries)
+            write_report_html(html, analyses, ranks=ranks, cross=cross)
         except OSError as e:
             raise write_failed(html, e, "the HTML page") from None
     if args.json:
-        if path.is_dir():
-            obj: object = {
-                "schema_version": 1,
-                "reports": reports,
-                "ranks": comparison,
-                "cross_rank": cross,
-                "records": summaries,
-            }
-        else:
-            obj = reports[0] if reports else summaries[0]
+        obj: object = reports[0]
+        if found is not None:
+            obj = {"schema_version": 2, "reports": reports, "ranks": ranks, "cross_rank": cross}
         sys.stdout.write(json_text(obj) + "\n")
-        return _skipped(failed)
+    else:
+        _print_text(args, reports, ranks, cross)
+    return _skipped(failed)
 
-    from asynctrace.render.text import render_ranks, render_records, render_report
+
+_T = TypeVar("_T")
+
+
+def _each(
+    paths: Sequence[Path], one: Callable[[Path], _T], *, in_folder: bool, failed: list[str]
+) -> list[_T]:
+    """``one`` of each path. In a folder, one unreadable file must not hide the other ranks:
+    its error goes to ``failed`` and the others go on; a single file's is raised."""
+    out: list[_T] = []
+    for p in paths:
+        try:
+            out.append(one(p))
+        except TraceFormatError as e:
+            if not in_folder:
+                raise
+            failed.append(str(e))
+    return out
+
+
+@overload
+def _analyze_file(
+    path: Path, args: argparse.Namespace, behind: _ImportBehind, *, detail: Literal[True]
+) -> Analysis: ...
+@overload
+def _analyze_file(
+    path: Path, args: argparse.Namespace, behind: _ImportBehind, *, detail: Literal[False]
+) -> Report: ...
+def _analyze_file(
+    path: Path, args: argparse.Namespace, behind: _ImportBehind, *, detail: bool
+) -> Report | Analysis:
+    """One trace or session's records, loaded while the analyses import behind, then analysed
+    (``detail``: with the detail the HTML page draws)."""
+    from asynctrace.sources import load_source
+
+    source = load_source(path)
+    behind.close()
+    from asynctrace.analysis.report import analyze, analyze_detail
+
+    run = analyze_detail if detail else analyze
+    return run(source, queue_cap=args.queue_cap, keep_sync_calls=args.json)
+
+
+def _analyze_folder(
+    args: argparse.Namespace,
+    found: FolderSources,
+    behind: _ImportBehind,
+    scheduler: str | None,
+    failed: list[str],
+) -> tuple[list[Report], ManyReports | None]:
+    """A folder's reports, and the map-reduce of its traces: those through
+    :func:`asynctrace.analyze_many` (local processes or a Dask cluster), its session records
+    here (reading them is the work)."""
+    many = None
+    if found.traces:
+        behind.close()
+        many = _analyze_traces(args, found.traces, scheduler)
+        failed.extend(many.failures)
+    records = _each(
+        found.records,
+        lambda p: _analyze_file(p, args, behind, detail=False),
+        in_folder=True,
+        failed=failed,
+    )
+    return [*(many.reports if many is not None else []), *records], many
+
+
+def _compare(reports: list[Report]) -> tuple[RankComparison | None, CrossRank | None]:
+    """The per-rank table and the cross-rank figures of several reports (traces and session
+    records alike); None for one."""
+    if len(reports) < 2:
+        return None, None
+    from asynctrace.analysis.many import cross_rank
+    from asynctrace.analysis.ranks import compare_ranks
+
+    return compare_ranks(reports), cross_rank(reports)
+
+
+def _print_text(
+    args: argparse.Namespace,
+    reports: list[Report],
+    ranks: RankComparison | None,
+    cross: CrossRank | None,
+) -> None:
+    from asynctrace.render.text import render_ranks, render_report
 
     console = _console()
     for r in reports:
         render_report(r, console, steps=args.steps, top_sites=args.top)
         console.print()
-    if comparison is not None:
-        render_ranks(comparison, console)
+    if ranks is not None:
+        render_ranks(ranks, console)
     if cross is not None:
         from asynctrace.render.many import render_cross_rank
 
         render_cross_rank(cross, console)
-    for s in summaries:
-        render_records(s, console)
-        console.print()
-    return _skipped(failed)
 
 
-def _analyze_folder(
+def _analyze_traces(
     args: argparse.Namespace, trace_paths: list[Path], scheduler: str | None
 ) -> ManyReports:
     """The folder's traces through :func:`asynctrace.analyze_many`, with a progress bar on

@@ -1,4 +1,5 @@
-"""Rich text tables for a :class:`~asynctrace.analysis.report.Report` (formatting only)."""
+"""Rich text tables for a :class:`~asynctrace.analysis.report.Report` of a trace or of a
+session's records (formatting only)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ from rich.table import Table
 from asynctrace._text import printable
 from asynctrace.analysis.bound import Bound, BoundEvidence
 from asynctrace.analysis.ranks import RankComparison
-from asynctrace.analysis.report import RecordsSummary, Report, VerdictInfo
-from asynctrace.analysis.steps import StepFigures
+from asynctrace.analysis.report import Report, TraceFigures, VerdictInfo
 from asynctrace.analysis.verdict import verdict_line
 
 __all__ = [
@@ -20,7 +20,6 @@ __all__ = [
     "evidence_parts",
     "format_ns",
     "render_ranks",
-    "render_records",
     "render_report",
 ]
 
@@ -47,31 +46,87 @@ def format_ns(ns: float | None) -> str:
 
 
 def _title(report: Report) -> str:
-    t = report.trace
-    rank = f", rank {t.rank}" if t.rank is not None else ""
-    return f"{t.source} ({t.format}, {t.device}{rank})"
+    """The report's first line (markup): the file, its format (a session's device kind), the
+    device and the rank; a session's step count, and whether its run was killed."""
+    s = report.source
+    rank = f", rank {s.rank}" if s.rank is not None else ""
+    if s.session is None:
+        return f"[bold]{_shown(f'{s.path} ({s.format}, {s.device}{rank})')}[/bold]"
+    note = "" if s.complete else " (incomplete: no summary line, the run was killed)"
+    return (
+        f"[bold]{_shown(s.path)}[/bold] "
+        f"({_shown(s.session.device_kind)}, {_shown(s.device)}{rank}): "
+        f"{len(report.steps)} step(s){note}"
+    )
+
+
+def _scope(report: Report) -> str:
+    if report.trace is None:
+        return "session"
+    return "whole trace" if report.whole_trace else "run"
 
 
 def render_report(
     report: Report, console: Console, *, steps: bool = False, top_sites: int = 10
 ) -> None:
-    """Print a report: warnings, what bounds it (label, evidence, next step), activities,
-    launches, queues, syncs, steps (summary or all), verdict."""
+    """Print a report of a trace or of a session's records: warnings, what bounds it (label,
+    evidence, next step), the per-step figures; a trace's activities, launches, queues and
+    syncs; the sync sites; the steps (a trace's summary or all of them, a session's with
+    ``steps``); the verdict."""
     for w in report.warnings:
         console.print(f"[bold yellow]warning[/bold yellow] ({_shown(w.code)}): {_shown(w.message)}")
-    console.print(f"[bold]{_shown(_title(report))}[/bold]")
+    console.print(_title(report))
     if report.bound is not None:
-        whole = report.step_source in ("trace", "none")
-        for line in bound_lines(report.bound, scope="whole trace" if whole else "run"):
+        for line in bound_lines(report.bound, scope=_scope(report)):
             console.print(line)
     clocks = any("clock" in w.code for w in report.warnings)
-    a = report.activities
+    _print_figures(report, console)
+    if report.trace is not None:
+        _print_trace(report.trace, report.source.skipped, console, clocks=clocks)
+        sites = [
+            (s.site or "-", s.op, s.count, s.total_ns, s.steps) for s in report.trace.syncs.sites
+        ]
+        _print_sites(sites, console, wait="total", top=top_sites)
+    else:
+        sites = [(s.site, s.op, s.count, s.wait_ns, s.steps) for s in report.sync_sites]
+        _print_sites(sites, console, wait="wait", top=top_sites)
+    if report.steps and (steps or report.trace is not None):
+        _print_steps(report, console, every=steps, clocks=clocks)
+    console.print(_verdict_line(report.verdict))
+    for finding in report.verdict.findings[1:]:
+        console.print(f"  also: {_shown(finding)}")
+
+
+def _print_figures(report: Report, console: Console) -> None:
+    """Mean, median and p90 of each per-step figure (the figures some step had); not for a
+    trace judged as one step, whose steps table shows that step's figures."""
+    if not report.figures or report.whole_trace:
+        return
+    t = Table(title="per-step figures")
+    for col in ("figure", "steps", "mean", "median", "p90"):
+        t.add_column(col, justify="left" if col == "figure" else "right")
+    for name, f in report.figures.items():
+        fmt = format_ns if name.endswith("_ns") else _plain
+        t.add_row(name, str(f.count), fmt(f.mean), fmt(f.median), fmt(f.p90) if f.count else "-")
+    console.print(t)
+
+
+def _plain(v: float | None) -> str:
+    return f"{v:.2f}" if v is not None else "-"
+
+
+def _print_trace(
+    tf: TraceFigures, skipped: dict[str, int], console: Console, *, clocks: bool
+) -> None:
+    """What only a trace has: activities, what the loader skipped, launch delays (withheld
+    where the clocks disagree), queues per stream and the sync calls."""
+    a = tf.activities
     kinds = ", ".join(f"{v} {k}" for k, v in a.per_kind.items())
     console.print(f"activities: {a.total} ({kinds}) on {len(a.per_stream)} stream(s)")
-    for reason, n in report.trace.skipped.items():
+    for reason, n in skipped.items():
         console.print(f"skipped by the loader: {n} ({_shown(reason)})")
 
-    la = report.launch
+    la = tf.launch
     withheld = " — withheld: the clocks disagree" if clocks else ""
     t = Table(title=f"launch delays ({la.matched} matched, {la.unmatched} unmatched){withheld}")
     t.add_column("figure")
@@ -84,8 +139,8 @@ def render_report(
         t.add_row(label, *(("-" if clocks else format_ns(v)) for v in (p.p50, p.p90, p.p99, p.max)))
     console.print(t)
 
-    if report.queue:
-        t = Table(title=f"queue per stream (cap {report.queue_cap})")
+    if tf.queue:
+        t = Table(title=f"queue per stream (cap {tf.queue_cap})")
         for col in (
             "stream",
             "activities",
@@ -95,7 +150,7 @@ def render_report(
             "max in flight",
         ):
             t.add_column(col, justify="right")
-        for key, q in report.queue.items():
+        for key, q in tf.queue.items():
             t.add_row(
                 _shown(key),
                 str(a.per_stream.get(key, q.activities)),
@@ -106,60 +161,74 @@ def render_report(
             )
         console.print(t)
 
-    s = report.syncs
+    s = tf.syncs
     console.print(f"syncs: {s.count} call(s), {format_ns(s.total_ns)} waiting")
-    if s.sites:
-        t = Table(title="sync sites")
-        for col in ("site", "op", "count", "total", "steps"):
-            t.add_column(col, justify="left" if col in ("site", "op") else "right")
-        for site in s.sites[:top_sites]:
-            t.add_row(
-                _shown(site.site or "-"),
-                _shown(site.op),
-                str(site.count),
-                format_ns(site.total_ns),
-                str(site.steps),
-            )
-        if len(s.sites) > top_sites:
-            t.caption = f"{len(s.sites) - top_sites} more site(s) in --json"
-        console.print(t)
 
-    if report.steps:
-        shown = report.steps if steps else _summary_steps(report)
-        t = Table(title=f"steps ({len(report.steps)}, from {report.step_source})")
-        for col in (
-            "step",
-            "cpu",
-            "device",
-            "gpu busy",
-            "gpu idle",
-            "syncs",
-            "sync wait",
-            "run-ahead",
-            "queue max",
-            "bound",
-        ):
-            t.add_column(col, justify="right")
-        for st in shown:
-            t.add_row(
-                str(st.step),
-                format_ns(st.cpu_ns),
-                *(
-                    format_ns(v if st.device_start_ns is not None else None)
-                    for v in (st.device_ns, st.gpu_busy_ns, st.gpu_idle_ns)
-                ),
-                str(st.sync_count),
-                format_ns(st.sync_wait_ns),
-                "-" if clocks else format_ns(st.run_ahead_ns),
-                str(st.queue_max),
-                st.bound.label if st.bound is not None else "-",
-            )
-        if len(shown) < len(report.steps):
-            t.caption = "first and last steps shown; --steps shows all"
-        console.print(t)
-    console.print(_verdict_line(report.verdict))
-    for finding in report.verdict.findings[1:]:
-        console.print(f"  also: {_shown(finding)}")
+
+def _print_sites(
+    sites: list[tuple[str, str, int, int, int]], console: Console, *, wait: str, top: int
+) -> None:
+    """The sync sites table: (site, op, count, wait, steps), the first ``top`` of them."""
+    if not sites:
+        return
+    t = Table(title="sync sites")
+    for col in ("site", "op", "count", wait, "steps"):
+        t.add_column(col, justify="left" if col in ("site", "op") else "right")
+    for site, op, count, wait_ns, n_steps in sites[:top]:
+        t.add_row(_shown(site), _shown(op), str(count), format_ns(wait_ns), str(n_steps))
+    if len(sites) > top:
+        t.caption = f"{len(sites) - top} more site(s) in --json"
+    console.print(t)
+
+
+_STEP_COLUMNS = (
+    "step",
+    "frontend",
+    "device",
+    "gpu busy",
+    "gpu idle",
+    "syncs",
+    "sync wait",
+    "run-ahead",
+    "queue max",
+    "bound",
+)
+
+
+def _print_steps(report: Report, console: Console, *, every: bool, clocks: bool) -> None:
+    """The steps table: every step, or the first and last three. A session's steps have no
+    measured device share nor queue: those columns show "-" (the bound is estimated)."""
+    n = len(report.steps)
+    shown = range(n) if every or n <= 6 else [*range(3), *range(n - 3, n)]
+    origin = report.trace.step_source if report.trace is not None else "session records"
+    t = Table(title=f"steps ({n}, from {origin})")
+    for col in _STEP_COLUMNS:
+        t.add_column(col, justify="right")
+    for i in shown:
+        t.add_row(*_step_row(report, i, clocks=clocks))
+    if len(shown) < n:
+        t.caption = "first and last steps shown; --steps shows all"
+    console.print(t)
+
+
+def _step_row(report: Report, i: int, *, clocks: bool) -> list[str]:
+    st = report.steps[i]
+    bound = report.step_bounds[i] if i < len(report.step_bounds) else None
+    extra = report.trace.steps[i] if report.trace is not None else None
+    # a trace step's share of the device timeline; a session measured none
+    share = bound if extra is not None and extra.device_start_ns is not None else None
+    return [
+        str(st.step),
+        format_ns(st.frontend_ns),
+        format_ns(st.device_ns),
+        format_ns(share.busy_ns if share is not None else None),
+        format_ns(share.idle_ns if share is not None else None),
+        str(st.sync_count),
+        format_ns(st.sync_wait_ns),
+        "-" if clocks else format_ns(st.run_ahead_ns),
+        str(extra.queue_max) if extra is not None else "-",
+        bound.label if bound is not None else "-",
+    ]
 
 
 def _pct(part: int, whole: int) -> str:
@@ -222,11 +291,6 @@ def bound_lines(b: Bound, *, scope: str = "run") -> list[str]:
     return lines
 
 
-def _summary_steps(report: Report) -> list[StepFigures]:
-    st = report.steps
-    return st if len(st) <= 6 else [*st[:3], *st[-3:]]
-
-
 def render_ranks(comparison: RankComparison, console: Console) -> None:
     """Print the per-rank table (slowest rank flagged) and the largest per-step skews."""
     t = Table(title=f"ranks ({len(comparison.ranks)})")
@@ -234,7 +298,7 @@ def render_ranks(comparison: RankComparison, console: Console) -> None:
         "rank",
         "file",
         "steps",
-        "mean cpu",
+        "mean frontend",
         "mean device",
         "mean gpu busy",
         "mean sync wait",
@@ -248,7 +312,7 @@ def render_ranks(comparison: RankComparison, console: Console) -> None:
             "?" if r.rank is None else str(r.rank),
             _shown(PurePath(r.source).name),
             str(r.steps),
-            format_ns(r.cpu_ns_mean),
+            format_ns(r.frontend_ns_mean),
             format_ns(r.device_ns_mean),
             format_ns(r.gpu_busy_ns_mean),
             format_ns(r.sync_wait_ns_mean),
@@ -259,51 +323,18 @@ def render_ranks(comparison: RankComparison, console: Console) -> None:
     console.print(t)
     if comparison.step_skew:
         t = Table(title="per-step skew across ranks")
-        for col in ("step", "ranks", "min cpu", "max cpu", "skew", "slowest rank"):
+        for col in ("step", "ranks", "min frontend", "max frontend", "skew", "slowest rank"):
             t.add_column(col, justify="right")
         for k in comparison.step_skew:
             t.add_row(
                 str(k.step),
                 str(k.ranks),
-                format_ns(k.min_cpu_ns),
-                format_ns(k.max_cpu_ns),
+                format_ns(k.min_frontend_ns),
+                format_ns(k.max_frontend_ns),
                 format_ns(k.skew_ns),
                 "?" if k.slowest_rank is None else str(k.slowest_rank),
             )
         console.print(t)
-
-
-def render_records(summary: RecordsSummary, console: Console) -> None:
-    """Print a session's per-step summary (mean/median/p90 of each figure)."""
-    rank = f", rank {summary.rank}" if summary.rank is not None else ""
-    note = "" if summary.complete else " (incomplete: no summary line, the run was killed)"
-    console.print(
-        f"[bold]{_shown(summary.source)}[/bold] "
-        f"({_shown(summary.device_kind)}, {_shown(summary.device)}{rank}): "
-        f"{summary.steps} step(s){note}"
-    )
-    t = Table(title="per-step figures")
-    for col in ("figure", "steps", "mean", "median", "p90"):
-        t.add_column(col, justify="left" if col == "figure" else "right")
-    for name, f in summary.figures.items():
-        fmt = (
-            format_ns if name.endswith("_ns") else (lambda v: f"{v:.2f}" if v is not None else "-")
-        )
-        t.add_row(name, str(f.n), fmt(f.mean), fmt(f.median), fmt(f.p90) if f.n else "-")
-    console.print(t)
-    if summary.sync_sites:
-        t = Table(title="sync sites")
-        for col in ("site", "op", "count", "wait", "steps"):
-            t.add_column(col, justify="left" if col in ("site", "op") else "right")
-        for s in summary.sync_sites:
-            t.add_row(
-                _shown(s.site), _shown(s.op), str(s.count), format_ns(s.wait_ns), str(s.steps)
-            )
-        console.print(t)
-    if summary.bound is not None:
-        for line in bound_lines(summary.bound, scope="session"):
-            console.print(line)
-    console.print(_verdict_line(summary.verdict))
 
 
 def _verdict_line(v: VerdictInfo) -> str:

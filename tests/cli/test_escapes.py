@@ -62,7 +62,7 @@ def test_report_text_shows_escapes_and_json_keeps_them(
     assert f"ev{SHOWN[:20]}" in out  # the sync site, from a python_function name
     assert main(["report", str(path), "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
-    assert EVIL in obj["trace"]["device"]
+    assert EVIL in obj["source"]["device"]
 
 
 def _records(path: Path, *, evil: str = EVIL) -> Path:
@@ -83,11 +83,14 @@ def test_report_on_records_shows_escapes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     p = _records(tmp_path / "a.records.jsonl")
-    assert main(["report", str(p)]) == 0
+    assert main(["report", str(p), "--steps"]) == 0
     out = capsys.readouterr().out
     _clean(out)
     assert f"Fake{SHOWN[:10]}" in out
     assert f"op{SHOWN[:10]}" in out
+    assert main(["report", str(p), "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["source"]["device"] == f"Fake{EVIL}"
 
 
 def test_compare_shows_escapes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -46,13 +46,19 @@ def test_records_file_json_summary(tmp_path: Path, capsys: pytest.CaptureFixture
     )
     assert main(["report", str(p), "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
+    assert obj["schema_version"] == 3
     f = obj["figures"]["frontend_ns"]
-    assert (f["n"], f["mean"], f["median"], f["p90"]) == (10, 55.0, 55.0, 90)
+    assert (f["count"], f["mean"], f["median"], f["p90"]) == (10, 55.0, 55.0, 90)
     assert obj["figures"]["device_ns"]["mean"] == 110.0
-    assert obj["figures"]["run_ahead_ns"]["n"] == 0  # null in every record
-    assert (obj["rank"], obj["steps"], obj["complete"]) == (0, 10, True)
+    assert "run_ahead_ns" not in obj["figures"]  # null in every record
+    src = obj["source"]
+    assert (src["format"], src["rank"], src["complete"]) == ("records", 0, True)
+    assert src["session"]["device_kind"] == "fake"
+    assert [s["frontend_ns"] for s in obj["steps"]][:3] == [10, 20, 30]
+    assert len(obj["step_bounds"]) == 10
     assert obj["sync_sites"][0]["site"] == "train.py:12"
     assert set(obj["verdict"]) == {"code", "message", "findings"}
+    assert obj["trace"] is None  # what only a trace has
 
 
 def test_records_folder_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -65,6 +71,9 @@ def test_records_folder_text(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "2.000 µs" in out  # rank 0 mean frontend
     assert "incomplete" in out
     assert "\x1b[" not in out  # no colour when not a terminal
+    # a folder of sessions is a job too: the ranks side by side
+    assert "ranks (2)" in out
+    assert "slowest" in out
 
 
 def _bad(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -124,21 +133,18 @@ def test_trace_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
     path = shared_trace("kineto", "hta_a100_event_sync.json.gz")
     assert main(["report", str(path), "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
-    for key in (
-        "schema_version",
-        "trace",
-        "activities",
-        "launch",
-        "queue",
-        "syncs",
-        "steps",
-        "verdict",
-    ):
+    assert obj["schema_version"] == 3
+    for key in ("source", "steps", "step_bounds", "figures", "verdict", "bound", "trace"):
         assert key in obj
-    assert obj["activities"]["total"] == 5
+    for key in ("activities", "launch", "queue", "syncs", "step_source", "steps"):
+        assert key in obj["trace"]
+    assert obj["source"]["format"] == "kineto"
+    assert obj["trace"]["activities"]["total"] == 5
+    assert len(obj["trace"]["steps"]) == len(obj["steps"])
     assert main(["report", str(path), "--steps"]) == 0
     out = capsys.readouterr().out
     assert "launch delays" in out
+    assert "frontend" in out  # the steps table's host column
     assert "verdict" in out
 
 
@@ -148,6 +154,9 @@ def test_rank_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         (tmp_path / f"rank{r}.json.gz").write_bytes(src.read_bytes())
     assert main(["report", str(tmp_path), "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
+    assert set(obj) == {"schema_version", "reports", "ranks", "cross_rank"}
+    assert obj["schema_version"] == 2
+    assert [r["source"]["rank"] for r in obj["reports"]] == [0, 1]
     assert [r["rank"] for r in obj["ranks"]["ranks"]] == [0, 1]
     assert sum(r["slowest"] for r in obj["ranks"]["ranks"]) == 1
     assert main(["report", str(tmp_path)]) == 0
@@ -166,3 +175,22 @@ def test_folder_with_a_bad_file_reports_the_rest(
     (line,) = captured.err.strip().splitlines()
     assert line.startswith("asynctrace report: skipped ")
     assert "rank1.json" in line
+
+
+def test_folder_of_traces_and_records_is_one_list_of_reports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = shared_trace("kineto", "hta_sampled_rank0.json.gz")
+    (tmp_path / "rank0.json.gz").write_bytes(src.read_bytes())
+    _write_records(tmp_path / "train.rank1.records.jsonl", 1, [1000, 3000])
+    assert main(["report", str(tmp_path), "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert "records" not in obj  # session records are reports among the others
+    assert [r["source"]["format"] for r in obj["reports"]] == ["kineto", "records"]
+    assert [r["rank"] for r in obj["ranks"]["ranks"]] == [0, 1]
+    assert obj["cross_rank"]["ranks"] == 2
+    assert main(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "launch delays" in out  # the trace's sections
+    assert "train.rank1.records.jsonl (fake, Fake GPU, rank 1): 2 step(s)" in out
+    assert "ranks (2)" in out

@@ -268,7 +268,7 @@ def test_names_that_are_not_utf8_or_hold_dollars(
     odd = _odd_name(tmp_path, b"r\xff\xfe.json")
     odd.write_bytes(trace.read_bytes())
     assert main(["report", str(odd), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["trace"]["source"].endswith("r??.json")
+    assert json.loads(capsys.readouterr().out)["source"]["path"].endswith("r??.json")
     assert main(["compare", str(odd), str(trace), "--json"]) == 0
     # (--json: the text report goes through the console script's stdout, checked below)
     assert main(["report", str(odd), "--json", "--html", str(tmp_path / "r.html")]) == 0
@@ -315,7 +315,7 @@ def test_records_cut_mid_line_or_left_as_tmp_read_as_a_killed_run(
     cut.write_bytes(data[:-20])  # the writer killed inside the last step's line
     assert main(["report", str(cut), "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
-    assert (obj["steps"], obj["complete"]) == (3, False)
+    assert (len(obj["steps"]), obj["source"]["complete"]) == (3, False)
     # what a killed session leaves: its .tmp, named on the command line
     tmp = tmp_path / "killed.records.jsonl.tmp"
     tmp.write_bytes(data)

@@ -30,10 +30,10 @@ from typing import Any
 
 from rich.console import Console
 
-from asynctrace.analysis.report import analyze, summarize_records
+from asynctrace.analysis.report import Report, analyze
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import read_records
-from asynctrace.render.text import render_records, render_report
+from asynctrace.render.text import render_report
 from asynctrace.traces.load import load
 
 __all__ = [
@@ -736,13 +736,11 @@ def deadline(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
-def _render(obj: Any, kind: str) -> None:
+def _render(report: Report) -> None:
+    """The text and JSON views of a report (a trace's or a session's)."""
     console = Console(file=io.StringIO(), width=160, no_color=True, color_system=None)
-    if kind == "report":
-        render_report(obj, console, steps=True)
-        obj.to_json()
-    else:
-        render_records(obj, console)
+    render_report(report, console, steps=True)
+    report.to_json()
 
 
 def check_trace_file(
@@ -758,7 +756,7 @@ def check_trace_file(
             return "refused"
         report = analyze(trace)
         if render:
-            _render(report, "report")
+            _render(report)
     return "report"
 
 
@@ -770,5 +768,5 @@ def check_records_file(path: Path) -> str:
             if "\n" in str(e):
                 raise AssertionError(f"multi-line error message: {e!r}") from None
             return "refused"
-        _render(summarize_records(records), "records")
+        _render(analyze(records))
     return "records"
