@@ -5,10 +5,10 @@ report holds figures, never the trace model), vectorised over every (rank, step)
 job of thousands of ranks reduces in one process in O(R·S log(R·S)) for R ranks of S steps —
 never rank against rank:
 
-* **per-step skew** of host step time (``cpu_ns``) over the ranks that have the step number,
+* **per-step skew** of host step time (``frontend_ns``) over the ranks that have the step number,
   summarised as nearest-rank percentiles and the step where it is largest (the per-step rows
   are :attr:`RankComparison.step_skew <asynctrace.analysis.ranks.RankComparison>`);
-* the **slowest rank overall** (largest mean ``cpu_ns``, as :func:`compare_ranks` chooses it)
+* the **slowest rank overall** (largest mean ``frontend_ns``, as :func:`compare_ranks` chooses it)
   and **how often each rank is the slowest of a step** (the stragglers);
 * the ranks whose **bound label** differs from the majority's, where the reports carry one
   (``report.bound.label``; reports without that field are left out of this figure, and
@@ -76,10 +76,10 @@ class CrossRank(msgspec.Struct, frozen=True, kw_only=True):
     ranks: int
     #: step numbers present on two ranks or more (those with a skew)
     steps: int
-    #: largest mean ``cpu_ns`` per step; None with fewer than two ranks
+    #: largest mean ``frontend_ns`` per step; None with fewer than two ranks
     slowest_rank: int | None
     slowest_source: str | None
-    #: nearest-rank percentiles of the per-step skews (max − min of ``cpu_ns``)
+    #: nearest-rank percentiles of the per-step skews (max − min of ``frontend_ns``)
     step_skew_ns: Percentiles
     #: the step with the largest skew (the first such), and its slowest rank
     worst_step: int | None

@@ -13,7 +13,6 @@ from asynctrace._text import printable
 from asynctrace.analysis.bound import Bound, BoundEvidence
 from asynctrace.analysis.ranks import RankComparison
 from asynctrace.analysis.report import Report, TraceFigures, VerdictInfo
-from asynctrace.analysis.verdict import verdict_line
 
 __all__ = [
     "bound_lines",
@@ -338,5 +337,5 @@ def render_ranks(comparison: RankComparison, console: Console) -> None:
 
 
 def _verdict_line(v: VerdictInfo) -> str:
-    rest = verdict_line(v.code, v.message)[len(v.code) :]
+    rest = v.line[len(v.code) :]
     return f"verdict: [bold]{_shown(v.code)}[/bold]{_shown(rest)}"
