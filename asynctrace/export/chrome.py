@@ -252,43 +252,42 @@ def _step_events(report: Report, pid: int, o: int, taken_flow_ids: Collection[in
 
 
 def _host_span(s: StepRecord, x: TraceStep, label: str, pid: int, tid: int, o: int) -> Event:
-    return {
-        "ph": "X",
-        "cat": "asynctrace",
-        "name": label,
-        "pid": pid,
-        "tid": tid,
-        "ts": _us(o, s.start_ns),
-        "dur": s.frontend_ns / 1000,
-        "args": {
-            "cpu_ms": s.frontend_ns / 1e6,
-            "sync_count": s.sync_count,
-            "sync_wait_ms": s.sync_wait_ns / 1e6,
-            "activities": x.activities,
-            "queue_max": x.queue_max,
-            "in_flight_steps": s.in_flight,
-        },
+    args = {
+        "cpu_ms": s.frontend_ns / 1e6,
+        "sync_count": s.sync_count,
+        "sync_wait_ms": s.sync_wait_ns / 1e6,
+        "activities": x.activities,
+        "queue_max": x.queue_max,
+        "in_flight_steps": s.in_flight,
     }
+    return _step_span(label, pid, tid, o, s.start_ns, s.frontend_ns, args)
 
 
 def _device_span(
     s: StepRecord, x: TraceStep, b: StepBound | None, label: str, pid: int, tid: int, o: int
 ) -> Event:
     d0, d1 = int(x.device_start_ns or 0), int(x.device_end_ns or 0)
+    args = {
+        "device_ms": _ms(s.device_ns),
+        "gpu_busy_ms": _ms(b.busy_ns if b is not None else None),
+        "gpu_idle_ms": _ms(b.idle_ns if b is not None else None),
+        "run_ahead_ms": _ms(s.run_ahead_ns),
+    }
+    return _step_span(label, pid, tid, o, d0, d1 - d0, args)
+
+
+def _step_span(
+    label: str, pid: int, tid: int, o: int, start_ns: int, dur_ns: int, args: dict[str, Any]
+) -> Event:
     return {
         "ph": "X",
         "cat": "asynctrace",
         "name": label,
         "pid": pid,
         "tid": tid,
-        "ts": _us(o, d0),
-        "dur": (d1 - d0) / 1000,
-        "args": {
-            "device_ms": _ms(s.device_ns),
-            "gpu_busy_ms": _ms(b.busy_ns if b is not None else None),
-            "gpu_idle_ms": _ms(b.idle_ns if b is not None else None),
-            "run_ahead_ms": _ms(s.run_ahead_ns),
-        },
+        "ts": _us(o, start_ns),
+        "dur": dur_ns / 1000,
+        "args": args,
     }
 
 
