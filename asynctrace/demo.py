@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import numpy
@@ -44,16 +44,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from asynctrace.analysis.report import Analysis, Report, analyze, analyze_detail
 from asynctrace.capture.benchmark import Benchmark, BenchmarkResult
 from asynctrace.capture.devices import Device, get_device
 from asynctrace.capture.profiler import Profile
-from asynctrace.records import Records, StepRecord, read_records
+from asynctrace.records import StepRecord
 from asynctrace.session import trace
+from asynctrace.sources import load_source
 from asynctrace.traces.load import ANNOTATED_SUFFIX
-
-if TYPE_CHECKING:
-    from asynctrace.analysis.report import Report
-    from asynctrace.traces.model import Trace
 
 __all__ = [
     "DEMO_PROFILE",
@@ -369,33 +367,54 @@ def run_loop(
                 total += loss
     total.item()
     path = session.records_path
-    records = read_records(path) if path is not None else None
-    recs: list[StepRecord] = records.steps if records is not None else []
-    rows = [msgspec.structs.asdict(r) for r in recs]
+    report = analyze(load_source(path)) if path is not None else None
+    return _loop_result(
+        name,
+        synchronized,
+        report,
+        tensorboard_dir=session.tensorboard_dir,
+        profiler_traces=_new_files(run_dir, "*.pt.trace.json.gz", before),
+        annotated_traces=_new_files(run_dir, f"*{ANNOTATED_SUFFIX}", before),
+    )
+
+
+def _loop_result(
+    name: str,
+    synchronized: bool,
+    report: Report | None,
+    *,
+    tensorboard_dir: Path | None,
+    profiler_traces: list[str],
+    annotated_traces: list[str],
+) -> LoopResult:
+    """A loop's figures, from the report of the records its session wrote (None: it wrote
+    none)."""
+    recs: list[StepRecord] = report.steps if report is not None else []
     later = recs[1:] or recs
     fe = sorted(r.frontend_ns for r in later)
     dv = sorted(r.device_ns for r in later if r.device_ns is not None)
     ra = [r.run_ahead_ns for r in recs if r.run_ahead_ns is not None]
+    session = report.source.session if report is not None else None
     return LoopResult(
         name=name,
         synchronized=synchronized,
-        records_path=str(path) if path is not None else None,
-        steps=rows,
+        records_path=report.source.path if report is not None else None,
+        steps=[msgspec.structs.asdict(r) for r in recs],
         median_frontend_ns=_median(fe),
         median_device_ns=_median(dv) if dv else None,
         max_run_ahead_ns=max(ra) if ra else None,
         max_in_flight=max((r.in_flight for r in recs), default=0),
         tensorboard_dir=(
-            str(session.tensorboard_dir)
-            if session.tensorboard_dir is not None and session.tensorboard_dir.is_dir()
+            str(tensorboard_dir)
+            if tensorboard_dir is not None and tensorboard_dir.is_dir()
             else None
         ),
-        profiler_traces=_new_files(run_dir, "*.pt.trace.json.gz", before),
-        annotated_traces=_new_files(run_dir, f"*{ANNOTATED_SUFFIX}", before),
-        sync_detection=records.header.sync_detection if records is not None else None,
+        profiler_traces=profiler_traces,
+        annotated_traces=annotated_traces,
+        sync_detection=session.sync_detection if session is not None else None,
         sync_sites=[
             {"site": site.site, "op": site.op, "count": site.count}
-            for site in (records.syncs if records is not None else [])
+            for site in (report.sync_sites if report is not None else [])
         ],
     )
 
@@ -532,13 +551,9 @@ def run_demo(
     if views:
         artifacts, notes = write_views(out_dir, loops=loops, profiled=profiled)
     summary_path = out_dir / "demo.summary.json"
+    what = "every figure printed above, as JSON"
     artifacts.append(
-        Artifact(
-            kind="summary",
-            path=str(summary_path),
-            what="every figure printed above, as JSON",
-            view=f"python -m json.tool {summary_path}",
-        )
+        Artifact("summary", str(summary_path), what, f"python -m json.tool {summary_path}")
     )
     result = DemoResult(
         device_kind=dev.kind,
@@ -590,14 +605,8 @@ def write_views(
     """Plots, the HTML report and (when deep mode did not) the annotated trace, from what the
     loops wrote; returns every artifact with how to view it, and notes on what the pictures
     show for this run's data."""
-    from asynctrace.analysis.report import analyze_detail, summarize_records
-    from asynctrace.capture.profiler import annotated_path
-    from asynctrace.export.chrome import annotate_file
     from asynctrace.render import plot
-    from asynctrace.render.html import combined_html, write_html
-    from asynctrace.traces.load import load
 
-    arts: list[Artifact] = []
     notes: list[str] = []
     # matplotlib is the `plot` extra: without it everything but the pictures is still written
     pictures = plot.available()
@@ -606,117 +615,127 @@ def write_views(
             "No plots, and no pictures in the HTML report: matplotlib is not installed "
             "(pip install 'asynctrace[plot]', or pip install matplotlib, then run the demo again)."
         )
-    every = [*loops, *([profiled] if profiled is not None else [])]
-    records: list[tuple[LoopResult, Records]] = [
-        (lp, read_records(lp.records_path)) for lp in loops if lp.records_path is not None
+    arts = _session_artifacts(out, [*loops, *([profiled] if profiled is not None else [])])
+    # each file analysed once: the pictures, the notes and the HTML report draw from it
+    runs = [
+        (lp, analyze_detail(load_source(lp.records_path)))
+        for lp in loops
+        if lp.records_path is not None
     ]
-    for lp in every:
-        if lp.records_path is not None:
-            arts.append(
-                Artifact(
-                    kind="records",
-                    path=lp.records_path,
-                    what=f"session records of {lp.name} (JSON lines, one record per step)",
-                    view=f"asynctrace report {lp.records_path}",
-                )
-            )
-    for lp in every:
-        if lp.tensorboard_dir is not None:
-            arts.append(
-                Artifact(
-                    kind="tensorboard",
-                    path=lp.tensorboard_dir,
-                    what="per-step asynctrace/ scalars and a text summary",
-                    view=f"tensorboard --logdir {out}  (then http://localhost:6006: SCALARS, TEXT, "
-                    "and ASYNCTRACE, our plugin, which works offline)",
-                )
-            )
-    trace: Trace | None = None
-    report: Report | None = None
+    traced: list[Analysis] = []
     if profiled is not None and profiled.profiler_traces:
-        trace_path = Path(profiled.profiler_traces[0])
-        arts.append(
-            Artifact(
-                kind="profiler trace",
-                path=str(trace_path),
-                what=f"torch.profiler trace of {profiled.name}'s steps "
-                f"{DEMO_PROFILE.wait + DEMO_PROFILE.warmup}-"
-                f"{DEMO_PROFILE.wait + DEMO_PROFILE.warmup + DEMO_PROFILE.active - 1} "
-                "(TensorBoard profiler layout)",
-                view=f"tensorboard --logdir {out}  (ASYNCTRACE tab: its step timeline, offline; "
-                "the deprecated torch-tb-profiler's PYTORCH_PROFILER tab needs the internet)",
-            )
-        )
-        trace = load(trace_path)
-        analysis = analyze_detail(trace)  # once: the report, and the gaps annotate draws
-        report = analysis.report
-        if profiled.annotated_traces:
-            annotated = Path(profiled.annotated_traces[0])
-        else:
-            annotated = annotate_file(
-                trace_path, annotated_path(trace_path), trace=trace, analysis=analysis
-            )
-        arts.append(
-            Artifact(
-                kind="annotated trace",
-                path=str(annotated),
-                what="the profiler trace plus the asynctrace overlay process",
-                view="https://ui.perfetto.dev → Open trace file (or chrome://tracing → Load)",
-            )
-        )
-        if pictures:
-            plots = out / _PLOTS
-            plots.mkdir(exist_ok=True)
-            png = plot.save_figure(plot.plot_timeline(trace, report), plots / "timeline.png")
-            arts.append(
-                Artifact(
-                    kind="plot",
-                    path=str(png),
-                    what="frontend (host) vs backend (device) timeline of the profiled steps",
-                    view="any image viewer",
-                )
-            )
-        notes += _trace_notes(report, pictures=pictures)
-    for lp, rec in records:
-        if not rec.steps or not pictures:
-            continue
-        plots = out / _PLOTS
-        plots.mkdir(exist_ok=True)
-        fig = plot.plot_records_overview(rec)
-        _mark_syncs(fig, rec, lp, color=plot.COLORS["sync"])
-        png = plot.save_figure(fig, plots / f"{lp.name}.png")
-        arts.append(
-            Artifact(
-                kind="plot",
-                path=str(png),
-                what=f"{lp.name}: timeline of 8 steps, per-step bars, run-ahead and in flight",
-                view="any image viewer",
-            )
-        )
-    notes += _records_notes(records, profiled, pictures=pictures)
-    page = combined_html(
-        # a report without its trace, a summary without its records: no pictures
-        reports=[(report, trace if pictures else None)] if report is not None else [],
-        records=[(summarize_records(rec), rec if pictures else None) for _, rec in records],
-        title="asynctrace demo",
-    )
-    html_path = write_html(out / "report.html", page)
-    arts.append(
-        Artifact(
-            kind="html",
-            path=str(html_path),
-            what="self-contained HTML report of the profiled trace and both loops' records",
-            view=f"open {html_path.resolve().as_uri()} in a browser",
-        )
-    )
+        analysis, trace_arts = _trace_views(out, profiled, pictures=pictures)
+        traced.append(analysis)
+        arts += trace_arts
+        notes += _trace_notes(analysis.report, pictures=pictures)
+    if pictures:
+        arts += _records_plots(out, runs)
+    notes += _records_notes([(lp, a.report) for lp, a in runs], profiled, pictures=pictures)
+    arts.append(_html_report(out, [*traced, *(a for _, a in runs)]))
     return arts, notes
 
 
-def _mark_syncs(fig: Any, rec: Records, lp: LoopResult, *, color: str) -> None:
+def _session_artifacts(out: Path, loops: list[LoopResult]) -> list[Artifact]:
+    """Each session's records, then each one's TensorBoard run."""
+    arts = [
+        Artifact(
+            "records",
+            lp.records_path,
+            f"session records of {lp.name} (JSON lines, one record per step)",
+            f"asynctrace report {lp.records_path}",
+        )
+        for lp in loops
+        if lp.records_path is not None
+    ]
+    view = (
+        f"tensorboard --logdir {out}  (then http://localhost:6006: SCALARS, TEXT, and "
+        "ASYNCTRACE, our plugin, which works offline)"
+    )
+    what = "per-step asynctrace/ scalars and a text summary"
+    arts += [
+        Artifact("tensorboard", lp.tensorboard_dir, what, view)
+        for lp in loops
+        if lp.tensorboard_dir
+    ]
+    return arts
+
+
+def _trace_views(
+    out: Path, profiled: LoopResult, *, pictures: bool
+) -> tuple[Analysis, list[Artifact]]:
+    """The profiled loop's trace: its analysis (made once), the trace and its annotated copy
+    (written here when deep mode did not), and its timeline picture."""
+    from asynctrace.capture.profiler import annotated_path
+    from asynctrace.export.chrome import annotate_file
+    from asynctrace.render import plot
+
+    trace_path = Path(profiled.profiler_traces[0])
+    p = DEMO_PROFILE
+    arts = [
+        Artifact(
+            "profiler trace",
+            str(trace_path),
+            f"torch.profiler trace of {profiled.name}'s steps {p.wait + p.warmup}-"
+            f"{p.wait + p.warmup + p.active - 1} (TensorBoard profiler layout)",
+            f"tensorboard --logdir {out}  (ASYNCTRACE tab: its step timeline, offline; the "
+            "deprecated torch-tb-profiler's PYTORCH_PROFILER tab needs the internet)",
+        )
+    ]
+    analysis = analyze_detail(load_source(trace_path))
+    if profiled.annotated_traces:
+        annotated = Path(profiled.annotated_traces[0])
+    else:
+        annotated = annotate_file(trace_path, annotated_path(trace_path), analysis)
+    what = "the profiler trace plus the asynctrace overlay process"
+    view = "https://ui.perfetto.dev → Open trace file (or chrome://tracing → Load)"
+    arts.append(Artifact("annotated trace", str(annotated), what, view))
+    if pictures:
+        png = plot.save_figure(plot.plot_timeline(analysis), _plots(out) / "timeline.png")
+        what = "frontend (host) vs backend (device) timeline of the profiled steps"
+        arts.append(Artifact("plot", str(png), what, "any image viewer"))
+    return analysis, arts
+
+
+def _plots(out: Path) -> Path:
+    plots = out / _PLOTS
+    plots.mkdir(exist_ok=True)
+    return plots
+
+
+def _records_plots(out: Path, runs: list[tuple[LoopResult, Analysis]]) -> list[Artifact]:
+    """Each loop's overview picture, with its syncs marked."""
+    from asynctrace.render import plot
+
+    arts = []
+    for lp, analysis in runs:
+        if not analysis.report.steps:
+            continue
+        fig = plot.overview_figure(analysis)
+        _mark_syncs(fig, analysis.report, lp, color=plot.COLORS["sync"])
+        png = plot.save_figure(fig, _plots(out) / f"{lp.name}.png")
+        what = f"{lp.name}: timeline of 8 steps, per-step bars, run-ahead and in flight"
+        arts.append(Artifact("plot", str(png), what, "any image viewer"))
+    return arts
+
+
+def _html_report(out: Path, analyses: list[Analysis]) -> Artifact:
+    """One self-contained page of every run analysed (its pictures where matplotlib is)."""
+    from asynctrace.render.html import combined_html, write_html
+
+    page = combined_html(analyses, title="asynctrace demo")
+    html_path = write_html(out / "report.html", page)
+    what = "self-contained HTML report of the profiled trace and both loops' records"
+    return Artifact(
+        "html", str(html_path), what, f"open {html_path.resolve().as_uri()} in a browser"
+    )
+
+
+def _mark_syncs(fig: Any, report: Report, lp: LoopResult, *, color: str) -> None:
     """Mark each counted sync on the overview's timeline (its first axis, the first 8 steps):
     the plots draw sync *waits*, and the lint (a synchronous backend) measures none, so without
     this the once-per-minibatch loop's picture would look like the loop that never syncs."""
-    if not lp.sync_sites or not rec.steps or not fig.axes:
+    steps = report.steps
+    if not lp.sync_sites or not steps or not fig.axes:
         return
     top = lp.sync_sites[0]
     where = (
@@ -724,10 +743,10 @@ def _mark_syncs(fig: Any, rec: Records, lp: LoopResult, *, color: str) -> None:
     )
     how = "sync lint: would block on an accelerator" if lp.sync_detection == "lint" else "sync"
     ax = fig.axes[0]
-    t0 = rec.steps[0].start_ns
+    t0 = steps[0].start_ns
     # where inside a step it happened is not recorded: drawn at the step's end, as the plots
     # draw sync waits
-    xs = [(st.start_ns + st.frontend_ns - t0) / 1e6 for st in rec.steps[:8] if st.sync_count]
+    xs = [(st.start_ns + st.frontend_ns - t0) / 1e6 for st in steps[:8] if st.sync_count]
     if not xs:
         return
     # a thick tick across the host lane (host bar: y 0.7-1.3) at each step's end
@@ -746,9 +765,10 @@ def _mark_syncs(fig: Any, rec: Records, lp: LoopResult, *, color: str) -> None:
 
 def _trace_notes(report: Report, *, pictures: bool = True) -> list[str]:
     """What the trace's pictures show when it has no device activity (a CPU run)."""
-    if report.activities.total:
+    figures = report.trace
+    if figures is None or figures.activities.total:
         return []
-    syncs = "" if report.syncs.count else ", sync markers"
+    syncs = "" if figures.syncs.count else ", sync markers"
     annotated = (
         "timeline.png therefore shows the operators on the host lane and marks the device "
         "lane 'no device activity recorded'; the annotated trace's"
@@ -765,13 +785,14 @@ def _trace_notes(report: Report, *, pictures: bool = True) -> list[str]:
 
 
 def _records_notes(
-    records: list[tuple[LoopResult, Records]],
+    records: list[tuple[LoopResult, Report]],
     profiled: LoopResult | None,
     *,
     pictures: bool = True,
 ) -> list[str]:
+    """What the loops' pictures show on a synchronous backend, and what the profiler cost."""
     notes: list[str] = []
-    steps = [st for _, rec in records for st in rec.steps]
+    steps = [st for _, report in records for st in report.steps]
     if (
         pictures
         and steps

@@ -235,12 +235,12 @@ def test_the_reports_the_demo_suggests_run_clean(
     captured = capsys.readouterr()
     assert captured.err == ""
     doc = json.loads(captured.out)
-    assert (len(doc["reports"]), len(doc["records"])) == (0, 3)
+    assert [r["source"]["format"] for r in doc["reports"]] == ["records"] * 3
     # the profiled run's folder holds the trace and its annotated copy: one rank, not two
     (trace,) = _artifacts(summary, "profiler trace")
     assert main(["report", str(trace.parent), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [Path(r["trace"]["source"]).name for r in doc["reports"]] == [trace.name]
+    assert [Path(r["source"]["path"]).name for r in doc["reports"]] == [trace.name]
 
 
 def test_deep_mode_trace_has_the_tensorboard_profiler_layout(
@@ -430,6 +430,7 @@ def test_demo_without_matplotlib_writes_everything_but_the_pictures(tmp_path: Pa
 
 
 def test_profiler_overhead_sentence_follows_the_measurement() -> None:
+    from asynctrace.analysis.report import analyze
     from asynctrace.demo import DEMO_PROFILE, LoopResult, _records_notes
     from asynctrace.records import Records, SessionHeader
 
@@ -447,9 +448,9 @@ def test_profiler_overhead_sentence_follows_the_measurement() -> None:
         asynchronous=False,
         started_unix_ns=0,
     )
-    records = [(loop("demo-unsynced", 1_000_000), Records(
+    records = [(loop("demo-unsynced", 1_000_000), analyze(Records(
         path="x", header=header, steps=[], syncs=[], summary=None, complete=True
-    ))]  # fmt: skip
+    )))]  # fmt: skip
     slower = _records_notes(records, loop("demo-profiled", 0, frontend_ns=2_000_000))
     assert "and include its overhead:" in slower[-1]
     # the profiled steps measured faster this time: the sentence must not claim an overhead
@@ -459,6 +460,7 @@ def test_profiler_overhead_sentence_follows_the_measurement() -> None:
 
 def test_the_synced_loops_picture_marks_its_syncs(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="needs the plot extra")
+    from asynctrace.analysis.report import analyze_detail
     from asynctrace.demo import LoopResult, _mark_syncs
     from asynctrace.records import Records, SessionHeader, StepRecord
     from asynctrace.render import plot
@@ -478,9 +480,10 @@ def test_the_synced_loops_picture_marks_its_syncs(tmp_path: Path) -> None:
         sync_detection="lint",
         sync_sites=[{"site": "/a/demo.py:367", "op": "aten::_local_scalar_dense", "count": 4}],
     )  # fmt: skip
-    fig = plot.plot_records_overview(rec)
+    analysis = analyze_detail(rec)
+    fig = plot.overview_figure(analysis)
     before = len(fig.axes[0].collections)
-    _mark_syncs(fig, rec, loop, color=plot.COLORS["sync"])
+    _mark_syncs(fig, analysis.report, loop, color=plot.COLORS["sync"])
     # before: nothing drawn for syncs whose wait is 0 (the lint measures none)
     assert len(fig.axes[0].collections) == before + 1
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from asynctrace._output import output_file, write_failed
 from asynctrace.errors import TraceFormatError
-from asynctrace.records import is_records_name
 
 __all__ = ["add_arguments", "run"]
 
@@ -30,9 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from asynctrace.analysis.report import analyze_detail
-    from asynctrace.export.chrome import overlay_source, write_annotated
+    from asynctrace.export.chrome import annotate_file, overlay_source
+    from asynctrace.sources import load_source
     from asynctrace.traces._io import sniff
-    from asynctrace.traces.load import load
+    from asynctrace.traces.model import Trace
 
     src = Path(args.trace)
     out = Path(args.output)
@@ -44,8 +44,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if src.is_dir():
         raise TraceFormatError(str(src), "is a folder: annotate one trace file at a time")
-    # by content, not suffix: an Nsight Systems export may be named .sqlite3, .db or anything,
-    # and would otherwise be read as a JSON trace and called malformed
+    # by content, before it is read: an Nsight Systems export may be named .sqlite3, .db or
+    # anything, and has no Chrome trace text to copy
     if sniff(src) == "sqlite":
         raise TraceFormatError(
             str(src),
@@ -53,29 +53,28 @@ def run(args: argparse.Namespace) -> int:
             "traces (.json or .json.gz), not Nsight Systems exports (`asynctrace report` reads "
             "those)",
         )
-    if is_records_name(src.name):
+    output_file(out, what="the annotated trace", inputs=[src])
+    loaded = load_source(src)
+    if not isinstance(loaded, Trace):
         raise TraceFormatError(
             str(src),
             "session records, not a trace: annotate takes Kineto/Chrome traces (.json or "
             ".json.gz, as torch.profiler writes them: asynctrace.trace(profile=True) does); "
             "`asynctrace report` and `asynctrace plot` read records",
         )
-    output_file(out, what="the annotated trace", inputs=[src])
-    trace = load(src)
-    # once: the report and the idle gaps beside it (the "device idle" track)
-    analysis = analyze_detail(trace)
-    report = analysis.report
-    source = overlay_source(trace, analysis=analysis)
-    del analysis
-    del trace  # its columns need not sit beside the trace's text, read again to be copied
+    # analysed once, and reduced to what the overlay draws (the report, idle gaps, queue
+    # depths): the trace model need not sit beside the trace's text, read again to be copied
+    source = overlay_source(analyze_detail(loaded))
+    del loaded
     try:
-        write_annotated(src, out, source)
+        annotate_file(src, out, source)
     except OSError as e:  # reading the trace raised TraceFormatError: this is the write
         raise write_failed(out, e, "the annotated trace") from None
+    figures = source.report.trace
+    assert figures is not None  # a trace's report
     print(
-        f"wrote {out} ({len(report.steps)} steps, {report.syncs.count} syncs, "
-        f"{len(report.queue)} streams, {len(source.gaps.start_ns) if source.gaps else 0} "
-        "idle gaps)",
+        f"wrote {out} ({len(source.report.steps)} steps, {figures.syncs.count} syncs, "
+        f"{len(figures.queue)} streams, {len(source.gaps.start_ns)} idle gaps)",
         file=sys.stdout,
     )
     return 0

@@ -20,10 +20,10 @@ Trace Event Format (Perfetto UI, chrome://tracing, TensorBoard's trace viewer):
 * counter tracks (``C``): **queue depth (stream S)** per stream, and **CPU run-ahead (ms)**, a
   sample at each step's host end.
 
-Every figure comes from :func:`asynctrace.analysis.report.analyze_detail` (the report, its idle
-gaps and queue series, from one run of the analysis); this module only lays them out. Times are the
-trace's own: ``ts`` in µs = (``trace.origin_ns`` + model ns) / 1000, with ns kept as three
-decimals.
+Every figure comes from the :class:`~asynctrace.analysis.report.Analysis` the caller made once
+(``analyze_detail(trace)``: the report, its idle gaps and queue series); this module computes
+nothing, it only lays them out. Times are the trace's own: ``ts`` in µs = (``trace.origin_ns``
++ model ns) / 1000, with ns kept as three decimals.
 
 The original file's text is copied through as it is, the overlay's events appended to its
 ``traceEvents`` array, so annotating a large trace costs little more than copying it: memory is
@@ -50,8 +50,12 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from asynctrace.analysis._bound_model import StepBound
     from asynctrace.analysis.bound import IdleGaps
-    from asynctrace.analysis.report import Analysis, Report
+    from asynctrace.analysis.report import Analysis, Report, TraceFigures
+    from asynctrace.analysis.steps import TraceStep
+    from asynctrace.analysis.syncs import SyncCall
+    from asynctrace.records import StepRecord
     from asynctrace.traces.model import Trace
 
 __all__ = [
@@ -66,7 +70,6 @@ __all__ = [
     "iter_overlay",
     "overlay_events",
     "overlay_source",
-    "write_annotated",
     "write_trace",
 ]
 
@@ -141,180 +144,227 @@ class OverlaySource(NamedTuple):
     origin_ns: int
     #: stream key -> (times ns, depth) arrays
     queue_depth: dict[str, tuple[I64, I64]]
-    #: the device timeline's idle gaps (None: no "device idle" track)
-    gaps: IdleGaps | None = None
+    #: the device timeline's idle gaps (the "device idle" track)
+    gaps: IdleGaps
 
 
-def overlay_source(
-    trace: Trace, report: Report | None = None, *, analysis: Analysis | None = None
-) -> OverlaySource:
-    """The figures the overlay of ``trace`` shows: ``analysis`` (``analyze_detail(trace)``)
-    where given, else analysed now (the figures of ``report`` where given)."""
-    if analysis is None:
-        from asynctrace.analysis.report import analyze_detail
+def overlay_source(analysis: Analysis) -> OverlaySource:
+    """The figures the overlay of a trace shows, from its ``analyze_detail``: the trace's
+    analysis reduced to what the overlay draws (``analysis`` may be dropped afterwards, and the
+    trace with it). Raises ValueError for the analysis of a session's records: they have no
+    trace to annotate."""
+    detail = analysis.trace
+    if detail is None:
+        raise _no_trace(analysis.report)
+    depth = {key: (d.time_ns, d.value) for key, (d, _flight) in detail.queue_series.items()}
+    return OverlaySource(analysis.report, _json_origin_ns(detail.trace), depth, detail.gaps)
 
-        analysis = analyze_detail(trace)
-    if report is None:
-        report = analysis.report
-    depth = {key: (d.time_ns, d.value) for key, (d, _flight) in analysis.queue_series.items()}
-    return OverlaySource(report, _json_origin_ns(trace), depth, analysis.gaps)
+
+def _source(source: Analysis | OverlaySource) -> OverlaySource:
+    return source if isinstance(source, OverlaySource) else overlay_source(source)
 
 
 def overlay_events(
-    trace: Trace,
-    report: Report | None = None,
-    *,
-    pid: int,
-    taken_flow_ids: Collection[int] = (),
+    source: Analysis | OverlaySource, *, pid: int, taken_flow_ids: Collection[int] = ()
 ) -> list[Event]:
-    """The overlay process's events for ``trace`` (analysed now unless ``report`` is given).
+    """The overlay process's events for a trace's analysis (``analyze_detail(trace)``, or
+    :func:`overlay_source` of it).
 
     The flow arrows get the smallest ids not in ``taken_flow_ids`` (the ids the trace's own
     flows use).
     """
-    return list(iter_overlay(overlay_source(trace, report), pid=pid, taken_flow_ids=taken_flow_ids))
+    return list(iter_overlay(source, pid=pid, taken_flow_ids=taken_flow_ids))
 
 
 def iter_overlay(
-    source: OverlaySource, *, pid: int, taken_flow_ids: Collection[int] = ()
+    source: Analysis | OverlaySource, *, pid: int, taken_flow_ids: Collection[int] = ()
 ) -> Iterator[Event]:
-    """The overlay's events one by one (as :func:`overlay_events`): a long run's counter
-    samples are made as they are written, never held as dicts all at once."""
-    report = source.report
-    o = source.origin_ns
-    ev: list[Event] = [
-        _meta("process_name", pid, None, name=OVERLAY_NAME),
-        _meta("process_sort_index", pid, None, sort_index=-1),
-    ]
+    """The overlay's events one by one (as :func:`overlay_events`): a long run's idle gaps and
+    counter samples are made as they are written, never held as dicts all at once."""
+    src = _source(source)
+    report, o = src.report, src.origin_ns
+    yield _meta("process_name", pid, None, name=OVERLAY_NAME)
+    yield _meta("process_sort_index", pid, None, sort_index=-1)
+    yield from _step_events(report, pid, o, taken_flow_ids)
+    yield from _sync_events(_trace_part(report).syncs.calls, pid, o)
+    yield from _share_events(report, pid, o)
+    if len(src.gaps.start_ns):
+        yield from _lane_names(pid, {LANE_IDLE}, LANE_IDLE, "device idle")
+    yield from _idle_events(src.gaps, report, pid, o)
+    yield from _queue_events(src.queue_depth, pid, o)
+    yield from _run_ahead_events(report, pid, o)
 
-    steps = report.steps
-    on_device = [s for s in steps if s.device_start_ns is not None and s.device_end_ns is not None]
+
+def _trace_part(report: Report) -> TraceFigures:
+    if report.trace is None:
+        raise _no_trace(report)
+    return report.trace
+
+
+def _no_trace(report: Report) -> ValueError:
+    return ValueError(f"{report.source.path}: session records have no trace to annotate")
+
+
+def _step_events(report: Report, pid: int, o: int, taken_flow_ids: Collection[int]) -> list[Event]:
+    """Each step's host span, its device window and the flow arrow joining them, with the names
+    of their lanes."""
+    steps, extras = report.steps, _trace_part(report).steps
+    bounds: list[StepBound | None] = [*report.step_bounds]
+    bounds += [None] * (len(steps) - len(bounds))
+    on_device = [
+        k
+        for k, x in enumerate(extras)
+        if x.device_start_ns is not None and x.device_end_ns is not None
+    ]
     dev_lanes = _lanes(
-        [(int(s.device_start_ns or 0), int(s.device_end_ns or 0)) for s in on_device],
+        [
+            (int(extras[k].device_start_ns or 0), int(extras[k].device_end_ns or 0))
+            for k in on_device
+        ],
         LANE_DEVICE,
         _MAX_DEVICE_LANES,
     )
     # Steps overlap on the host where the trace has step ranges of several threads: one lane
     # would nest them wrongly, as overlapping device windows would.
-    host_lanes = _lanes([(s.start_ns, s.end_ns) for s in steps], LANE_HOST, _MAX_HOST_LANES)
-    ev += _lane_names(pid, {LANE_HOST, *host_lanes}, LANE_HOST, "steps: queued on host")
+    host_lanes = _lanes(
+        [(s.start_ns, x.end_ns) for s, x in zip(steps, extras, strict=True)],
+        LANE_HOST,
+        _MAX_HOST_LANES,
+    )
+    ev = _lane_names(pid, {LANE_HOST, *host_lanes}, LANE_HOST, "steps: queued on host")
     ev += _lane_names(pid, set(dev_lanes), LANE_DEVICE, "steps: executed on device")
-
-    lane_of = {id(s): lane for s, lane in zip(on_device, dev_lanes, strict=True)}
+    lane_of = dict(zip(on_device, dev_lanes, strict=True))
     flow_ids = iter(_free_ids(len(on_device), taken_flow_ids))
-    for s, hl in zip(steps, host_lanes, strict=True):
+    for k, (s, x, hl) in enumerate(zip(steps, extras, host_lanes, strict=True)):
         label = f"step {s.step}"
-        ev.append(
-            {
-                "ph": "X",
-                "cat": "asynctrace",
-                "name": label,
-                "pid": pid,
-                "tid": hl,
-                "ts": _us(o, s.start_ns),
-                "dur": s.cpu_ns / 1000,
-                "args": {
-                    "cpu_ms": s.cpu_ns / 1e6,
-                    "sync_count": s.sync_count,
-                    "sync_wait_ms": s.sync_wait_ns / 1e6,
-                    "activities": s.activities,
-                    "queue_max": s.queue_max,
-                    "in_flight_steps": s.in_flight_steps,
-                },
-            }
-        )
-        if id(s) not in lane_of:
+        ev.append(_host_span(s, x, label, pid, hl, o))
+        if k not in lane_of:
             continue
-        d0, d1 = int(s.device_start_ns or 0), int(s.device_end_ns or 0)
-        ev.append(
-            {
-                "ph": "X",
-                "cat": "asynctrace",
-                "name": label,
-                "pid": pid,
-                "tid": lane_of[id(s)],
-                "ts": _us(o, d0),
-                "dur": (d1 - d0) / 1000,
-                "args": {
-                    "device_ms": s.device_ns / 1e6,
-                    "gpu_busy_ms": s.gpu_busy_ns / 1e6,
-                    "gpu_idle_ms": s.gpu_idle_ns / 1e6,
-                    "run_ahead_ms": None if s.run_ahead_ns is None else s.run_ahead_ns / 1e6,
-                },
-            }
-        )
+        dl = lane_of[k]
+        d0 = int(x.device_start_ns or 0)
+        ev.append(_device_span(s, x, bounds[k], label, pid, dl, o))
         # The arrow leaves the host span where the step started queueing and lands where the
         # device began executing it; "e" binds the end to the enclosing device span.
         fid = next(flow_ids)
         ev.append(_flow("s", pid, hl, _us(o, s.start_ns), fid, label))
-        ev.append({**_flow("f", pid, lane_of[id(s)], _us(o, d0), fid, label), "bp": "e"})
+        ev.append({**_flow("f", pid, dl, _us(o, d0), fid, label), "bp": "e"})
+    return ev
 
-    calls = report.syncs.calls
-    if calls:
-        sync_lanes = _lanes(
-            [(c.start_ns, c.start_ns + c.dur_ns) for c in calls], LANE_SYNCS, _MAX_SYNC_LANES
-        )
-        for lane in sorted(set(sync_lanes)):
-            ev.append(_meta("thread_name", pid, lane, name="syncs"))
-            ev.append(_meta("thread_sort_index", pid, lane, sort_index=lane))
-        for c, lane in zip(calls, sync_lanes, strict=True):
-            args = {
-                "op": c.op,
-                "site": c.site,
-                "wait_ms": c.dur_ns / 1e6,
-                "step": c.step,
-                "thread": c.tid,
+
+def _host_span(s: StepRecord, x: TraceStep, label: str, pid: int, tid: int, o: int) -> Event:
+    args = {
+        "cpu_ms": s.frontend_ns / 1e6,
+        "sync_count": s.sync_count,
+        "sync_wait_ms": s.sync_wait_ns / 1e6,
+        "activities": x.activities,
+        "queue_max": x.queue_max,
+        "in_flight_steps": s.in_flight,
+    }
+    return _step_span(label, pid, tid, o, s.start_ns, s.frontend_ns, args)
+
+
+def _device_span(
+    s: StepRecord, x: TraceStep, b: StepBound | None, label: str, pid: int, tid: int, o: int
+) -> Event:
+    d0, d1 = int(x.device_start_ns or 0), int(x.device_end_ns or 0)
+    args = {
+        "device_ms": _ms(s.device_ns),
+        "gpu_busy_ms": _ms(b.busy_ns if b is not None else None),
+        "gpu_idle_ms": _ms(b.idle_ns if b is not None else None),
+        "run_ahead_ms": _ms(s.run_ahead_ns),
+    }
+    return _step_span(label, pid, tid, o, d0, d1 - d0, args)
+
+
+def _step_span(
+    label: str, pid: int, tid: int, o: int, start_ns: int, dur_ns: int, args: dict[str, Any]
+) -> Event:
+    return {
+        "ph": "X",
+        "cat": "asynctrace",
+        "name": label,
+        "pid": pid,
+        "tid": tid,
+        "ts": _us(o, start_ns),
+        "dur": dur_ns / 1000,
+        "args": args,
+    }
+
+
+def _ms(ns: int | None) -> float | None:
+    return None if ns is None else ns / 1e6
+
+
+def _sync_events(calls: Sequence[SyncCall], pid: int, o: int) -> list[Event]:
+    """Each synchronizing call as a slice over its wait, and an instant marker at its start."""
+    if not calls:
+        return []
+    sync_lanes = _lanes(
+        [(c.start_ns, c.start_ns + c.dur_ns) for c in calls], LANE_SYNCS, _MAX_SYNC_LANES
+    )
+    ev: list[Event] = []
+    for lane in sorted(set(sync_lanes)):
+        ev.append(_meta("thread_name", pid, lane, name="syncs"))
+        ev.append(_meta("thread_sort_index", pid, lane, sort_index=lane))
+    for c, lane in zip(calls, sync_lanes, strict=True):
+        args = {
+            "op": c.op,
+            "site": c.site,
+            "wait_ms": c.dur_ns / 1e6,
+            "step": c.step,
+            "thread": c.tid,
+        }
+        name = f"sync: {c.op}" + (f" @ {c.site}" if c.site else "")
+        ts = _us(o, c.start_ns)
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "asynctrace.sync",
+                "name": name,
+                "pid": pid,
+                "tid": lane,
+                "ts": ts,
+                "dur": c.dur_ns / 1000,
+                "args": args,
             }
-            name = f"sync: {c.op}" + (f" @ {c.site}" if c.site else "")
-            ts = _us(o, c.start_ns)
-            ev.append(
-                {
-                    "ph": "X",
-                    "cat": "asynctrace.sync",
-                    "name": name,
-                    "pid": pid,
-                    "tid": lane,
-                    "ts": ts,
-                    "dur": c.dur_ns / 1000,
-                    "args": args,
-                }
-            )
-            ev.append(
-                {
-                    "ph": "i",
-                    "s": "t",
-                    "cat": "asynctrace.sync",
-                    "name": c.site or c.op,
-                    "pid": pid,
-                    "tid": lane,
-                    "ts": ts,
-                    "args": args,
-                }
-            )
+        )
+        ev.append(
+            {
+                "ph": "i",
+                "s": "t",
+                "cat": "asynctrace.sync",
+                "name": c.site or c.op,
+                "pid": pid,
+                "tid": lane,
+                "ts": ts,
+                "args": args,
+            }
+        )
+    return ev
 
-    ev += _share_events(report, pid, o)
-    if source.gaps is not None and len(source.gaps.start_ns):
-        ev += _lane_names(pid, {LANE_IDLE}, LANE_IDLE, "device idle")
-    yield from ev
-    ev = []
-    if source.gaps is not None:
-        yield from _idle_events(source.gaps, report, pid, o)
-    for key, (times, values) in source.queue_depth.items():
+
+def _queue_events(queue_depth: dict[str, tuple[I64, I64]], pid: int, o: int) -> Iterator[Event]:
+    """A counter track per stream: its queue depth at each change (made as written: a long
+    run has a sample per launch)."""
+    for key, (times, values) in queue_depth.items():
         name = f"queue depth (stream {key})"
         for t, v in zip(times.tolist(), values.tolist(), strict=True):
             yield {"ph": "C", "name": name, "pid": pid, "ts": _us(o, t), "args": {"depth": v}}
-    for s in steps:
-        if s.run_ahead_ns is not None:
-            ev.append(
-                {
-                    "ph": "C",
-                    "name": "CPU run-ahead (ms)",
-                    "pid": pid,
-                    "ts": _us(o, s.end_ns),
-                    "args": {"run_ahead_ms": s.run_ahead_ns / 1e6},
-                }
-            )
-    yield from ev
+
+
+def _run_ahead_events(report: Report, pid: int, o: int) -> list[Event]:
+    """The CPU run-ahead counter: a sample at each step's host end, where it was measured."""
+    return [
+        {
+            "ph": "C",
+            "name": "CPU run-ahead (ms)",
+            "pid": pid,
+            "ts": _us(o, x.end_ns),
+            "args": {"run_ahead_ms": s.run_ahead_ns / 1e6},
+        }
+        for s, x in zip(report.steps, _trace_part(report).steps, strict=True)
+        if s.run_ahead_ns is not None
+    ]
 
 
 def _cname(label_or_cause: str) -> str:
@@ -335,9 +385,8 @@ def _cname(label_or_cause: str) -> str:
 def _share_events(report: Report, pid: int, o: int) -> list[Event]:
     """One slice per step over its share of the device timeline, named with its label."""
     ev: list[Event] = []
-    for s in report.steps:
-        b = s.bound
-        if b is None or b.share_end_ns <= b.share_start_ns:
+    for s, b in zip(report.steps, report.step_bounds, strict=False):
+        if b.share_end_ns <= b.share_start_ns:
             continue  # a step that launched nothing owns no share
         ev.append(
             {
@@ -555,44 +604,22 @@ def _trace_writer(path: Path) -> Iterator[_Write]:
 def annotate_file(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
-    *,
-    trace: Trace | None = None,
-    report: Report | None = None,
-    analysis: Analysis | None = None,
-    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
-) -> Path:
-    """Write ``dst``: the Chrome trace ``src`` unchanged plus the asynctrace overlay process.
-
-    ``trace`` is ``src`` loaded (loaded now when not given); ``analysis`` its
-    ``analyze_detail`` (run now when not given), ``report`` its report where only that is at
-    hand. ``max_inflated_bytes`` caps how far a gzip ``src`` may inflate, as for :func:`load`.
-    """
-    src_p = Path(src)
-    if trace is None:
-        from asynctrace.traces.load import load
-
-        trace = load(src_p, max_inflated_bytes=max_inflated_bytes)
-    source = overlay_source(trace, report, analysis=analysis)
-    del trace  # where loaded here: its columns need not sit beside the text read next
-    return write_annotated(src_p, dst, source, max_inflated_bytes=max_inflated_bytes)
-
-
-def write_annotated(
-    src: str | os.PathLike[str],
-    dst: str | os.PathLike[str],
-    source: OverlaySource,
+    analysis: Analysis | OverlaySource,
     *,
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
 ) -> Path:
-    """Write ``dst``: the Chrome trace ``src`` unchanged plus the overlay drawn from
-    ``source`` (:func:`overlay_source` of ``src`` loaded), on a pid and with flow ids that
-    ``src``'s events do not use.
+    """Write ``dst``: the Chrome trace ``src`` unchanged plus the asynctrace overlay process
+    drawn from ``analysis`` (``analyze_detail`` of ``src`` loaded, made once by the caller), on
+    a pid and with flow ids that ``src``'s events do not use. ``max_inflated_bytes`` caps how
+    far a gzip ``src`` may inflate, as for :func:`~asynctrace.traces.load.load`.
 
     The original text is held once and copied to ``dst`` as it is, with the overlay's events
     appended to its ``traceEvents``: memory is about the (inflated) text, plus a small object
-    per event while the ids in use are collected. (The trace model is not needed here: a
-    caller that drops it first keeps it from adding to that.)
+    per event while the ids in use are collected. The trace model is not needed here: a caller
+    that passes :func:`overlay_source` of the analysis instead, and drops the analysis, keeps
+    the model from adding to that.
     """
+    source = _source(analysis)
     src_p = Path(src)
     buf = _read_text(src_p, max_inflated_bytes)
     try:

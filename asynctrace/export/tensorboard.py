@@ -32,11 +32,15 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from asynctrace.analysis.accumulate import SessionReport
 from asynctrace.capture._writer import sanitize_name
-from asynctrace.records import Records, SessionHeader, SessionSummary, StepRecord, SyncSite
+from asynctrace.records import SessionHeader, SessionSummary, StepRecord, SyncSite
+
+if TYPE_CHECKING:
+    from asynctrace.analysis.bound import Bound
+    from asynctrace.analysis.report import Report
 
 __all__ = [
     "SCALAR_TAGS",
@@ -89,15 +93,21 @@ def step_scalars(step: StepRecord) -> dict[str, float]:
     return out
 
 
-def summary_markdown(records: Records) -> str:
-    """A short Markdown summary of a session (TensorBoard's text dashboard renders Markdown)."""
-    return session_markdown(
-        records.header,
-        steps=len(records.steps),
-        complete=records.complete,
-        summary=records.summary,
-        syncs=records.syncs,
-    )
+def summary_markdown(report: Report) -> str:
+    """A short Markdown summary of a session's records (TensorBoard's text dashboard renders
+    Markdown), from their report (``analyze(records)``): what the session's own summary at its
+    end shows, the bound, the verdict with its findings, the per-step figures and the top sync
+    sites."""
+    return session_markdown(_header(report), complete=report.source.complete, report=report)
+
+
+def _header(report: Report) -> SessionHeader:
+    if report.source.session is None:
+        raise ValueError(
+            f"{report.source.path}: the report of a trace; TensorBoard's asynctrace scalars "
+            "and summary are written from a session's records"
+        )
+    return report.source.session
 
 
 def session_markdown(
@@ -107,14 +117,15 @@ def session_markdown(
     complete: bool = True,
     summary: SessionSummary | None = None,
     syncs: Sequence[SyncSite] = (),
-    report: SessionReport | None = None,
+    report: SessionReport | Report | None = None,
 ) -> str:
     """:func:`summary_markdown` from a session's parts. A running session passes its
-    ``report`` at its end: then the text carries the verdict with its message and findings,
-    the per-step figures and the top sync sites, as the exit summary prints them."""
+    ``report`` at its end (a records file, its :class:`~asynctrace.analysis.report.Report`):
+    then the text carries the verdict with its message and findings, the per-step figures and
+    the top sync sites, as the exit summary prints them."""
     h = header
     if report is not None:
-        steps = report.steps
+        steps = report.steps if isinstance(report, SessionReport) else len(report.steps)
         syncs = report.sync_sites
     lines = [
         f"**{_md(h.name)}** on {_md(h.device_name)} ({_md(h.device_kind)}, "
@@ -123,8 +134,14 @@ def session_markdown(
         "",
         f"steps recorded: {steps or 0}" + ("" if complete else " (incomplete file)"),
     ]
-    if report is not None:
+    if isinstance(report, SessionReport):
         lines += _report_lines(report)
+    elif report is not None:
+        from asynctrace.render.session import figure_rows
+
+        v = report.verdict
+        lines += _bound_lines(report.bound)
+        lines += _verdict_lines(v.code, v.message, v.findings, figure_rows(report.figures))
     elif summary is not None:
         if summary.verdict:
             lines += ["", f"verdict: {_md(summary.verdict)}"]
@@ -143,30 +160,43 @@ def session_markdown(
 def _report_lines(report: SessionReport) -> list[str]:
     from asynctrace.render.session import report_rows
 
-    lines = []
-    b = report.bound
-    if b is not None:
-        est = " (estimated from step records)" if b.evidence.estimated else ""
-        lines += [
-            "",
-            f"bound: **{_md(b.label)}**{est}: device busy {b.evidence.busy_pct:.1f}%, idle "
-            + ", ".join(
-                f"{_md(c)} {v / _NS_PER_MS:.3f} ms"
-                for c, v in b.idle_ns_by_cause.as_dict().items()
-                if v
-            ),
-        ]
-        if b.advice:
-            lines.append(f"next step: {_md(b.advice[0])}")
-    lines += ["", f"verdict: **{_md(report.verdict)}**: {_md(report.verdict_message)}"]
-    lines += [f"- {_md(f)}" for f in report.findings]
-    rows = report_rows(report)
-    if rows:
-        lines += ["", "| per step | mean | median | p90 |", "|---|---|---|---|"]
-        lines += [f"| {' | '.join(_md(c) for c in row)} |" for row in rows]
+    lines = _bound_lines(report.bound)
+    lines += _verdict_lines(
+        report.verdict, report.verdict_message, report.findings, report_rows(report)
+    )
     if report.notes:
         lines.append("")
         lines += [f"- {_md(n)}" for n in report.notes]
+    return lines
+
+
+def _bound_lines(b: Bound | None) -> list[str]:
+    if b is None:
+        return []
+    est = " (estimated from step records)" if b.evidence.estimated else ""
+    lines = [
+        "",
+        f"bound: **{_md(b.label)}**{est}: device busy {b.evidence.busy_pct:.1f}%, idle "
+        + ", ".join(
+            f"{_md(c)} {v / _NS_PER_MS:.3f} ms"
+            for c, v in b.idle_ns_by_cause.as_dict().items()
+            if v
+        ),
+    ]
+    if b.advice:
+        lines.append(f"next step: {_md(b.advice[0])}")
+    return lines
+
+
+def _verdict_lines(
+    code: str, message: str, findings: Sequence[str], rows: Sequence[Sequence[str]]
+) -> list[str]:
+    """The verdict with its message and findings, then the per-step figures' table."""
+    lines = ["", f"verdict: **{_md(code)}**: {_md(message)}"]
+    lines += [f"- {_md(f)}" for f in findings]
+    if rows:
+        lines += ["", "| per step | mean | median | p90 |", "|---|---|---|---|"]
+        lines += [f"| {' | '.join(_md(c) for c in row)} |" for row in rows]
     return lines
 
 
@@ -449,20 +479,21 @@ class TensorBoardWriter:
 
 
 def write_records(
-    records: Records, logdir: str | os.PathLike[str], *, run: str | None = None
+    report: Report, logdir: str | os.PathLike[str], *, run: str | None = None
 ) -> Path:
-    """Write a session's records as TensorBoard scalars + text; returns the run folder.
+    """Write a session's records, as their report (``analyze(records)``), as TensorBoard
+    scalars + text; returns the run folder.
 
     ``run`` defaults to the session's name (and rank), so sessions land side by side; a name
     from the file (which may come from anywhere) is sanitized like every run name.
     """
-    h = records.header
+    h = _header(report)
     if run is None:
         run = h.name + (f"_rank{h.rank}" if h.rank is not None else "")
     started_s = h.started_unix_ns / 1e9
     with TensorBoardWriter(logdir, run=run) as w:
-        _add_steps(w, records.steps, started_s)
-        w.add_text(summary_markdown(records))
+        _add_steps(w, report.steps, started_s)
+        w.add_text(summary_markdown(report))
         return w.path
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from asynctrace.analysis.accumulate import STEP_FIGURES, FigureStats, SessionReport
 
-__all__ = ["NO_STEPS_HINT", "format_value", "print_report", "report_rows"]
+__all__ = ["NO_STEPS_HINT", "figure_rows", "format_value", "print_report", "report_rows"]
 
 NO_STEPS_HINT: Final = (
     "mark them with `for batch in session.steps(loader)`, `session.step()` at the end of "
@@ -45,9 +45,15 @@ def _scaled(value: float, units: Sequence[tuple[float, str, int]], step: int) ->
 
 def report_rows(report: SessionReport) -> list[tuple[str, str, str, str]]:
     """(figure, mean, median, p90) as printed, for every figure the session has values for."""
+    return figure_rows({fig.field: getattr(report, fig.field) for fig in STEP_FIGURES})
+
+
+def figure_rows(figures: Mapping[str, FigureStats | None]) -> list[tuple[str, str, str, str]]:
+    """:func:`report_rows` of figures by :class:`~asynctrace.records.StepRecord` field, as a
+    :class:`~asynctrace.analysis.report.Report` holds them (``report.figures``)."""
     rows = []
     for fig in STEP_FIGURES:
-        s: FigureStats | None = getattr(report, fig.field)
+        s = figures.get(fig.field)
         if s is None:
             continue
         if fig.field in ("data_wait_ns", "sync_count", "sync_wait_ns") and s.mean == 0:

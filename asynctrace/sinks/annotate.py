@@ -21,9 +21,13 @@ class AnnotateSink(BaseSink):
         self.annotated: list[Path] = []
 
     def trace_written(self, path: Path) -> None:
-        from asynctrace.export.chrome import annotate_file
+        from asynctrace.analysis.report import analyze_detail
+        from asynctrace.export.chrome import annotate_file, overlay_source
+        from asynctrace.sources import load_source
 
-        self.annotated.append(annotate_file(path, annotated_path(path)))
+        # analysed once, reduced to what the overlay draws before the trace's text is read
+        source = overlay_source(analyze_detail(load_source(path)))
+        self.annotated.append(annotate_file(path, annotated_path(path), source))
 
     def describe_failure(self, error: BaseException) -> str:
         return (

@@ -12,6 +12,7 @@ from asynctrace.analysis.report import analyze
 from asynctrace.cli import main
 from asynctrace.traces.load import load
 from tests.conftest import shared_trace
+from tests.export._records import make_steps, write_records_file
 from tests.export._trace_event_validator import load_events, tb_profiler_problems, validate
 
 REAL = [
@@ -53,7 +54,8 @@ def test_annotate_real_trace(name: str, tmp_path: Path, capsys: pytest.CaptureFi
     if steps:
         assert [round(e["ts"], 3) for e in host] == [round(float(e["ts"]), 3) for e in steps]
     syncs = [e for e in overlay if e["ph"] == "i"]
-    assert len(syncs) == report.syncs.count
+    assert report.trace is not None
+    assert len(syncs) == report.trace.syncs.count
 
 
 def test_annotate_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -93,10 +95,25 @@ def test_session_records_are_refused_as_no_trace(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # they are JSON lines: read as one JSON document they were "malformed JSON"
+    records = write_records_file(tmp_path / "train.vm.1.2.records.jsonl", make_steps(3))
+    assert main(["annotate", str(records), "-o", str(tmp_path / "a.json")]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"asynctrace annotate: error: {records}: session records, not a trace: annotate takes "
+        "Kineto/Chrome traces (.json or .json.gz, as torch.profiler writes them: "
+        "asynctrace.trace(profile=True) does); `asynctrace report` and `asynctrace plot` read "
+        "records\n"
+    )
+    assert not (tmp_path / "a.json").exists()
+
+
+def test_broken_session_records_are_one_line_naming_the_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     records = tmp_path / "train.vm.1.2.records.jsonl"
     records.write_text('{"type": "header"}\n{"type": "step"}\n')
     assert main(["annotate", str(records), "-o", str(tmp_path / "a.json")]) == 2
     err = capsys.readouterr().err
-    assert "session records, not a trace: annotate takes Kineto/Chrome traces" in err
+    assert err.startswith(f"asynctrace annotate: error: {records}: line 1: ")
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "a.json").exists()

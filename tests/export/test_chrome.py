@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from asynctrace.analysis.report import analyze_detail
 from asynctrace.export.chrome import (
     LANE_DEVICE,
     LANE_HOST,
@@ -27,6 +28,10 @@ from tests.export._trace_event_validator import (
 )
 
 PID = 999
+
+
+def _overlay(trace: Trace) -> list[dict[str, Any]]:
+    return overlay_events(analyze_detail(trace), pid=PID)
 
 
 def two_step_trace() -> Trace:
@@ -51,13 +56,13 @@ def _by(events: list[dict[str, Any]], **match: Any) -> list[dict[str, Any]]:
 
 
 def test_overlay_is_valid_trace_event_format() -> None:
-    ev = overlay_events(two_step_trace(), pid=PID)
+    ev = _overlay(two_step_trace())
     assert validate(ev) == []
     assert tb_profiler_problems(ev) == []
 
 
 def test_overlay_step_spans_lanes_and_flows() -> None:
-    ev = overlay_events(two_step_trace(), pid=PID)
+    ev = _overlay(two_step_trace())
     host = _by(ev, ph="X", tid=LANE_HOST)
     assert [(e["name"], e["ts"], e["dur"]) for e in host] == [
         ("step 0", 0.0, 1.0),
@@ -83,7 +88,7 @@ def test_overlay_step_spans_lanes_and_flows() -> None:
 
 
 def test_overlay_counters_and_syncs() -> None:
-    ev = overlay_events(two_step_trace(), pid=PID)
+    ev = _overlay(two_step_trace())
     depth = _by(ev, ph="C", name="queue depth (stream 7)")
     # launch start enters the queue, device start leaves it
     assert [(e["ts"], e["args"]["depth"]) for e in depth] == [
@@ -114,7 +119,7 @@ def test_overlapping_device_windows_get_separate_lanes() -> None:
     b.runtime("cudaLaunchKernel", 110, 5, kind=RuntimeKind.LAUNCH, correlation=2)
     b.activity("long", 20, 500, stream=7, correlation=1)  # step 0 runs to 520 on stream 7
     b.activity("other", 150, 10, stream=8, correlation=2)  # step 1 on stream 8 inside it
-    ev = overlay_events(b.build(), pid=PID)
+    ev = _overlay(b.build())
     assert validate(ev) == []
     dev = [e for e in ev if e["ph"] == "X" and e["cat"] == "asynctrace" and e["tid"] != LANE_HOST]
     assert [(e["name"], e["tid"]) for e in dev] == [
@@ -127,7 +132,7 @@ def test_strings_from_the_trace_are_kept_verbatim_in_json(tmp_path: Path) -> Non
     b = TraceBuilder()
     b.range("ProfilerStep#0", 0, 100, kind=RangeKind.STEP, step=0)
     b.runtime('cudaStreamSynchronize"</script>', 10, 5, kind=RuntimeKind.SYNC)
-    ev = overlay_events(b.build(), pid=PID)
+    ev = _overlay(b.build())
     assert validate(ev) == []
     assert _by(ev, ph="X", tid=LANE_SYNCS)[0]["args"]["op"] == 'cudaStreamSynchronize"</script>'
 
@@ -188,7 +193,7 @@ def test_annotate_file_keeps_original_and_adds_overlay(
 ) -> None:
     src = tmp_path / ("in.json.gz" if gz else "in.json")
     original = _chrome_file(src, gz=gz, bare=bare)
-    out = annotate_file(src, tmp_path / "out.json.gz", trace=two_step_trace())
+    out = annotate_file(src, tmp_path / "out.json.gz", analyze_detail(two_step_trace()))
     events, doc = load_events(out)
     assert events[: len(original)] == original
     if not bare:
@@ -209,7 +214,7 @@ def test_annotate_file_refuses_non_trace(tmp_path: Path) -> None:
     src = tmp_path / "x.json"
     src.write_text('{"nodes": []}')
     with pytest.raises(TraceFormatError, match="traceEvents"):
-        annotate_file(src, tmp_path / "o.json", trace=two_step_trace())
+        annotate_file(src, tmp_path / "o.json", analyze_detail(two_step_trace()))
 
 
 def test_overlay_flow_ids_are_not_the_original_flow_ids(tmp_path: Path) -> None:
@@ -229,7 +234,7 @@ def test_overlay_flow_ids_are_not_the_original_flow_ids(tmp_path: Path) -> None:
         {**kernel, "ph": "f", "id": 3, "ts": 0.5, "bp": "e"},
     ]
     src.write_text(json.dumps({"traceEvents": events}))
-    out = annotate_file(src, tmp_path / "out.json", trace=two_step_trace())
+    out = annotate_file(src, tmp_path / "out.json", analyze_detail(two_step_trace()))
     got, _ = load_events(out)
     ours = [e["id"] for e in got[len(events) :] if e["ph"] in ("s", "f")]
     assert ours == [2, 2, 4, 4]
@@ -264,7 +269,7 @@ def test_overlapping_host_steps_get_separate_lanes() -> None:
     b.runtime("cudaLaunchKernel", 600, 50, kind=RuntimeKind.LAUNCH, correlation=2, pid=1, tid=2)
     b.activity("k0", 200, 100, stream=7, correlation=1)
     b.activity("k1", 700, 100, stream=7, correlation=2)
-    ev = overlay_events(b.build(), pid=PID)
+    ev = _overlay(b.build())
     assert validate(ev) == []
     assert _partial_overlaps(ev) == []
     host = [e for e in ev if e["ph"] == "X" and e["tid"] < LANE_DEVICE]

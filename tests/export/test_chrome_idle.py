@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from asynctrace.analysis.bound import CAUSES
-from asynctrace.analysis.report import Analysis, analyze, analyze_detail
+from asynctrace.analysis.report import Analysis, analyze_detail
 from asynctrace.cli import main
 from asynctrace.export.chrome import LANE_IDLE, LANE_SHARE, overlay_events
 from asynctrace.render.legend import IDLE_CAUSE_CNAMES
@@ -49,8 +49,10 @@ def _idle(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _check_idle_track(idle: list[dict[str, Any]], a: Analysis) -> None:
     report = a.report
     assert report.bound is not None
+    assert a.trace is not None
+    gaps = a.trace.gaps
     # one slice per gap, their durations adding up to the run's idle
-    assert len(idle) == len(a.gaps.start_ns)
+    assert len(idle) == len(gaps.start_ns)
     assert sum(e["args"]["duration_ns"] for e in idle) == report.bound.idle_ns
     assert {e["tid"] for e in idle} <= {LANE_IDLE}
     by_cause = {c: 0 for c in CAUSES}
@@ -62,11 +64,11 @@ def _check_idle_track(idle: list[dict[str, Any]], a: Analysis) -> None:
         by_cause[c] += e["args"]["duration_ns"]
     assert by_cause == report.bound.idle_ns_by_cause.as_dict()
     # each inside the region, in order, none overlapping the next
-    if report.steps and report.steps[0].bound is not None and report.steps[-1].bound is not None:
-        lo, hi = report.steps[0].bound.share_start_ns, report.steps[-1].bound.share_end_ns
+    if report.step_bounds:
+        lo, hi = report.step_bounds[0].share_start_ns, report.step_bounds[-1].share_end_ns
         assert hi - lo == report.bound.region_ns
-        starts = a.gaps.start_ns.tolist()
-        ends = a.gaps.end_ns.tolist()
+        starts = gaps.start_ns.tolist()
+        ends = gaps.end_ns.tolist()
         assert all(lo <= s < e <= hi for s, e in zip(starts, ends, strict=True))
         assert all(e0 <= s1 for e0, s1 in zip(ends, starts[1:], strict=False))
         # placed on the trace's own clock (epoch-µs traces: to the nearest ~0.25 µs a JSON
@@ -79,7 +81,7 @@ def _check_idle_track(idle: list[dict[str, Any]], a: Analysis) -> None:
 def test_idle_slices_one_per_gap_named_and_coloured_by_cause() -> None:
     trace = causes_trace()
     a = analyze_detail(trace)
-    ev = overlay_events(trace, pid=PID)
+    ev = overlay_events(a, pid=PID)
     assert validate(ev) == []
     assert tb_profiler_problems(ev) == []
     idle = _idle(ev)
@@ -98,33 +100,48 @@ def test_idle_slices_one_per_gap_named_and_coloured_by_cause() -> None:
 
 
 def test_step_share_slices_cover_the_region_with_each_label() -> None:
-    trace = causes_trace()
-    report = analyze(trace)
-    ev = overlay_events(trace, report, pid=PID)
+    a = analyze_detail(causes_trace())
+    ev = overlay_events(a, pid=PID)
     share = [e for e in ev if e.get("ph") == "X" and e.get("tid") == LANE_SHARE]
-    assert [(e["name"], e["ts"], e["dur"]) for e in share] == [
-        (f"step 0: {report.steps[0].bound.label if report.steps[0].bound else ''}", 0.0, 1.0)
-    ]
-    b = report.steps[0].bound
-    assert b is not None
+    (b,) = a.report.step_bounds
+    assert [(e["name"], e["ts"], e["dur"]) for e in share] == [(f"step 0: {b.label}", 0.0, 1.0)]
     args = share[0]["args"]
     assert args["busy_ns"] + sum(args[f"idle_{c}_ns"] for c in CAUSES) == args["share_ns"]
 
 
-def test_a_given_analysis_is_not_run_again(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_overlay_is_drawn_from_the_given_analysis_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import asynctrace.analysis.report as rep
-    from asynctrace.export.chrome import overlay_source
+    from asynctrace.export.chrome import annotate_file, overlay_source
 
     trace = causes_trace()
     a = analyze_detail(trace)
 
     def boom(*_: object, **__: object) -> None:
-        raise AssertionError("analysed twice")
+        raise AssertionError("analysed again")
 
-    monkeypatch.setattr(rep, "analyze_detail", boom)
-    source = overlay_source(trace, analysis=a)
-    assert source.gaps is a.gaps
+    for name in ("analyze", "analyze_detail", "link_launches", "queue_series", "bound_of_trace"):
+        monkeypatch.setattr(rep, name, boom)
+    source = overlay_source(a)
+    assert a.trace is not None
+    assert source.gaps is a.trace.gaps
     assert source.report is a.report
+    assert overlay_events(source, pid=PID) == overlay_events(a, pid=PID)
+    src = tmp_path / "t.json"
+    src.write_text('{"traceEvents": []}')
+    events, _ = load_events(annotate_file(src, tmp_path / "o.json", a))
+    assert events == overlay_events(a, pid=events[0]["pid"])
+
+
+def test_the_analysis_of_records_has_no_trace_to_annotate(tmp_path: Path) -> None:
+    from asynctrace.export.chrome import overlay_source
+    from asynctrace.records import read_records
+    from tests.export._records import make_steps, write_records_file
+
+    records = read_records(write_records_file(tmp_path / "a.records.jsonl", make_steps(3)))
+    with pytest.raises(ValueError, match="session records have no trace to annotate"):
+        overlay_source(analyze_detail(records))
 
 
 @pytest.mark.real_traces
@@ -148,5 +165,5 @@ def test_annotate_real_trace_idle_track(
     _check_idle_track(_idle(overlay), a)
     share = [e for e in overlay if e.get("ph") == "X" and e.get("tid") == LANE_SHARE]
     assert [e["args"]["label"] for e in share] == [
-        s.bound.label for s in a.report.steps if s.bound and s.bound.region_ns > 0
+        b.label for b in a.report.step_bounds if b.region_ns > 0
     ]

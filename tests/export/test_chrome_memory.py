@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from asynctrace.analysis.report import analyze
+from asynctrace.analysis.report import analyze_detail
 from asynctrace.errors import TraceFormatError
-from asynctrace.export.chrome import annotate_file
+from asynctrace.export.chrome import annotate_file, overlay_source
 from asynctrace.traces.load import load
 
 
@@ -71,9 +71,9 @@ def test_annotate_a_small_gzip_trace_under_ulimit_v(tmp_path: Path) -> None:
 def test_the_inflation_cap_still_holds(tmp_path: Path) -> None:
     src = tmp_path / "t.json.gz"
     src.write_bytes(gzip.compress(json.dumps(_trace_doc(3, 4)).encode()))
-    trace = load(src)
+    analysis = analyze_detail(load(src))
     with pytest.raises(TraceFormatError, match="inflates beyond 1,000 bytes"):
-        annotate_file(src, tmp_path / "o.json", trace=trace, max_inflated_bytes=1000)
+        annotate_file(src, tmp_path / "o.json", analysis, max_inflated_bytes=1000)
     assert not (tmp_path / "o.json").exists()
 
 
@@ -82,11 +82,12 @@ def test_annotate_holds_the_text_once(tmp_path: Path, gz: bool) -> None:
     text = json.dumps(_trace_doc(200, 200)).encode()  # 80,000 events, ~12 MB
     src = tmp_path / ("t.json.gz" if gz else "t.json")
     src.write_bytes(gzip.compress(text, compresslevel=1) if gz else text)
-    trace = load(src)
-    report = analyze(trace)
+    # what the annotate command and deep mode's annotator hand over: the analysis reduced to
+    # what the overlay draws
+    source = overlay_source(analyze_detail(load(src)))
     tracemalloc.start()
     try:
-        out = annotate_file(src, tmp_path / "o.json", trace=trace, report=report)
+        out = annotate_file(src, tmp_path / "o.json", source)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

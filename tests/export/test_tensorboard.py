@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from asynctrace.analysis.report import Report, analyze
 from asynctrace.export.tensorboard import (
     SCALAR_TAGS,
     TEXT_TAG,
@@ -26,8 +27,13 @@ from asynctrace.export.tensorboard import (
     summary_markdown,
     write_records,
 )
-from asynctrace.records import StepRecord, SyncSite, read_records
+from asynctrace.records import StepRecord, SyncSite
+from asynctrace.sources import load_source
 from tests.export._records import make_steps, write_records_file
+
+
+def _report(path: Path) -> Report:
+    return analyze(load_source(path))
 
 
 def test_step_scalars_convert_units_only() -> None:
@@ -76,10 +82,9 @@ def _accumulate(run_dir: Path) -> Any:
 def test_records_file_round_trips_through_tensorboard(tmp_path: Path) -> None:
     steps = make_steps(5, frontend_ns=2_000_000, jitter_ns=100_000, device_ns=3_000_000)
     syncs = [SyncSite(site="train.py:12", op="aten::item", count=5, wait_ns=1_000_000)]
-    path = write_records_file(
-        tmp_path / "a.records.jsonl", steps, syncs=syncs, verdict="synchronized"
-    )
-    run_dir = write_records(read_records(path), tmp_path / "tb")
+    path = write_records_file(tmp_path / "a.records.jsonl", steps, syncs=syncs)
+    report = _report(path)
+    run_dir = write_records(report, tmp_path / "tb")
     assert run_dir == tmp_path / "tb" / "train"
     acc = _accumulate(run_dir)
     tags = set(acc.Tags()["tensors"])
@@ -94,7 +99,19 @@ def test_records_file_round_trips_through_tensorboard(tmp_path: Path) -> None:
     assert np.allclose(got, want, rtol=0, atol=1e-6)
     text = tensor_util.make_ndarray(acc.Tensors(TEXT_TAG)[0].tensor_proto).item().decode()
     assert "train.py:12" in text
-    assert "synchronized" in text
+    # the report's summary, as the session's own at its end: verdict, findings, figures
+    assert text == summary_markdown(report)
+    assert f"verdict: **{report.verdict.code}**: " in text
+    assert "| frontend | 1.980 ms | 2.000 ms | 2.100 ms |" in text
+    assert "bound: **device-bound** (estimated from step records)" in text
+
+
+def test_a_traces_report_has_no_session_summary() -> None:
+    from asynctrace.traces.builder import TraceBuilder
+
+    report = analyze(TraceBuilder("t.json").build())
+    with pytest.raises(ValueError, match="written from a session's records"):
+        summary_markdown(report)
 
 
 def test_live_writer(tmp_path: Path) -> None:
@@ -199,7 +216,7 @@ def test_tensorboard_server_serves_our_scalars_and_trace(tmp_path: Path) -> None
     logdir = tmp_path / "tb"
     steps = make_steps(4, frontend_ns=2_000_000, jitter_ns=250_000)
     path = write_records_file(tmp_path / "a.records.jsonl", steps)
-    write_records(read_records(path), logdir, run="session")
+    write_records(_report(path), logdir, run="session")
     _deep_mode_trace(logdir, "session")
 
     with _tensorboard(logdir) as base:
@@ -300,7 +317,7 @@ def test_summary_strings_render_as_written_in_tensorboards_text_dashboard(tmp_pa
     site = 'train.py:12 <module> a|b_c & &lt; "q"\nnext'
     syncs = [SyncSite(site=site, op="aten::item", count=1, wait_ns=1)]
     path = write_records_file(tmp_path / "a.records.jsonl", make_steps(1), syncs=syncs)
-    page = plugin_util.markdown_to_safe_html(summary_markdown(read_records(path)))
+    page = plugin_util.markdown_to_safe_html(summary_markdown(_report(path)))
     assert '<td>train.py:12 &lt;module&gt; a|b_c &amp; &amp;lt; "q" next</td>' in page
 
 
