@@ -8,7 +8,7 @@ from typing import Any
 
 from asynctrace._output import output_file, write_failed
 from asynctrace.errors import TraceFormatError
-from asynctrace.records import RECORDS_SUFFIX, is_records_name
+from asynctrace.records import RECORDS_SUFFIX
 
 __all__ = ["add_arguments", "parse_steps", "run"]
 
@@ -50,12 +50,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=parse_steps,
         default=None,
         metavar="A:B",
-        help="steps drawn on the timeline (default: the first 3 of a trace, 8 of records)",
+        help="steps drawn on a trace's timeline (default: the first 3)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
+    from asynctrace.analysis.report import analyze_detail
     from asynctrace.render import plot
+    from asynctrace.sources import load_source
 
     path = Path(args.path)
     out = Path(args.output)
@@ -66,37 +68,20 @@ def run(args: argparse.Namespace) -> int:
     if path.is_dir():
         raise TraceFormatError(str(path), "is a folder: plot draws one trace or records file")
     output_file(out, what="the picture", inputs=[path])
+    analysis = analyze_detail(load_source(path))
     fig: Any
-    if is_records_name(path.name):
-        from asynctrace.records import read_records
-
-        rec = read_records(path)
-        if args.view == "overview":
-            fig = plot.plot_records_overview(rec, steps=args.steps)
-        elif args.view == "timeline":
-            fig = plot.records_timeline(rec, steps=args.steps)
-        elif args.view == "steps":
-            fig = plot.records_step_bars(rec)
-        elif args.view == "bound":
-            fig = plot.records_idle_by_cause(rec)
-        else:
-            fig = plot.records_run_ahead(rec)
+    if args.view == "overview":
+        fig = plot.overview_figure(analysis, steps=args.steps)
+    elif args.view == "timeline":
+        # a trace's events only: records are refused by plot_timeline in one line
+        fig = plot.plot_timeline(analysis, steps=args.steps)
     else:
-        from asynctrace.analysis.report import analyze
-        from asynctrace.traces.load import load
-
-        trace = load(path)
-        report = analyze(trace)
-        if args.view == "overview":
-            fig = plot.overview_figure(trace, report, steps=args.steps)
-        elif args.view == "timeline":
-            fig = plot.plot_timeline(trace, report, steps=args.steps)
-        elif args.view == "steps":
-            fig = plot.plot_step_bars(report)
-        elif args.view == "bound":
-            fig = plot.plot_idle_by_cause(report)
-        else:
-            fig = plot.plot_run_ahead(report)
+        draw = {
+            "steps": plot.plot_step_bars,
+            "bound": plot.plot_idle_by_cause,
+            "run-ahead": plot.plot_run_ahead,
+        }[args.view]
+        fig = draw(analysis)
     try:
         plot.save_figure(fig, out)
     except OSError as e:

@@ -18,19 +18,18 @@ import numpy as np
 import numpy.typing as npt
 
 from asynctrace.analysis._bound_model import CAUSES, StepBound
-from asynctrace.records import Records, StepRecord
+from asynctrace.records import StepRecord
 
 __all__ = [
     "MAX_BINS",
     "RECORD_SERIES",
+    "Bins",
     "BoundSeries",
     "Envelope",
     "StepSeries",
     "bin_size",
     "bound_series",
     "envelope",
-    "records_bound_series",
-    "records_series",
     "steps_series",
 ]
 
@@ -53,9 +52,9 @@ class Envelope:
 
 
 @dataclass(frozen=True)
-class StepSeries:
-    """A run's per-step figures in bins of ``bin_steps`` consecutive steps (the last bin may
-    hold fewer)."""
+class Bins:
+    """A run's steps in bins of ``bin_steps`` consecutive steps (the last bin may hold fewer):
+    what :class:`StepSeries` and :class:`BoundSeries` say of their bins."""
 
     #: steps in the run
     steps: int
@@ -64,8 +63,6 @@ class StepSeries:
     #: the step number of each bin's first and last step
     first_step: I64
     last_step: I64
-    #: figure name -> its envelope; times in ns, counts as they are
-    figures: dict[str, Envelope]
 
     @property
     def bins(self) -> int:
@@ -74,6 +71,14 @@ class StepSeries:
     @property
     def downsampled(self) -> bool:
         return self.bin_steps > 1
+
+
+@dataclass(frozen=True)
+class StepSeries(Bins):
+    """A run's per-step figures in bins: per bin, each figure's envelope."""
+
+    #: figure name -> its envelope; times in ns, counts as they are
+    figures: dict[str, Envelope]
 
 
 def bin_size(n: int, *, max_bins: int = MAX_BINS) -> int:
@@ -104,7 +109,7 @@ def envelope(values: Sequence[float] | F64, bin_steps: int) -> Envelope:
     return Envelope(lo=lo, median=median, hi=hi, count=count)
 
 
-#: the figures :func:`records_series` bins, from each step record
+#: the figures :func:`steps_series` bins, from each step record
 RECORD_SERIES = (
     "frontend_ns",
     "issuing_ns",
@@ -116,14 +121,9 @@ RECORD_SERIES = (
 )
 
 
-def records_series(records: Records, *, max_bins: int = MAX_BINS) -> StepSeries:
-    """The session's per-step figures (:data:`RECORD_SERIES`; ``issuing_ns`` is the host time
-    less data and sync waits) in at most ``max_bins`` bins."""
-    return steps_series(records.steps, max_bins=max_bins)
-
-
 def steps_series(steps: Sequence[StepRecord], *, max_bins: int = MAX_BINS) -> StepSeries:
-    """:func:`records_series` of a list of step records."""
+    """The run's per-step figures (:data:`RECORD_SERIES`; ``issuing_ns`` is the host time less
+    data and sync waits) in at most ``max_bins`` bins."""
     n = len(steps)
     k = bin_size(n, max_bins=max_bins)
 
@@ -146,16 +146,12 @@ def steps_series(steps: Sequence[StepRecord], *, max_bins: int = MAX_BINS) -> St
 
 
 @dataclass(frozen=True)
-class BoundSeries:
+class BoundSeries(Bins):
     """Each step's share of the device timeline — busy, and idle by cause — in bins of
     ``bin_steps`` consecutive steps: per bin, the **mean** step's figures (ns), so that a bin's
     parts add up to its mean share as each step's add up to its share. A run with no more steps
     than the bins gets bins of one step: its figures are the steps' own."""
 
-    steps: int
-    bin_steps: int
-    first_step: I64
-    last_step: I64
     #: the bin's mean share (busy + idle) and busy time
     share_ns: F64
     busy_ns: F64
@@ -164,14 +160,6 @@ class BoundSeries:
     #: the run's label ("host-bound", ...), and whether the figures are estimated (records)
     label: str
     estimated: bool
-
-    @property
-    def bins(self) -> int:
-        return len(self.first_step)
-
-    @property
-    def downsampled(self) -> bool:
-        return self.bin_steps > 1
 
 
 def bound_series(
@@ -182,7 +170,7 @@ def bound_series(
     estimated: bool = False,
     max_bins: int = MAX_BINS,
 ) -> BoundSeries:
-    """The steps' bounds (``report.steps[i].bound``, ``bound_of_records(...).steps``) with
+    """The steps' bounds (``report.step_bounds``, ``bound_of_records(...).steps``) with
     their step numbers, in at most ``max_bins`` bins (bin means, see :class:`BoundSeries`)."""
     n = len(bounds)
     if len(numbers) != n:
@@ -213,19 +201,4 @@ def bound_series(
         idle_ns={c: means[:, 2 + i].copy() for i, c in enumerate(CAUSES)},
         label=label,
         estimated=estimated,
-    )
-
-
-def records_bound_series(records: Records, *, max_bins: int = MAX_BINS) -> BoundSeries:
-    """:func:`bound_series` of a session's records: each step's estimated bound
-    (:func:`~asynctrace.analysis.bound.bound_of_records`), the session's label."""
-    from asynctrace.analysis.bound import bound_of_records
-
-    rb = bound_of_records(records.steps, asynchronous=records.header.asynchronous)
-    return bound_series(
-        rb.steps,
-        [s.step for s in records.steps],
-        label=rb.run.label,
-        estimated=True,
-        max_bins=max_bins,
     )

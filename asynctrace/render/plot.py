@@ -1,18 +1,21 @@
 """Pictures of asynchrony, drawn from data with matplotlib (PNG or SVG).
 
-Three pictures, from a trace's :class:`~asynctrace.analysis.report.Report` or from a session's
-:class:`~asynctrace.records.Records`:
+Every picture draws one :class:`~asynctrace.analysis.report.Analysis` (``analyze_detail`` of a
+trace or of a session's records), the same code for both kinds:
 
-* **timeline** — the book's frontend/backend picture: a host lane and a device lane on one time
-  axis, an arrow from each launch to its execution, sync stalls marked, for a window of steps;
-* **steps** — per step, two stacked bars: the host (issuing work, sync wait, data wait) and the
-  device (busy, idle);
-* **run-ahead** — run-ahead per step, with queue depth (trace) or in-flight steps (records);
+* **timeline** (traces) — the book's frontend/backend picture: a host lane and a device lane on
+  one time axis, an arrow from each launch to its execution, sync stalls marked, for a window
+  of steps;
+* **steps** — per step, two stacked bars: the host (issuing work, data wait, sync wait) and the
+  device (a trace's busy and idle share of the device timeline, else the device time);
+* **run-ahead** — run-ahead per step, with a trace's queue depth or a session's steps in flight;
 * **bound** — per step, one stacked bar of its share of the device timeline: busy, then idle by
   cause (host, sync, input, dependency, unattributed), titled with the run's bound label.
 
-Figures are built with ``matplotlib.figure.Figure`` directly: no pyplot, no global backend
-change, nothing left open. Layout only: every number drawn is a figure the analysis computed.
+A long run is drawn from its binned series (``analysis.series``, ``analysis.bounds``): per bin
+the median as a line and min to max as a band, and the title says so. Figures are built with
+``matplotlib.figure.Figure`` directly: no pyplot, no global backend change, nothing left open.
+Layout only: every number drawn is a figure the analysis computed.
 """
 
 from __future__ import annotations
@@ -32,10 +35,8 @@ from asynctrace.errors import AsyncTraceError
 from asynctrace.render.legend import COLORS, IDLE_CAUSE_COLORS, IDLE_CAUSE_LABELS, LABELS
 
 if TYPE_CHECKING:
-    from asynctrace.analysis.report import Report
+    from asynctrace.analysis.report import Analysis, TraceDetail
     from asynctrace.analysis.series import BoundSeries, Envelope, StepSeries
-    from asynctrace.records import Records
-    from asynctrace.traces.model import Trace
 
 __all__ = [
     "COLORS",
@@ -46,14 +47,9 @@ __all__ = [
     "idle_bar_segments",
     "overview_figure",
     "plot_idle_by_cause",
-    "plot_records_overview",
     "plot_run_ahead",
     "plot_step_bars",
     "plot_timeline",
-    "records_idle_by_cause",
-    "records_run_ahead",
-    "records_step_bars",
-    "records_timeline",
     "save_figure",
 ]
 
@@ -61,6 +57,8 @@ __all__ = [
 # TensorBoard plugin's page; re-exported here
 _MAX_ARROWS = 80
 _MAX_BARS = 4000
+#: steps the timeline draws when no window is chosen
+_DEFAULT_WINDOW = 3
 
 
 def available() -> bool:
@@ -87,6 +85,14 @@ def _figure(width: float, height: float) -> Any:
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
+def _axes(ax: Any) -> tuple[Any, Any]:
+    """The axes to draw on (a new 10×3 figure's when ``ax`` is None) and the figure to return."""
+    if ax is None:
+        fig = _figure(10, 3)
+        return fig, fig.add_subplot()
+    return ax.figure, ax
+
+
 def figure_bytes(fig: Any, fmt: str) -> bytes:
     """The figure rendered as ``"png"`` or ``"svg"``."""
     if fmt not in ("png", "svg"):
@@ -111,6 +117,31 @@ def save_figure(fig: Any, path: str | os.PathLike[str]) -> Path:
     return write_atomically(p, figure_bytes(fig, fmt))
 
 
+def _run_name(analysis: Analysis) -> str:
+    """The run a title names: the session's name, else the file's."""
+    src = analysis.report.source
+    return src.session.name if src.session is not None else Path(src.path).name
+
+
+def _title(ax: Any, text: str, *, fontsize: float) -> None:
+    # a title quotes a file or session name: drawn as written ("a$x$b" is no math), and a name
+    # that is not UTF-8 (surrogate escapes from the file system) with "?" for those bytes
+    ax.set_title(text.encode("utf-8", "replace").decode(), fontsize=fontsize, parse_math=False)
+
+
+def _note(ax: Any, text: str, *, y: float = 0.5, on_data_y: bool = False) -> None:
+    """A grey line of text centred across the axes, at ``y`` (a fraction of the axes' height,
+    or where ``on_data_y``, a data value): what an empty part of a picture means."""
+    transform = ax.get_yaxis_transform() if on_data_y else ax.transAxes
+    ax.text(
+        0.5, y, text, transform=transform, ha="center", va="center", fontsize=8, color="#666666"
+    )
+
+
+def _no_steps(analysis: Analysis) -> PlotError:
+    return PlotError(f"{analysis.report.source.path}: the report has no steps to draw")
+
+
 # ------------------------------------------------------------------ timeline
 
 
@@ -118,73 +149,80 @@ def save_figure(fig: Any, path: str | os.PathLike[str]) -> Path:
 class _Lanes:
     """What the timeline draws, in ms from the window start."""
 
-    host: list[tuple[float, float, str]]  # (start, width, kind) kind: "launch" / "sync"
+    host: list[tuple[float, float, str]]  # (start, width, kind) kind: "launch" / "sync" / "op"
     device: list[tuple[float, float]]
     arrows: list[tuple[float, float]]  # (host x, device x)
     steps: list[tuple[float, float, str]]  # host spans of steps (start, width, label)
     t0_ns: int
 
 
-def _window(report: Report, steps: tuple[int, int] | None) -> tuple[int, int, list[Any]]:
-    """Host start and host end of the chosen steps, and the steps."""
-    chosen = list(report.steps)
+def _window(analysis: Analysis, steps: tuple[int, int] | None) -> list[int]:
+    """The indices of the steps the timeline draws: those numbered in ``steps`` (inclusive),
+    else the first three."""
+    numbers = [s.step for s in analysis.report.steps]
+    if not numbers:
+        raise _no_steps(analysis)
+    if steps is None:
+        return list(range(min(len(numbers), _DEFAULT_WINDOW)))
+    chosen = [i for i, k in enumerate(numbers) if steps[0] <= k <= steps[1]]
     if not chosen:
-        raise PlotError("the report has no steps to draw")
-    if steps is not None:
-        chosen = [s for s in chosen if steps[0] <= s.step <= steps[1]]
-        if not chosen:
-            raise PlotError(_no_step_in(steps, [s.step for s in report.steps]))
-    elif len(chosen) > 3:
-        chosen = chosen[:3]
-    return min(s.start_ns for s in chosen), max(s.end_ns for s in chosen), chosen
+        raise PlotError(
+            f"no step in the chosen window {steps[0]}:{steps[1]}: the steps are "
+            f"{min(numbers)} to {max(numbers)}"
+        )
+    return chosen
 
 
-def _no_step_in(steps: tuple[int, int], have: Sequence[int]) -> str:
-    return (
-        f"no step in the chosen window {steps[0]}:{steps[1]}: the steps are "
-        f"{min(have)} to {max(have)}"
-    )
-
-
-def _trace_lanes(trace: Trace, report: Report, steps: tuple[int, int] | None) -> _Lanes:
-    from asynctrace.analysis.launches import link_launches
+def _host_calls(detail: TraceDetail, w0: int, w1: int, launched: Any) -> list[Any]:
+    """The host lane's bars in [w0, w1): the launch calls of ``launched`` activities and every
+    sync; where nothing was launched (a CPU-only trace), the operators the host ran."""
     from asynctrace.analysis.steps import SYNC_KINDS
+    from asynctrace.traces.model import RangeKind
 
-    w0, w1, chosen = _window(report, steps)
     ms = 1e-6
-    act = trace.activities
-    links = link_launches(trace)
-    matched = np.flatnonzero(links.matched)
-    launch = links.launch_start_ns[matched]
-    sel = matched[(launch >= w0) & (launch < w1)]
+    trace, links = detail.trace, detail.links
     rt = trace.runtime
     host: list[tuple[float, float, str]] = []
-    launch_rows = np.unique(links.launch_index[sel])
-    for i in launch_rows.tolist()[:_MAX_BARS]:
+    for i in np.unique(links.launch_index[launched]).tolist()[:_MAX_BARS]:
         host.append(((rt.start_ns[i] - w0) * ms, rt.dur_ns[i] * ms, "launch"))
     is_sync = np.isin(rt.kind, np.array([int(k) for k in SYNC_KINDS], dtype=np.uint8))
     s_idx = np.flatnonzero(is_sync & (rt.start_ns < w1) & (rt.start_ns + rt.dur_ns > w0))
     for i in s_idx.tolist()[:_MAX_BARS]:
         host.append(((rt.start_ns[i] - w0) * ms, rt.dur_ns[i] * ms, "sync"))
-    if not len(sel):
+    if not len(launched):
         # Nothing was launched to a device in the window (a CPU-only trace): the host ran the
         # operators itself, so draw those rather than leave the host lane empty.
-        from asynctrace.traces.model import RangeKind
-
         hr = trace.ranges
         o_idx = np.flatnonzero(
             (hr.kind == int(RangeKind.OP)) & (hr.start_ns < w1) & (hr.start_ns + hr.dur_ns > w0)
         )
         for i in o_idx.tolist()[:_MAX_BARS]:
             host.append(((hr.start_ns[i] - w0) * ms, hr.dur_ns[i] * ms, "op"))
+    return host
+
+
+def _trace_lanes(analysis: Analysis, detail: TraceDetail, steps: tuple[int, int] | None) -> _Lanes:
+    report = analysis.report
+    assert report.trace is not None
+    chosen = _window(analysis, steps)
+    w0 = min(report.steps[i].start_ns for i in chosen)
+    w1 = max(report.trace.steps[i].end_ns for i in chosen)
+    ms = 1e-6
+    act, links = detail.trace.activities, detail.links
+    matched = np.flatnonzero(links.matched)
+    launch = links.launch_start_ns[matched]
+    sel = matched[(launch >= w0) & (launch < w1)]
     device = [((act.start_ns[i] - w0) * ms, act.dur_ns[i] * ms) for i in sel.tolist()[:_MAX_BARS]]
     step_arrows = sel[:: max(1, len(sel) // _MAX_ARROWS)][:_MAX_ARROWS]
     arrows = [
         ((links.launch_end_ns[i] - w0) * ms, (act.start_ns[i] - w0) * ms)
         for i in step_arrows.tolist()
     ]
-    spans = [((s.start_ns - w0) * ms, s.cpu_ns * ms, f"step {s.step}") for s in chosen]
-    return _Lanes(host, device, arrows, spans, w0)
+    spans = [
+        ((s.start_ns - w0) * ms, s.frontend_ns * ms, f"step {s.step}")
+        for s in (report.steps[i] for i in chosen)
+    ]
+    return _Lanes(_host_calls(detail, w0, w1, sel), device, arrows, spans, w0)
 
 
 def _draw_lanes(ax: Any, lanes: _Lanes, *, title: str) -> None:
@@ -211,16 +249,7 @@ def _draw_lanes(ax: Any, lanes: _Lanes, *, title: str) -> None:
         ax.broken_barh(lanes.device, (dev_y - h / 2, h), facecolors=c, edgecolors=c, linewidth=0.5)
     else:
         # an empty lane would read as "the device was idle"; say that nothing was recorded
-        ax.text(
-            0.5,
-            dev_y,
-            "no device activity recorded in this window",
-            transform=ax.get_yaxis_transform(),
-            ha="center",
-            va="center",
-            fontsize=8,
-            color="#666666",
-        )
+        _note(ax, "no device activity recorded in this window", y=dev_y, on_data_y=True)
     for hx, dx in lanes.arrows:
         ax.annotate(
             "",
@@ -231,9 +260,7 @@ def _draw_lanes(ax: Any, lanes: _Lanes, *, title: str) -> None:
     ax.set_yticks([dev_y, host_y], ["device", "host"])
     ax.set_ylim(-0.6, 1.8)
     ax.set_xlabel("time (ms from the window's start)")
-    # the title quotes a file or session name: drawn as written ("a$x$b" is no math), and a
-    # name that is not UTF-8 (surrogate escapes from the file system) with "?" for those bytes
-    ax.set_title(title.encode("utf-8", "replace").decode(), fontsize=10, parse_math=False)
+    _title(ax, title, fontsize=10)
     has_data = any(k == "data" for _, _, k in lanes.host)
     has_op = any(k == "op" for _, _, k in lanes.host)
     ax.legend(
@@ -251,23 +278,20 @@ def _draw_lanes(ax: Any, lanes: _Lanes, *, title: str) -> None:
 
 
 def plot_timeline(
-    trace: Trace,
-    report: Report | None = None,
-    *,
-    steps: tuple[int, int] | None = None,
-    ax: Any = None,
+    analysis: Analysis, *, steps: tuple[int, int] | None = None, ax: Any = None
 ) -> Any:
-    """Host and device lanes of steps ``steps`` (inclusive; default the first three)."""
-    from asynctrace.analysis.report import analyze
-
-    report = report if report is not None else analyze(trace)
-    lanes = _trace_lanes(trace, report, steps)
-    fig = None
-    if ax is None:
-        fig = _figure(10, 3)
-        ax = fig.add_subplot()
-    _draw_lanes(ax, lanes, title=f"frontend (host) vs backend (device): {Path(trace.source).name}")
-    return fig if fig is not None else ax.figure
+    """Host and device lanes of a trace's steps ``steps`` (inclusive; default the first three).
+    A session's records hold per-step figures, not events: a :class:`PlotError` says so."""
+    detail = analysis.trace
+    if detail is None:
+        raise PlotError(
+            f"{analysis.report.source.path}: the timeline draws a trace's events, and a "
+            "session's records hold per-step figures only: draw its steps, run-ahead or bound"
+        )
+    lanes = _trace_lanes(analysis, detail, steps)
+    fig, ax = _axes(ax)
+    _draw_lanes(ax, lanes, title=f"frontend (host) vs backend (device): {_run_name(analysis)}")
+    return fig
 
 
 # ------------------------------------------------------------------ per-step bars
@@ -291,41 +315,6 @@ def _stacked(
         bottom += v
 
 
-def plot_step_bars(report: Report, *, ax: Any = None) -> Any:
-    """Per step: host bar (issuing, sync wait) and device bar (busy, idle), in ms."""
-    fig = None
-    if ax is None:
-        fig = _figure(10, 3)
-        ax = fig.add_subplot()
-    s = report.steps
-    if not s:
-        raise PlotError("the report has no steps to draw")
-    x = np.arange(len(s), dtype=float)
-    _stacked(
-        ax,
-        x - 0.2,
-        0.38,
-        [
-            ("host: issuing", COLORS["host"], [(t.cpu_ns - t.sync_wait_ns) / 1e6 for t in s]),
-            ("host: sync wait", COLORS["sync"], [t.sync_wait_ns / 1e6 for t in s]),
-        ],
-    )
-    _stacked(
-        ax,
-        x + 0.2,
-        0.38,
-        [
-            ("device: busy", COLORS["busy"], [t.gpu_busy_ns / 1e6 for t in s]),
-            ("device: idle", COLORS["idle"], [t.gpu_idle_ns / 1e6 for t in s]),
-        ],
-    )
-    _step_axis(ax, [t.step for t in s])
-    ax.set_ylabel("ms")
-    ax.set_title("per step: host time (left bar) and device window (right bar)", fontsize=10)
-    ax.legend(fontsize=7, ncols=4, loc="upper right")
-    return fig if fig is not None else ax.figure
-
-
 def _one_point(n: int) -> dict[str, Any]:
     # a step line through a single step has no length and draws nothing: mark the point
     return {"marker": "_", "ms": 14, "mew": 1.5} if n == 1 else {}
@@ -346,63 +335,168 @@ def _step_axis(ax: Any, numbers: Sequence[int]) -> None:
     ax.set_xlabel("step")
 
 
-def plot_run_ahead(report: Report, *, ax: Any = None) -> Any:
-    """Run-ahead (ms) per step, and the step's highest queue depth on a second axis."""
-    fig = None
-    if ax is None:
-        fig = _figure(10, 3)
-        ax = fig.add_subplot()
-    s = report.steps
-    if not s:
-        raise PlotError("the report has no steps to draw")
-    x = np.arange(len(s))
-    ra = [np.nan if t.run_ahead_ns is None else t.run_ahead_ns / 1e6 for t in s]
-    ax.plot(x, ra, marker="o", ms=3, color=COLORS["run_ahead"], label="run-ahead (ms)")
+def _series(analysis: Analysis) -> StepSeries:
+    if not analysis.series.steps:
+        raise _no_steps(analysis)
+    return analysis.series
+
+
+def _binned_note(series: StepSeries) -> str:
+    """What a downsampled picture says of itself, in its title."""
+    return (
+        f"; downsampled: {series.steps:,} steps in {series.bins:,} bins of "
+        f"{series.bin_steps:,} (line: median of a bin, band: its min to max)"
+    )
+
+
+def _band(ax: Any, x: Any, env: Envelope, *, color: str, label: str) -> None:
+    """A binned figure (ns) in ms: its median as a line, min to max as a band."""
+    ax.fill_between(x, env.lo / 1e6, env.hi / 1e6, color=color, alpha=0.25, lw=0, step="mid")
+    ax.plot(x, env.median / 1e6, color=color, lw=0.9, label=label, drawstyle="steps-mid")
+
+
+def _device_window(analysis: Analysis) -> BoundSeries | None:
+    """A trace's per-step shares of the device timeline, where drawn step by step (the busy
+    and idle parts of its device bar); None for estimated (records) or binned figures."""
+    b = analysis.bounds
+    exact = not b.estimated and not b.downsampled and b.bins == analysis.series.bins
+    return b if exact and b.bins else None
+
+
+def _draw_step_bars(ax: Any, analysis: Analysis, series: StepSeries) -> str:
+    """One step a bin: the step's own figures as bars; the title."""
+    f = series.figures
+    x = np.arange(series.bins, dtype=float)
+    host = [("host: issuing", COLORS["host"], f["issuing_ns"].median / 1e6)]
+    if np.nansum(f["data_wait_ns"].median) > 0:
+        host.append(("host: data wait", COLORS["data"], f["data_wait_ns"].median / 1e6))
+    host.append(("host: sync wait", COLORS["sync"], f["sync_wait_ns"].median / 1e6))
+    _stacked(ax, x - 0.2, 0.38, host)
+    window = _device_window(analysis)
+    if window is not None:
+        idle = window.share_ns - window.busy_ns
+        device = [
+            ("device: busy", COLORS["busy"], window.busy_ns / 1e6),
+            ("device: idle", COLORS["idle"], idle / 1e6),
+        ]
+        _stacked(ax, x + 0.2, 0.38, device)
+        return "per step: host time (left bar) and device window (right bar)"
+    if f["device_ns"].count.any():
+        device_ms = np.nan_to_num(f["device_ns"].median) / 1e6
+        _stacked(ax, x + 0.2, 0.38, [("device", COLORS["busy"], device_ms)])
+    return "per step: host (left bar) and device (right bar)"
+
+
+def plot_step_bars(analysis: Analysis, *, ax: Any = None) -> Any:
+    """Per step: host bar (issuing, data wait where any, sync wait) and device bar (a trace's
+    busy and idle share of the device timeline; a session's device time), in ms.
+
+    A run of more steps than :data:`~asynctrace.analysis.series.MAX_BINS` is drawn from its
+    binned series: per bin of steps, the median as a line and min to max as a band, and the
+    title says so."""
+    ser = _series(analysis)
+    fig, ax = _axes(ax)
+    if not ser.downsampled:
+        title = _draw_step_bars(ax, analysis, ser)
+    else:
+        f = ser.figures
+        x = np.arange(ser.bins, dtype=float)
+        _band(ax, x, f["frontend_ns"], color=COLORS["host"], label="host")
+        _band(ax, x, f["sync_wait_ns"], color=COLORS["sync"], label="host: sync wait")
+        _band(ax, x, f["data_wait_ns"], color=COLORS["data"], label="host: data wait")
+        if f["device_ns"].count.any():
+            _band(ax, x, f["device_ns"], color=COLORS["busy"], label="device")
+        title = "per step: host and device time" + _binned_note(ser)
+    _step_axis(ax, ser.first_step.tolist())
+    ax.set_ylabel("ms")
+    ax.set_title(title, fontsize=10 if not ser.downsampled else 8)
+    ax.legend(fontsize=7, ncols=4, loc="upper right")
+    return fig
+
+
+# ------------------------------------------------------------------ run-ahead
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """The run-ahead picture's second axis: a count per bin."""
+
+    values: npt.NDArray[np.float64]
+    label: str
+    axis: str
+    title: str
+
+
+def _counts(analysis: Analysis, series: StepSeries) -> _Counts:
+    """A trace's highest queue depth per step (per bin: the highest of its steps), else a
+    session's steps in flight (per bin: the most)."""
+    figures = analysis.report.trace
+    if figures is not None and len(figures.steps) == series.steps:
+        q = np.array([t.queue_max for t in figures.steps], dtype=np.float64)
+        if series.downsampled:
+            q = np.maximum.reduceat(q, np.arange(0, series.steps, series.bin_steps))
+        return _Counts(
+            q,
+            "queue max",
+            "queue depth (max in step)",
+            "device completion − host end of step, and queue depth",
+        )
+    env = series.figures["in_flight"]
+    if series.downsampled:
+        return _Counts(env.hi, "in flight (most in a bin)", "steps in flight", "")
+    return _Counts(env.median, "in flight", "steps in flight", "")
+
+
+def plot_run_ahead(analysis: Analysis, *, ax: Any = None) -> Any:
+    """Run-ahead (ms) per step, and on a second axis a trace's highest queue depth in the step
+    or a session's steps in flight (a long run binned as in :func:`plot_step_bars`)."""
+    ser = _series(analysis)
+    fig, ax = _axes(ax)
+    env = ser.figures["run_ahead_ns"]
+    x = np.arange(ser.bins)
+    color = COLORS["run_ahead"]
+    if not ser.downsampled:
+        ax.plot(x, env.median / 1e6, marker="o", ms=3, color=color, label="run-ahead (ms)")
+    else:
+        _band(ax, x, env, color=color, label="run-ahead (ms)")
     ax.axhline(0, color="#999999", lw=0.6)
     ax.set_ylabel("run-ahead (ms)")
-    if all(t.run_ahead_ns is None for t in s):
+    if not env.count.any():
         # nothing to draw is not the same as zero: say why the line is missing
-        ax.text(
-            0.5,
-            0.75,
-            "run-ahead not measured: no step has device activity",
-            transform=ax.transAxes,
-            ha="center",
-            va="center",
-            fontsize=8,
-            color="#666666",
-        )
+        _note(ax, "run-ahead not measured: no step has device activity", y=0.75)
+    counts = _counts(analysis, ser)
     ax2 = ax.twinx()
     ax2.step(
         x,
-        [t.queue_max for t in s],
+        counts.values,
         where="mid",
         color=COLORS["queue"],
-        label="queue max",
-        **_one_point(len(s)),
+        label=counts.label,
+        **_one_point(len(x)),
     )
-    ax2.set_ylabel("queue depth (max in step)")
-    _counts_axis(ax2, [t.queue_max for t in s])
-    _step_axis(ax, [t.step for t in s])
-    ax.set_title("device completion − host end of step, and queue depth", fontsize=10)
+    ax2.set_ylabel(counts.axis)
+    _counts_axis(ax2, [int(v) for v in np.nan_to_num(counts.values)])
+    _step_axis(ax, ser.first_step.tolist())
+    title = counts.title or "run-ahead and steps in flight"
+    if ser.downsampled:
+        title += _binned_note(ser)
+    ax.set_title(title, fontsize=10 if not ser.downsampled else 8)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
-    return fig if fig is not None else ax.figure
+    return fig
 
 
-def overview_figure(
-    trace: Trace, report: Report | None = None, *, steps: tuple[int, int] | None = None
-) -> Any:
-    """The three pictures of a trace stacked in one figure."""
-    from asynctrace.analysis.report import analyze
-
-    report = report if report is not None else analyze(trace)
-    fig = _figure(11, 9)
-    a, b, c = fig.subplots(3, 1)
-    plot_timeline(trace, report, steps=steps, ax=a)
-    plot_step_bars(report, ax=b)
-    plot_run_ahead(report, ax=c)
+def overview_figure(analysis: Analysis, *, steps: tuple[int, int] | None = None) -> Any:
+    """The pictures of a run stacked in one figure: a trace's timeline (of ``steps``), then the
+    step bars and the run-ahead (a session's records: those two)."""
+    rows = 3 if analysis.trace is not None else 2
+    fig = _figure(11, 3 * rows)
+    axes = fig.subplots(rows, 1)
+    if analysis.trace is not None:
+        plot_timeline(analysis, steps=steps, ax=axes[0])
+    plot_step_bars(analysis, ax=axes[-2])
+    plot_run_ahead(analysis, ax=axes[-1])
     return fig
 
 
@@ -454,16 +548,7 @@ def _draw_bound(ax: Any, series: BoundSeries, *, scope: str, name: str) -> None:
             lw=0,
         )
     if not segments:
-        ax.text(
-            0.5,
-            0.5,
-            "no step owns any of the device timeline",
-            transform=ax.transAxes,
-            ha="center",
-            va="center",
-            fontsize=8,
-            color="#666666",
-        )
+        _note(ax, "no step owns any of the device timeline")
     _step_axis(ax, series.first_step.tolist())
     ax.set_ylabel("ms")
     est = " (estimated from step records)" if series.estimated else ""
@@ -473,235 +558,19 @@ def _draw_bound(ax: Any, series: BoundSeries, *, scope: str, name: str) -> None:
             f"; downsampled: {series.steps:,} steps in {series.bins:,} bins of "
             f"{series.bin_steps:,} (a bin's mean step)"
         )
-    # a file or session name: drawn as written (no math), odd bytes as "?"
-    ax.set_title(
-        title.encode("utf-8", "replace").decode(),
-        fontsize=10 if not series.downsampled else 8,
-        parse_math=False,
-    )
+    _title(ax, title, fontsize=10 if not series.downsampled else 8)
     if segments:
         ax.legend(fontsize=7, ncols=3, loc="upper right")
 
 
-def _report_bound_series(report: Report, max_bins: int | None) -> BoundSeries:
-    from asynctrace.analysis.series import MAX_BINS, bound_series
-
-    s = report.steps
-    if not s:
-        raise PlotError("the report has no steps to draw")
-    if report.bound is None or any(t.bound is None for t in s):
-        raise PlotError("the report has no bound figures (schema 1): analyse the trace again")
-    return bound_series(
-        [t.bound for t in s if t.bound is not None],
-        [t.step for t in s],
-        label=report.bound.label,
-        max_bins=MAX_BINS if max_bins is None else max_bins,
-    )
-
-
-def plot_idle_by_cause(report: Report, *, ax: Any = None, series: BoundSeries | None = None) -> Any:
+def plot_idle_by_cause(analysis: Analysis, *, ax: Any = None) -> Any:
     """Per step, its share of the device timeline as one stacked bar (ms): busy, then idle by
-    cause; titled with the run's label. ``series`` defaults to the report's steps'
-    bounds (downsampled past :data:`~asynctrace.analysis.series.MAX_BINS` steps)."""
-    ser = series if series is not None else _report_bound_series(report, None)
-    fig = None
-    if ax is None:
-        fig = _figure(10, 3)
-        ax = fig.add_subplot()
-    whole = report.step_source in ("trace", "none")
-    _draw_bound(
-        ax, ser, scope="whole trace" if whole else "run", name=Path(report.trace.source).name
-    )
-    return fig if fig is not None else ax.figure
-
-
-def records_idle_by_cause(
-    records: Records, *, ax: Any = None, series: BoundSeries | None = None
-) -> Any:
-    """:func:`plot_idle_by_cause` of a session's records: each step's estimated bound
-    (``series``: :func:`~asynctrace.analysis.series.records_bound_series` of the records
-    unless given), downsampled as :func:`records_step_bars` is."""
-    from asynctrace.analysis.series import records_bound_series
-
-    if not records.steps:
-        raise PlotError("the records have no steps to draw")
-    ser = series if series is not None else records_bound_series(records)
-    fig = None
-    if ax is None:
-        fig = _figure(10, 3)
-        ax = fig.add_subplot()
-    _draw_bound(ax, ser, scope="session", name=records.header.name)
-    return fig if fig is not None else ax.figure
-
-
-# ------------------------------------------------------------------ records
-
-
-def records_timeline(
-    records: Records, *, steps: tuple[int, int] | None = None, ax: Any = None
-) -> Any:
-    """Host and device lanes from a session's per-step records (steps as whole spans).
-
-    A step's device span ends at host end + run-ahead and lasts ``device_ns`` (the session's
-    figures); steps without device figures get no device span.
-    """
-    chosen = list(records.steps)
-    if not chosen:
-        raise PlotError("the records have no steps to draw")
-    if steps is not None:
-        chosen = [s for s in chosen if steps[0] <= s.step <= steps[1]]
-        if not chosen:
-            raise PlotError(_no_step_in(steps, [s.step for s in records.steps]))
-    elif len(chosen) > 8:
-        chosen = chosen[:8]
-    t0 = chosen[0].start_ns
-    ms = 1e-6
-    host: list[tuple[float, float, str]] = []
-    device: list[tuple[float, float]] = []
-    arrows: list[tuple[float, float]] = []
-    spans: list[tuple[float, float, str]] = []
-    for s in chosen:
-        x = (s.start_ns - t0) * ms
-        issue = s.frontend_ns - s.sync_wait_ns - s.data_wait_ns
-        if s.data_wait_ns:
-            # session.steps() measures the wait for the batch at the start of the step
-            host.append((x, s.data_wait_ns * ms, "data"))
-        host.append((x + s.data_wait_ns * ms, issue * ms, "launch"))
-        if s.sync_wait_ns:
-            # where inside the step the waits fell is not recorded: drawn at the step's end
-            host.append((x + (s.frontend_ns - s.sync_wait_ns) * ms, s.sync_wait_ns * ms, "sync"))
-        spans.append((x, s.frontend_ns * ms, f"step {s.step}"))
-        if s.device_ns is not None and s.run_ahead_ns is not None:
-            d_end = s.start_ns + s.frontend_ns + s.run_ahead_ns
-            d_start = d_end - s.device_ns
-            device.append(((d_start - t0) * ms, s.device_ns * ms))
-            arrows.append((x, (d_start - t0) * ms))
-    lanes = _Lanes(host, device, arrows, spans, t0)
-    fig = None
-    if ax is None:
-        fig = _figure(10, 3)
-        ax = fig.add_subplot()
-    _draw_lanes(ax, lanes, title=f"frontend (host) vs backend (device): {records.header.name}")
-    return fig if fig is not None else ax.figure
-
-
-def _series(records: Records, series: StepSeries | None) -> StepSeries:
-    from asynctrace.analysis.series import records_series
-
-    if not records.steps:
-        raise PlotError("the records have no steps to draw")
-    return series if series is not None else records_series(records)
-
-
-def _binned_note(series: StepSeries) -> str:
-    """What a downsampled picture says of itself, in its title."""
-    return (
-        f"; downsampled: {series.steps:,} steps in {series.bins:,} bins of "
-        f"{series.bin_steps:,} (line: median of a bin, band: its min to max)"
-    )
-
-
-def _band(ax: Any, x: Any, env: Envelope, *, color: str, label: str, scale: float) -> None:
-    ax.fill_between(x, env.lo * scale, env.hi * scale, color=color, alpha=0.25, lw=0, step="mid")
-    ax.plot(x, env.median * scale, color=color, lw=0.9, label=label, drawstyle="steps-mid")
-
-
-def records_step_bars(records: Records, *, ax: Any = None, series: StepSeries | None = None) -> Any:
-    """Per step: host bar (issuing, data wait, sync wait) and device bar (device time), in ms.
-
-    A run of more steps than :data:`~asynctrace.analysis.series.MAX_BINS` is drawn from its
-    downsampled series (``series``, :func:`~asynctrace.analysis.series.records_series` of the
-    records unless given): per bin of steps, the median as a line and min to max as a band,
-    and the title says so.
-    """
-    ser = _series(records, series)
-    fig = None
-    if ax is None:
-        fig = _figure(10, 3)
-        ax = fig.add_subplot()
-    f = ser.figures
-    x = np.arange(ser.bins, dtype=float)
-    has_device = bool(f["device_ns"].count.any())
-    title = "per step: host (left bar) and device (right bar)"
-    if not ser.downsampled:
-        # one step a bin: the median is the step's value
-        _stacked(
-            ax,
-            x - 0.2,
-            0.38,
-            [
-                ("host: issuing", COLORS["host"], f["issuing_ns"].median / 1e6),
-                ("host: data wait", COLORS["data"], f["data_wait_ns"].median / 1e6),
-                ("host: sync wait", COLORS["sync"], f["sync_wait_ns"].median / 1e6),
-            ],
-        )
-        if has_device:
-            device = np.nan_to_num(f["device_ns"].median) / 1e6
-            _stacked(ax, x + 0.2, 0.38, [("device", COLORS["busy"], device)])
-    else:
-        _band(ax, x, f["frontend_ns"], color=COLORS["host"], label="host", scale=1e-6)
-        _band(ax, x, f["sync_wait_ns"], color=COLORS["sync"], label="host: sync wait", scale=1e-6)
-        _band(ax, x, f["data_wait_ns"], color=COLORS["data"], label="host: data wait", scale=1e-6)
-        if has_device:
-            _band(ax, x, f["device_ns"], color=COLORS["busy"], label="device", scale=1e-6)
-        title = "per step: host and device time" + _binned_note(ser)
-    _step_axis(ax, ser.first_step.tolist())
-    ax.set_ylabel("ms")
-    ax.set_title(title, fontsize=10 if not ser.downsampled else 8)
-    ax.legend(fontsize=7, ncols=4, loc="upper right")
-    return fig if fig is not None else ax.figure
-
-
-def records_run_ahead(records: Records, *, ax: Any = None, series: StepSeries | None = None) -> Any:
-    """Run-ahead (ms) per step, and steps in flight on a second axis (a long run downsampled
-    as in :func:`records_step_bars`; in flight: the most in a bin)."""
-    ser = _series(records, series)
-    fig = None
-    if ax is None:
-        fig = _figure(10, 3)
-        ax = fig.add_subplot()
-    f = ser.figures
-    x = np.arange(ser.bins)
-    title = "run-ahead and steps in flight"
-    if not ser.downsampled:
-        ra = f["run_ahead_ns"].median / 1e6
-        ax.plot(x, ra, marker="o", ms=3, color=COLORS["run_ahead"], label="run-ahead (ms)")
-        in_flight = f["in_flight"].median
-        flight_label = "in flight"
-    else:
-        _band(
-            ax, x, f["run_ahead_ns"], color=COLORS["run_ahead"], label="run-ahead (ms)", scale=1e-6
-        )
-        in_flight = f["in_flight"].hi
-        flight_label = "in flight (most in a bin)"
-        title += _binned_note(ser)
-    ax.axhline(0, color="#999999", lw=0.6)
-    ax.set_ylabel("run-ahead (ms)")
-    ax2 = ax.twinx()
-    ax2.step(
-        x,
-        in_flight,
-        where="mid",
-        color=COLORS["queue"],
-        label=flight_label,
-        **_one_point(len(x)),
-    )
-    ax2.set_ylabel("steps in flight")
-    _counts_axis(ax2, [int(v) for v in np.nan_to_num(in_flight)])
-    _step_axis(ax, ser.first_step.tolist())
-    ax.set_title(title, fontsize=10 if not ser.downsampled else 8)
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
-    return fig if fig is not None else ax.figure
-
-
-def plot_records_overview(records: Records, *, steps: tuple[int, int] | None = None) -> Any:
-    """The three pictures of a session's records stacked in one figure."""
-    fig = _figure(11, 9)
-    a, b, c = fig.subplots(3, 1)
-    records_timeline(records, steps=steps, ax=a)
-    series = _series(records, None)
-    records_step_bars(records, ax=b, series=series)
-    records_run_ahead(records, ax=c, series=series)
+    cause; titled with the run's label (a session's: estimated from its step records). A long
+    run is drawn in bins of its mean step (``analysis.bounds``)."""
+    report = analysis.report
+    if not report.steps:
+        raise _no_steps(analysis)
+    scope = "whole trace" if report.whole_trace else "run" if report.trace else "session"
+    fig, ax = _axes(ax)
+    _draw_bound(ax, analysis.bounds, scope=scope, name=_run_name(analysis))
     return fig

@@ -1,5 +1,5 @@
 """The bound label in the commands' views: ``plot --view bound`` for traces and records,
-``report --html`` of a folder of ranks (each rank's label)."""
+``report --html`` of a folder of ranks (each rank's label); every ``plot`` view of both kinds."""
 
 from __future__ import annotations
 
@@ -30,6 +30,26 @@ def test_plot_view_bound_of_a_trace_and_of_records(tmp_path: Path, suffix: str) 
         # the title names the run's label (records: estimated)
         assert "what bounds each step" in (tmp_path / f"{trace.name}.svg").read_text()
         assert "estimated from step records" in (tmp_path / f"{records.name}.svg").read_text()
+
+
+def test_plot_draws_each_view_of_both_kinds_and_refuses_a_timeline_of_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "rank0.json"
+    trace.write_text(json.dumps(TINY))
+    records = _write_records(tmp_path / "a.rank0.records.jsonl", 0, [1000, 3000, 2000])
+    out = tmp_path / "p.png"
+    for src in (trace, records):
+        for view in ("overview", "steps", "run-ahead"):
+            assert main(["plot", str(src), "-o", str(out), "--view", view]) == 0, (src, view)
+    assert main(["plot", str(trace), "-o", str(out), "--view", "timeline"]) == 0
+    capsys.readouterr()
+    # a session's records hold per-step figures, no events: one line says so
+    assert main(["plot", str(records), "-o", str(out), "--view", "timeline"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("asynctrace plot: error: ")
+    assert "the timeline draws a trace's events" in err
 
 
 def test_report_html_of_ranks_shows_each_ranks_label(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""What bounds each step, as the views show it: the per-step bars (the data drawn, not pixels),
-the HTML report's bound box and its escaping, the ranks table."""
+"""What bounds each step, as the views show it: the per-step bars (the data drawn, not pixels)
+of traces and records alike, from the Analysis; the HTML report's bound box and its escaping,
+the ranks table."""
 
 from __future__ import annotations
 
@@ -21,16 +22,11 @@ from asynctrace.analysis.bound import (
     ReportWarning,
     bound_of_records,
 )
-from asynctrace.analysis.report import Report, analyze
-from asynctrace.analysis.series import bound_series, records_bound_series
+from asynctrace.analysis.report import analyze_detail
 from asynctrace.records import read_records
 from asynctrace.render.html import combined_html, report_html
 from asynctrace.render.legend import COLORS, IDLE_CAUSE_COLORS
-from asynctrace.render.plot import (
-    idle_bar_segments,
-    plot_idle_by_cause,
-    records_idle_by_cause,
-)
+from asynctrace.render.plot import idle_bar_segments, plot_idle_by_cause
 from asynctrace.traces.load import load
 from tests.conftest import shared_trace
 from tests.export._records import make_steps, write_records_file
@@ -39,32 +35,24 @@ from tests.export.test_chrome import two_step_trace
 EVIL = '<script>alert("x")</script>&'
 
 
-def _report_series(report: Report):  # type: ignore[no-untyped-def]
-    assert report.bound is not None
-    return bound_series(
-        [s.bound for s in report.steps if s.bound is not None],
-        [s.step for s in report.steps],
-        label=report.bound.label,
-    )
-
-
 def _bar_heights_ns(fig) -> list[float]:  # type: ignore[no-untyped-def]
     return [r.get_height() * 1e6 for r in fig.axes[0].patches]
 
 
 def test_the_bars_add_up_to_each_steps_share_and_the_plot_draws_them() -> None:
-    report = analyze(two_step_trace())
-    segments = idle_bar_segments(_report_series(report))
+    analysis = analyze_detail(two_step_trace())
+    report = analysis.report
+    segments = idle_bar_segments(analysis.bounds)
     assert [g.kind for g in segments] == ["busy", *(f"idle:{c}" for c in CAUSES)]
     assert [g.color for g in segments] == [COLORS["busy"], *IDLE_CAUSE_COLORS.values()]
     total = np.sum([g.values_ns for g in segments], axis=0)
-    shares = [s.bound.share_end_ns - s.bound.share_start_ns for s in report.steps if s.bound]
+    shares = [b.share_end_ns - b.share_start_ns for b in report.step_bounds]
     assert total.tolist() == shares == [1900, 400]
     # step 0: busy 300 (kernel k0), idle 1600 ns of host gaps; step 1: busy 400
     assert segments[0].values_ns.tolist() == [300, 400]
     assert segments[1].values_ns.tolist() == [1600, 0]
 
-    fig = plot_idle_by_cause(report)
+    fig = plot_idle_by_cause(analysis)
     drawn = [v for g in segments if g.values_ns.any() for v in g.values_ns.tolist()]
     assert _bar_heights_ns(fig) == pytest.approx(drawn)
     title = fig.axes[0].get_title()
@@ -78,11 +66,12 @@ def test_the_bars_add_up_to_each_steps_share_and_the_plot_draws_them() -> None:
     ["hta_v100_ns_resolution_rank0.json.gz", "tracelens_b200_compile_culaunchkernelex.json.gz"],
 )
 def test_real_trace_bars_partition_the_run(name: str) -> None:
-    report = analyze(load(shared_trace("kineto", name)))
+    analysis = analyze_detail(load(shared_trace("kineto", name)))
+    report = analysis.report
     assert report.bound is not None
-    segments = idle_bar_segments(_report_series(report))
+    segments = idle_bar_segments(analysis.bounds)
     total = np.sum([g.values_ns for g in segments], axis=0)
-    assert total.tolist() == [s.bound.region_ns for s in report.steps if s.bound]
+    assert total.tolist() == [b.region_ns for b in report.step_bounds]
     # the steps' shares partition the run: the bars add up to its busy and idle by cause
     assert segments[0].values_ns.sum() == report.bound.busy_ns
     for g, c in zip(segments[1:], CAUSES, strict=True):
@@ -94,7 +83,8 @@ def test_records_bars_are_the_estimated_step_bounds(tmp_path: Path) -> None:
                        data_wait_ns=250_000, sync_wait_ns=500_000, sync_count=1)  # fmt: skip
     rec = read_records(write_records_file(tmp_path / "r.records.jsonl", steps))
     rb = bound_of_records(rec.steps, asynchronous=rec.header.asynchronous)
-    series = records_bound_series(rec)
+    analysis = analyze_detail(rec)
+    series = analysis.bounds
     assert series.estimated
     assert series.label == rb.run.label
     segments = idle_bar_segments(series)
@@ -102,7 +92,7 @@ def test_records_bars_are_the_estimated_step_bounds(tmp_path: Path) -> None:
         b.region_ns for b in rb.steps
     ]
     assert segments[2].values_ns.tolist() == [b.idle_ns_by_cause.sync for b in rb.steps]
-    fig = records_idle_by_cause(rec)
+    fig = plot_idle_by_cause(analysis)
     assert "session: " + rb.run.label + " (estimated" in fig.axes[0].get_title()
 
 
@@ -116,7 +106,8 @@ def test_a_long_run_is_drawn_as_bin_means(tmp_path: Path) -> None:
     ]
     rec = read_records(write_records_file(tmp_path / "long.records.jsonl", steps))
     rb = bound_of_records(rec.steps, asynchronous=True)
-    series = records_bound_series(rec)
+    analysis = analyze_detail(rec)
+    series = analysis.bounds
     assert series.downsampled
     assert (series.bins, series.bin_steps) == (1667, 3)
     segments = idle_bar_segments(series)
@@ -126,7 +117,7 @@ def test_a_long_run_is_drawn_as_bin_means(tmp_path: Path) -> None:
     # a bin's parts add up to its mean share; weighted by the bin's steps, to the run's
     assert np.allclose(means * counts, np.add.reduceat(shares, np.arange(0, n, 3)))
     assert (segments[2].values_ns * counts).sum() == pytest.approx(rb.run.idle_ns_by_cause.sync)
-    fig = records_idle_by_cause(rec, series=series)
+    fig = plot_idle_by_cause(analysis)
     assert "downsampled: 5,000 steps in 1,667 bins of 3" in fig.axes[0].get_title()
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from asynctrace.analysis.report import analyze_detail
 from asynctrace.records import SessionHeader, SessionSummary, StepRecord, read_records
 
 pytest.importorskip("matplotlib")
@@ -41,15 +42,13 @@ def _write(path: Path, n: int) -> Path:
 def test_the_picture_of_a_long_run_says_it_is_downsampled(tmp_path: Path) -> None:
     from asynctrace.render import plot
 
-    rec = read_records(_write(tmp_path / "a.records.jsonl", 5000))
-    fig = plot.plot_records_overview(rec)
+    rec = analyze_detail(read_records(_write(tmp_path / "a.records.jsonl", 5000)))
+    fig = plot.overview_figure(rec)
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
     binned = [t for t in titles if "downsampled: 5,000 steps in 1,667 bins of 3" in t]
     assert len(binned) == 2, titles  # the step bars and the run-ahead
-    # the timeline still draws the first steps as they are
-    assert not any("downsampled" in t for t in titles[:1])
-    short = read_records(_write(tmp_path / "b.records.jsonl", 50))
-    assert not any("downsampled" in ax.get_title() for ax in plot.plot_records_overview(short).axes)
+    short = analyze_detail(read_records(_write(tmp_path / "b.records.jsonl", 50)))
+    assert not any("downsampled" in ax.get_title() for ax in plot.overview_figure(short).axes)
 
 
 def test_the_page_of_a_long_run_shows_its_first_steps_and_downsampled_pictures(
