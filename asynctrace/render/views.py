@@ -3,22 +3,22 @@
 Layout only — every number is a figure the analysis computed, or a trace event's own start and
 duration. Two views:
 
-* :func:`timeline_window` — one step's window of a trace: the host lane(s) (launch calls, sync
+* :func:`timeline_window` — one step's window of a trace (drawn from its
+  :class:`~asynctrace.analysis.report.Analysis`): the host lane(s) (launch calls, sync
   stalls, or the operators where nothing was launched), the device lane(s) (one per stream),
   queued→executed links (launch call end → activity start) and each stream's queue depth over
   the window. Clipped to the window and capped at ``max_events`` per lane kind (the longest
   events are kept; ``notes`` says so), so that one step of a 400 MB trace stays a small answer.
   The TensorBoard plugin serves it as JSON (``/step_window``) and draws it with SVG.
-* :func:`report_step_bars` / :func:`records_step_bars` — per step, the parts of the host bar and
-  of the device bar (device idle split by cause where the report has that split), and the
-  run-ahead / in-flight series.
+* :func:`step_bars` — per step of any report (a trace's or a session's), the parts of the host
+  bar and of the device bar (a trace's busy and idle by cause, a session's device time), and
+  the run-ahead / in-flight / queue series.
 
-All times are integer ns on the trace's clock (``*_ns``).
+All times are integer ns on the run's clock (``*_ns``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -26,8 +26,8 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from asynctrace.analysis.launches import LaunchLinks
     from asynctrace.analysis.queue import QueueSeries
+    from asynctrace.analysis.report import Analysis, Report, TraceDetail
     from asynctrace.traces.model import Trace
 
 __all__ = [
@@ -43,8 +43,7 @@ __all__ = [
     "StepBars",
     "TimelineWindow",
     "WindowCounts",
-    "records_step_bars",
-    "report_step_bars",
+    "step_bars",
     "timeline_window",
 ]
 
@@ -63,6 +62,8 @@ _ACTIVITY_KINDS = ("kernel", "memcpy", "memset")
 
 
 class Lane(msgspec.Struct, frozen=True, kw_only=True):
+    """One lane of the window: a host thread or a device stream."""
+
     #: "host:<pid>:<tid>" or "device:<stream key>"
     id: str
     label: str
@@ -70,6 +71,8 @@ class Lane(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class HostCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A call on a host lane: a launch, a sync stall, or an operator the host ran."""
+
     lane: str
     start_ns: int
     dur_ns: int
@@ -79,6 +82,8 @@ class HostCall(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class DeviceActivity(msgspec.Struct, frozen=True, kw_only=True):
+    """A kernel, memcpy or memset on a device lane."""
+
     lane: str
     start_ns: int
     dur_ns: int
@@ -90,6 +95,8 @@ class DeviceActivity(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class LaunchLink(msgspec.Struct, frozen=True, kw_only=True):
+    """A queued→executed link: from a launch call to the activity it launched."""
+
     host_lane: str
     device_lane: str
     #: end of the launch call on the host, start of the activity on the device
@@ -98,6 +105,8 @@ class LaunchLink(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class QueueTrack(msgspec.Struct, frozen=True, kw_only=True):
+    """A device lane's queue depth over the window."""
+
     lane: str
     #: a step function: depth[i] holds from time_ns[i] to time_ns[i+1] (the first point is the
     #: depth at the window's start)
@@ -117,6 +126,8 @@ class WindowCounts(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TimelineWindow(msgspec.Struct, frozen=True, kw_only=True):
+    """One step's window of a trace: its lanes, what ran on them, and the links between."""
+
     source: str
     step: int
     name: str
@@ -172,161 +183,191 @@ def _queue_track(lane: str, series: QueueSeries, w0: int, w1: int) -> QueueTrack
     return QueueTrack(lane=lane, time_ns=[w0, *tt.tolist()], depth=[first, *vv.tolist()])
 
 
-def timeline_window(
-    trace: Trace,
-    step: Mapping[str, Any],
-    *,
-    links: LaunchLinks,
-    stream_of: npt.NDArray[np.intp],
-    stream_keys: Sequence[str],
-    queues: Mapping[str, tuple[QueueSeries, QueueSeries]],
-    max_events: int = DEFAULT_MAX_EVENTS,
-) -> TimelineWindow:
-    """The window of one step (``step``: a report step as a dict, with ``start_ns``, ``end_ns``,
-    ``device_start_ns``, ``device_end_ns``) — see the module doc.
+class _Window(msgspec.Struct, frozen=True, kw_only=True):
+    """The step a window shows: its host span [s0, s1) and the window [w0, w1)."""
 
-    ``links``, ``stream_of``/``stream_keys`` and ``queues`` are what
-    :func:`~asynctrace.analysis.launches.link_launches`,
-    :func:`~asynctrace.analysis.queue.stream_groups` and
-    :func:`~asynctrace.analysis.queue.queue_series` return for the trace (a caller serving
-    many windows computes them once).
-    """
+    s0: int
+    s1: int
+    w0: int
+    w1: int
+
+
+def _host_calls(
+    trace: Trace, win: _Window, max_events: int
+) -> tuple[list[HostCall], int, npt.NDArray[np.intp]]:
+    """The host calls in the window (launch calls and syncs; the operators the host ran where
+    nothing was launched), the longest ``max_events``; how many there were; the runtime rows
+    of the launch and sync calls kept."""
     from asynctrace.analysis.launches import LAUNCHING_KINDS
     from asynctrace.analysis.steps import SYNC_KINDS
     from asynctrace.traces.model import RangeKind
 
-    s0, s1 = int(step["start_ns"]), int(step["end_ns"])
-    w0 = min(s0, int(step.get("device_start_ns") or s0))
-    w1 = max(s1, int(step.get("device_end_ns") or s1), w0 + 1)
-    notes: list[str] = []
-    act = trace.activities
     rt = trace.runtime
-
-    a_idx = _overlapping(act.start_ns, act.dur_ns, w0, w1)
-    n_device = len(a_idx)
-    a_idx = _keep_longest(a_idx, act.dur_ns, max_events)
-
     launching = np.array([int(k) for k in LAUNCHING_KINDS], dtype=np.uint8)
     syncing = np.array([int(k) for k in SYNC_KINDS], dtype=np.uint8)
-    r_idx = _overlapping(rt.start_ns, rt.dur_ns, w0, w1)
+    r_idx = _overlapping(rt.start_ns, rt.dur_ns, win.w0, win.w1)
     r_idx = r_idx[np.isin(rt.kind[r_idx], launching) | np.isin(rt.kind[r_idx], syncing)]
-    host_lanes: dict[str, Lane] = {}
     host: list[HostCall] = []
     n_host = len(r_idx)
     if not np.isin(rt.kind[r_idx], launching).any():
         # nothing was launched to a device here (a CPU-only trace): the host ran the operators
         # itself, so show those rather than an empty host lane
         hr = trace.ranges
-        o_idx = _overlapping(hr.start_ns, hr.dur_ns, w0, w1)
+        o_idx = _overlapping(hr.start_ns, hr.dur_ns, win.w0, win.w1)
         o_idx = o_idx[hr.kind[o_idx] == int(RangeKind.OP)]
         n_host += len(o_idx)
-        o_idx = _keep_longest(o_idx, hr.dur_ns, max_events)
-        for i in o_idx.tolist():
-            lane = f"host:{hr.pid[i]}:{hr.tid[i]}"
-            host.append(
-                HostCall(
-                    lane=lane,
-                    start_ns=int(hr.start_ns[i]),
-                    dur_ns=int(hr.dur_ns[i]),
-                    kind="op",
-                    name=_name(trace, int(hr.name[i])),
-                )
-            )
+        for i in _keep_longest(o_idx, hr.dur_ns, max_events).tolist():
+            host.append(_host_call(trace, hr, i, "op"))
     r_shown = _keep_longest(r_idx, rt.dur_ns, max(max_events - len(host), 0))
     shown_sync = np.isin(rt.kind[r_shown], syncing).tolist()
     for i, is_sync in zip(r_shown.tolist(), shown_sync, strict=True):
-        host.append(
-            HostCall(
-                lane=f"host:{rt.pid[i]}:{rt.tid[i]}",
-                start_ns=int(rt.start_ns[i]),
-                dur_ns=int(rt.dur_ns[i]),
-                kind="sync" if is_sync else "launch",
-                name=_name(trace, int(rt.name[i])),
-            )
-        )
+        host.append(_host_call(trace, rt, i, "sync" if is_sync else "launch"))
     host.sort(key=lambda h: h.start_ns)
-    for h in host:
-        if h.lane not in host_lanes:
-            _, pid, tid = h.lane.split(":")
-            host_lanes[h.lane] = Lane(id=h.lane, label=f"host pid {pid} tid {tid}", kind="host")
+    return host, n_host, r_shown
 
+
+def _host_call(trace: Trace, table: Any, i: int, kind: str) -> HostCall:
+    """Row ``i`` of a runtime or range table, as a host call of ``kind``."""
+    return HostCall(
+        lane=f"host:{table.pid[i]}:{table.tid[i]}",
+        start_ns=int(table.start_ns[i]),
+        dur_ns=int(table.dur_ns[i]),
+        kind=kind,
+        name=_name(trace, int(table.name[i])),
+    )
+
+
+def _stream_key(detail: TraceDetail, multi_device: bool, i: int) -> str:
+    """The stream key of activity ``i``, as the analysis keys its streams (``queue_series``):
+    the stream id, or ``"device:stream"`` on a trace with more than one device."""
+    act = detail.trace.activities
+    return f"{act.device[i]}:{act.stream[i]}" if multi_device else str(act.stream[i])
+
+
+def _device_activities(
+    detail: TraceDetail, win: _Window, a_idx: npt.NDArray[np.intp], shown_launch: set[int]
+) -> tuple[list[DeviceActivity], list[LaunchLink]]:
+    """The window's device activities, and the links from their launch calls shown."""
+    trace, links = detail.trace, detail.links
+    act, rt = trace.activities, trace.runtime
+    multi_device = any(":" in k for k in detail.queue_series)
     device: list[DeviceActivity] = []
-    dev_lanes: dict[str, Lane] = {}
-    matched = links.matched
-    shown_launch = set(r_shown.tolist())
-    link_rows: list[int] = []
+    out_links: list[LaunchLink] = []
     for i in a_idx.tolist():
-        key = stream_keys[int(stream_of[i])]
-        lane = f"device:{key}"
-        if lane not in dev_lanes:
-            dev_lanes[lane] = Lane(id=lane, label=f"stream {key}", kind="device")
+        lane = f"device:{_stream_key(detail, multi_device, i)}"
         launch_start = int(links.launch_start_ns[i])
+        matched = bool(links.matched[i])
+        kind = int(act.kind[i])
         device.append(
             DeviceActivity(
                 lane=lane,
                 start_ns=int(act.start_ns[i]),
                 dur_ns=int(act.dur_ns[i]),
-                kind=_ACTIVITY_KINDS[int(act.kind[i])] if int(act.kind[i]) < 3 else "kernel",
+                kind=_ACTIVITY_KINDS[kind] if kind < len(_ACTIVITY_KINDS) else "kernel",
                 name=_name(trace, int(act.name[i])),
-                in_step=bool(matched[i]) and s0 <= launch_start < s1,
+                in_step=matched and win.s0 <= launch_start < win.s1,
             )
         )
-        if matched[i] and int(links.launch_index[i]) in shown_launch:
-            link_rows.append(i)
-    n_links = len(link_rows)
-    if n_links > _MAX_LINKS:
-        link_rows = link_rows[:: -(-n_links // _MAX_LINKS)]
-    out_links = [
-        LaunchLink(
-            host_lane=f"host:{rt.pid[j]}:{rt.tid[j]}",
-            device_lane=f"device:{stream_keys[int(stream_of[i])]}",
-            queued_ns=int(links.launch_end_ns[i]),
-            executed_ns=int(act.start_ns[i]),
-        )
-        for i in link_rows
-        for j in (int(links.launch_index[i]),)
-    ]
-    queue = [
-        _queue_track(f"device:{k}", queues[k][0], w0, w1)
-        for k in (lane.id.removeprefix("device:") for lane in dev_lanes.values())
-        if k in queues
-    ]
-    capped = len(device) < n_device or len(host) < n_host
-    if len(device) < n_device:
+        j = int(links.launch_index[i])
+        if matched and j in shown_launch:
+            out_links.append(
+                LaunchLink(
+                    host_lane=f"host:{rt.pid[j]}:{rt.tid[j]}",
+                    device_lane=lane,
+                    queued_ns=int(links.launch_end_ns[i]),
+                    executed_ns=int(act.start_ns[i]),
+                )
+            )
+    return device, out_links
+
+
+def _lanes(host: list[HostCall], device: list[DeviceActivity]) -> list[Lane]:
+    """The host lanes, then the device lanes (one per stream), each in id order."""
+    lanes: dict[str, Lane] = {}
+    for h in host:
+        if h.lane not in lanes:
+            _, pid, tid = h.lane.split(":")
+            lanes[h.lane] = Lane(id=h.lane, label=f"host pid {pid} tid {tid}", kind="host")
+    for d in device:
+        if d.lane not in lanes:
+            key = d.lane.removeprefix("device:")
+            lanes[d.lane] = Lane(id=d.lane, label=f"stream {key}", kind="device")
+    return sorted(lanes.values(), key=lambda lane: (lane.kind != "host", lane.id))
+
+
+def _notes(counts: WindowCounts) -> list[str]:
+    notes: list[str] = []
+    if counts.device_shown < counts.device:
         notes.append(
-            f"capped: showing the {len(device)} longest of {n_device} device activities in "
-            "this window"
+            f"capped: showing the {counts.device_shown} longest of {counts.device} device "
+            "activities in this window"
         )
-    if len(host) < n_host:
-        notes.append(f"capped: showing the {len(host)} longest of {n_host} host calls")
-    if len(out_links) < n_links:
-        notes.append(f"showing {len(out_links)} of {n_links} queued→executed links (sampled)")
-    if not device:
+    if counts.host_shown < counts.host:
+        notes.append(f"capped: showing the {counts.host_shown} longest of {counts.host} host calls")
+    if counts.links_shown < counts.links:
+        notes.append(
+            f"showing {counts.links_shown} of {counts.links} queued→executed links (sampled)"
+        )
+    if not counts.device:
         notes.append("no device activity recorded in this window")
+    return notes
+
+
+def timeline_window(
+    analysis: Analysis, index: int, *, max_events: int = DEFAULT_MAX_EVENTS
+) -> TimelineWindow:
+    """The window of a trace's ``index``-th step (``analysis.report.steps[index]``) — see the
+    module doc. Draws from the analysis' detail (the trace, its launch links and queue
+    series); raises ValueError for a session's records, which hold no events."""
+    detail = analysis.trace
+    figures = analysis.report.trace
+    if detail is None or figures is None:
+        raise ValueError("step windows are drawn from traces, not records")
+    step, extra = analysis.report.steps[index], figures.steps[index]
+    s0, s1 = step.start_ns, extra.end_ns
+    w0 = min(s0, extra.device_start_ns or s0)
+    win = _Window(s0=s0, s1=s1, w0=w0, w1=max(s1, extra.device_end_ns or s1, w0 + 1))
+    act = detail.trace.activities
+    a_idx = _overlapping(act.start_ns, act.dur_ns, win.w0, win.w1)
+    n_device = len(a_idx)
+    host, n_host, r_shown = _host_calls(detail.trace, win, max_events)
+    device, links = _device_activities(
+        detail, win, _keep_longest(a_idx, act.dur_ns, max_events), set(r_shown.tolist())
+    )
+    n_links = len(links)
+    if n_links > _MAX_LINKS:
+        links = links[:: -(-n_links // _MAX_LINKS)]
+    lanes = _lanes(host, device)
+    counts = WindowCounts(
+        host=n_host,
+        host_shown=len(host),
+        device=n_device,
+        device_shown=len(device),
+        links=n_links,
+        links_shown=len(links),
+    )
+    queues = detail.queue_series
     return TimelineWindow(
-        source=trace.source,
-        step=int(step["step"]),
-        name=str(step.get("name", "")),
-        start_ns=w0,
-        end_ns=w1,
+        source=analysis.report.source.path,
+        step=step.step,
+        name=extra.name,
+        start_ns=win.w0,
+        end_ns=win.w1,
         step_start_ns=s0,
         step_end_ns=s1,
-        lanes=sorted(host_lanes.values(), key=lambda lane: lane.id)
-        + sorted(dev_lanes.values(), key=lambda lane: lane.id),
+        lanes=lanes,
         host=host,
         device=device,
-        links=out_links,
-        queue=queue,
-        counts=WindowCounts(
-            host=n_host,
-            host_shown=len(host),
-            device=n_device,
-            device_shown=len(device),
-            links=n_links,
-            links_shown=len(out_links),
-        ),
-        capped=capped,
-        notes=notes,
+        links=links,
+        queue=[
+            _queue_track(lane.id, queues[k][0], win.w0, win.w1)
+            for lane in lanes
+            for k in (lane.id.removeprefix("device:"),)
+            if lane.kind == "device" and k in queues
+        ],
+        counts=counts,
+        capped=len(device) < n_device or len(host) < n_host,
+        notes=_notes(counts),
     )
 
 
@@ -334,6 +375,8 @@ def timeline_window(
 
 
 class BarPart(msgspec.Struct, frozen=True, kw_only=True):
+    """One part of a stacked bar."""
+
     #: a kind of :mod:`asynctrace.render.legend` ("host", "sync", "data", "busy", "idle",
     #: "idle:<cause>")
     kind: str
@@ -341,12 +384,17 @@ class BarPart(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class StepBar(msgspec.Struct, frozen=True, kw_only=True):
+    """One step's two bars: the host's time and the device's, each in parts."""
+
     step: int
     host: list[BarPart]
-    device: list[BarPart]
+    #: empty where the step's device time was not measured
+    device: list[BarPart] = msgspec.field(default_factory=list)
 
 
 class StepBars(msgspec.Struct, frozen=True, kw_only=True):
+    """The per-step bars of a run, and its per-step series."""
+
     bars: list[StepBar]
     #: steps in the run; ``bars`` holds every ``stride``-th of them (1: all) so that a run of a
     #: million steps stays a picture of at most ``DEFAULT_MAX_STEPS`` bars
@@ -354,81 +402,47 @@ class StepBars(msgspec.Struct, frozen=True, kw_only=True):
     stride: int = 1
     #: per step, in the order of ``bars``; None where not measured
     run_ahead_ns: list[int | None]
-    #: steps in flight (records: ``in_flight``; traces: ``in_flight_steps``)
+    #: steps in flight (the step record's ``in_flight``)
     in_flight: list[int]
     #: highest queue depth in the step (traces only)
     queue_max: list[int] | None = None
 
 
-def _idle_causes(step: Mapping[str, Any]) -> dict[str, int] | None:
-    """The step's device idle time by cause, where the report has that split: a mapping field
-    named like ``idle_by_cause_ns`` / ``idle_ns_by_cause`` (cause → ns)."""
-    for key, value in step.items():
-        if "idle" in key and "cause" in key and isinstance(value, Mapping):
-            out = {str(k): int(v) for k, v in value.items() if isinstance(v, (int, float)) and v}
-            return out
-    return None
-
-
-def _every(steps: Sequence[Mapping[str, Any]], max_steps: int) -> tuple[list[Any], int]:
-    stride = max(1, -(-len(steps) // max(max_steps, 1)))
-    return list(steps[::stride]), stride
-
-
-def report_step_bars(
-    steps: Sequence[Mapping[str, Any]], *, max_steps: int = DEFAULT_MAX_STEPS
-) -> StepBars:
-    """Per step of a trace's report (steps as dicts, as in the report's JSON): host issuing +
-    sync wait; device busy + idle (by cause where the report splits it)."""
-    total = len(steps)
-    steps, stride = _every(steps, max_steps)
-    bars = []
-    for s in steps:
-        host = [
-            BarPart(kind="host", dur_ns=max(int(s["cpu_ns"]) - int(s["sync_wait_ns"]), 0)),
-            BarPart(kind="sync", dur_ns=int(s["sync_wait_ns"])),
+def _device_parts(report: Report, i: int) -> list[BarPart]:
+    """A trace's share of the device timeline (busy, then idle by cause); a session's device
+    time (its step bounds are estimated, not measured: not drawn as a device window)."""
+    if report.trace is not None and i < len(report.step_bounds):
+        b = report.step_bounds[i]
+        causes = b.idle_ns_by_cause.as_dict()
+        return [BarPart(kind="busy", dur_ns=b.busy_ns)] + [
+            BarPart(kind=f"idle:{k}", dur_ns=v) for k, v in causes.items() if v
         ]
-        device = [BarPart(kind="busy", dur_ns=int(s["gpu_busy_ns"]))]
-        causes = _idle_causes(s)
-        if causes:
-            device += [BarPart(kind=f"idle:{k}", dur_ns=v) for k, v in causes.items()]
-        else:
-            device.append(BarPart(kind="idle", dur_ns=int(s["gpu_idle_ns"])))
-        bars.append(StepBar(step=int(s["step"]), host=host, device=device))
+    ns = report.steps[i].device_ns
+    return [] if ns is None else [BarPart(kind="busy", dur_ns=ns)]
+
+
+def step_bars(report: Report, *, max_steps: int = DEFAULT_MAX_STEPS) -> StepBars:
+    """Per step of a report (a trace's or a session's; every ``stride``-th step of a long run,
+    real steps, not averages): host issuing + data wait + sync wait; the device bar
+    (:func:`_device_parts`); run-ahead, steps in flight, and a trace's queue maximum."""
+    total = len(report.steps)
+    stride = max(1, -(-total // max(max_steps, 1)))
+    rows = range(0, total, stride)
+    bars = []
+    for i in rows:
+        s = report.steps[i]
+        host = [
+            BarPart(kind="host", dur_ns=max(s.frontend_ns - s.data_wait_ns - s.sync_wait_ns, 0)),
+            BarPart(kind="data", dur_ns=s.data_wait_ns),
+            BarPart(kind="sync", dur_ns=s.sync_wait_ns),
+        ]
+        bars.append(StepBar(step=s.step, host=host, device=_device_parts(report, i)))
+    extras = report.trace.steps if report.trace is not None else None
     return StepBars(
         bars=bars,
-        run_ahead_ns=[s.get("run_ahead_ns") for s in steps],
-        in_flight=[int(s.get("in_flight_steps", 0)) for s in steps],
-        queue_max=[int(s.get("queue_max", 0)) for s in steps],
-        total_steps=total,
-        stride=stride,
-    )
-
-
-def records_step_bars(
-    steps: Sequence[Mapping[str, Any]], *, max_steps: int = DEFAULT_MAX_STEPS
-) -> StepBars:
-    """Per step of a session's records (steps as dicts): host issuing + data wait + sync wait;
-    device time where measured (and idle by cause where the records have it)."""
-    total = len(steps)
-    steps, stride = _every(steps, max_steps)
-    bars = []
-    for s in steps:
-        fe, dw, sw = int(s["frontend_ns"]), int(s.get("data_wait_ns", 0)), int(s["sync_wait_ns"])
-        host = [
-            BarPart(kind="host", dur_ns=max(fe - dw - sw, 0)),
-            BarPart(kind="data", dur_ns=dw),
-            BarPart(kind="sync", dur_ns=sw),
-        ]
-        device = [] if s.get("device_ns") is None else [BarPart(kind="busy", dur_ns=s["device_ns"])]
-        causes = _idle_causes(s)
-        if causes:
-            device += [BarPart(kind=f"idle:{k}", dur_ns=v) for k, v in causes.items()]
-        bars.append(StepBar(step=int(s["step"]), host=host, device=device))
-    return StepBars(
-        bars=bars,
-        run_ahead_ns=[s.get("run_ahead_ns") for s in steps],
-        in_flight=[int(s.get("in_flight", 0)) for s in steps],
+        run_ahead_ns=[report.steps[i].run_ahead_ns for i in rows],
+        in_flight=[report.steps[i].in_flight for i in rows],
+        queue_max=[extras[i].queue_max for i in rows] if extras is not None else None,
         total_steps=total,
         stride=stride,
     )

@@ -85,42 +85,46 @@ def test_runs_are_folders_or_files_at_the_top(logdir: Path) -> None:
     assert {e.kind for e in listing.legend} >= {"host", "sync", "busy", "queue", "idle:host"}
 
 
-def test_report_is_the_analysis_json_passed_through(logdir: Path) -> None:
-    from asynctrace import load
-    from asynctrace.analysis.report import analyze, summarize_records
-    from asynctrace.records import read_records
+def _analyze(path: Path) -> Any:
+    """The report of a file as the plugin makes it: one loader and one analysis for both
+    kinds, the sync calls left out (the page lists the sites)."""
+    from asynctrace.analysis.report import analyze
+    from asynctrace.sources import load_source
 
+    return analyze(load_source(path), keep_sync_calls=False)
+
+
+def test_report_is_the_analysis_json_passed_through(logdir: Path) -> None:
     data = PluginData(logdir)
     rec = _records(logdir)[0]
     got = json.loads(data.report(rec))
     assert got["ok"]
     assert got["kind"] == "records"
     assert got["run"] == rec
-    want = json.loads(msgspec.json.encode(summarize_records(read_records(logdir / rec))))
+    want = json.loads(_analyze(logdir / rec).to_json())
+    assert want["schema_version"] == 3
     assert got["report"] == want
-    assert [b["step"] for b in got["bars"]["bars"]] == [
-        s.step for s in read_records(logdir / rec).steps
-    ]
+    assert [b["step"] for b in got["bars"]["bars"]] == [s["step"] for s in want["steps"]]
+    assert got["bars"]["queue_max"] is None  # a trace's only
+    assert got["windows"] == []  # no events: no step windows
     trace = next((logdir / "demo-profiled").glob("*.pt.trace.json.gz"))
     got = json.loads(data.report(trace.relative_to(logdir).as_posix()))
-    want = json.loads(analyze(load(trace), keep_sync_calls=False).to_json())
+    want = json.loads(_analyze(trace).to_json())
     assert got["ok"]
     assert got["report"] == want
     assert [w["step"] for w in got["windows"]] == [s["step"] for s in want["steps"]]
+    assert [w["name"] for w in got["windows"]] == [s["name"] for s in want["trace"]["steps"]]
+    assert got["bars"]["queue_max"] == [s["queue_max"] for s in want["trace"]["steps"]]
 
 
 def test_unreadable_files_say_why_and_nothing_else_breaks(logdir: Path) -> None:
-    from asynctrace import load
     from asynctrace.errors import TraceFormatError
-    from asynctrace.records import read_records
+    from asynctrace.sources import load_source
 
     data = PluginData(logdir)
-    for rel, reader in (
-        ("broken/cut.pt.trace.json.gz", load),
-        ("broken/bad.records.jsonl", read_records),
-    ):
+    for rel in ("broken/cut.pt.trace.json.gz", "broken/bad.records.jsonl"):
         with pytest.raises(TraceFormatError) as e:
-            reader(logdir / rel)
+            load_source(logdir / rel)
         got = json.loads(data.report(rel))
         assert got["ok"] is False
         assert got["error"] == str(e.value)
@@ -139,16 +143,17 @@ def test_step_window_is_one_step_clipped_and_cached(logdir: Path) -> None:
     data = PluginData(logdir)
     rel = "hta-small/hta_sampled_rank0.json.gz"
     report = json.loads(data.report(rel))["report"]
-    first = report["steps"][0]
+    first, extra = report["steps"][0], report["trace"]["steps"][0]
     win = json.loads(data.step_window(rel, first["step"]))
     assert win["step"] == first["step"]
-    assert win["start_ns"] <= first["start_ns"]
-    assert win["end_ns"] >= first["end_ns"]
+    assert win["name"] == extra["name"]
+    assert win["start_ns"] <= first["start_ns"] == win["step_start_ns"]
+    assert win["end_ns"] >= extra["end_ns"] == win["step_end_ns"]
     for a in win["device"]:
         assert a["start_ns"] < win["end_ns"]
         assert a["start_ns"] + a["dur_ns"] >= win["start_ns"]
     # every activity the report gave the step is in its window, and marked as the step's
-    assert sum(a["in_step"] for a in win["device"]) == first["activities"]
+    assert sum(a["in_step"] for a in win["device"]) == extra["activities"]
     starts = {a["start_ns"] for a in win["device"]}
     assert win["links"]
     assert all(lk["executed_ns"] in starts for lk in win["links"])
@@ -163,8 +168,9 @@ def test_step_window_is_one_step_clipped_and_cached(logdir: Path) -> None:
     assert capped["capped"]
     assert len(capped["device"]) == 5
     assert any("capped" in n for n in capped["notes"])
-    assert json.loads(data.step_window(rel, 10**9))["ok"] is False
-    assert json.loads(data.step_window(_records(logdir)[0], None))["ok"] is False
+    assert json.loads(data.step_window(rel, None))["step"] == first["step"]
+    assert "no step 1000000000" in json.loads(data.step_window(rel, 10**9))["error"]
+    assert "not records" in json.loads(data.step_window(_records(logdir)[0], None))["error"]
 
 
 def test_cache_is_bounded_and_keyed_by_mtime(tmp_path: Path) -> None:
@@ -206,54 +212,71 @@ def test_inactive_without_records_or_traces(tmp_path: Path) -> None:
     assert PluginData(tmp_path).is_active() is True
 
 
-def test_compare_uses_the_analysis_compare(logdir: Path) -> None:
-    from asynctrace.analysis.compare import compare_records
-    from asynctrace.records import read_records
+def test_compare_uses_the_analysis_compare_for_any_two_sources(logdir: Path) -> None:
+    from asynctrace.analysis.compare import compare
 
     data = PluginData(logdir)
     a, b = _records(logdir)[:2]
     got = json.loads(data.compare(a, b))
     assert got["ok"]
-    want = compare_records(read_records(logdir / a), read_records(logdir / b))
+    want = compare(_analyze(logdir / a), _analyze(logdir / b))
     assert got["comparison"] == json.loads(msgspec.json.encode(want))
+    assert got["comparison"]["kind"] == "records"
+    # a session's records beside a trace: the same step figures, compared
     trace = next((logdir / "demo-profiled").glob("*.pt.trace.json.gz")).relative_to(logdir)
     mixed = json.loads(data.compare(a, trace.as_posix()))
-    assert mixed["ok"] is False
-    assert "two records files or two traces" in mixed["error"]
+    assert mixed["ok"], mixed
+    assert mixed["comparison"] == json.loads(
+        msgspec.json.encode(compare(_analyze(logdir / a), _analyze(logdir / trace)))
+    )
+    assert mixed["comparison"]["kind"] == "mixed"
+    assert mixed["verdict_line_a"]
+    assert mixed["verdict_line_b"]
 
 
-def test_step_bars_show_idle_by_cause_when_the_report_has_it() -> None:
-    from asynctrace.render.views import report_step_bars
+def test_step_bars_of_a_trace_split_its_device_idle_by_cause() -> None:
+    from asynctrace.analysis.report import analyze
+    from asynctrace.render.views import step_bars
+    from tests.export.test_chrome import two_step_trace
 
-    step = {
-        "step": 3, "cpu_ns": 10, "sync_wait_ns": 4, "gpu_busy_ns": 5, "gpu_idle_ns": 3,
-        "run_ahead_ns": None, "in_flight_steps": 1, "queue_max": 2,
-        "idle_by_cause_ns": {"host": 2, "sync": 1},
-    }  # fmt: skip
-    bars = report_step_bars([step])
-    assert [(p.kind, p.dur_ns) for p in bars.bars[0].host] == [("host", 6), ("sync", 4)]
-    assert [(p.kind, p.dur_ns) for p in bars.bars[0].device] == [
-        ("busy", 5),
-        ("idle:host", 2),
-        ("idle:sync", 1),
+    report = analyze(two_step_trace())
+    bars = step_bars(report)
+    # step 1: 1000 ns on the host, 500 of them waiting on a sync
+    assert [(p.kind, p.dur_ns) for p in bars.bars[1].host] == [
+        ("host", 500),
+        ("data", 0),
+        ("sync", 500),
     ]
-    del step["idle_by_cause_ns"]
-    assert [p.kind for p in report_step_bars([step]).bars[0].device] == ["busy", "idle"]
+    # step 0: the kernel's 300 ns busy, and the 1600 ns the device waited on the host
+    b = report.step_bounds[0]
+    assert (b.busy_ns, b.idle_ns_by_cause.host) == (300, 1600)
+    assert [(p.kind, p.dur_ns) for p in bars.bars[0].device] == [("busy", 300), ("idle:host", 1600)]
+    assert bars.run_ahead_ns == [s.run_ahead_ns for s in report.steps]
+    assert report.trace is not None
+    assert bars.queue_max == [t.queue_max for t in report.trace.steps]
 
 
-def test_step_bars_of_a_long_run_are_every_kth_step() -> None:
-    from asynctrace.render.views import records_step_bars
+def test_step_bars_of_a_long_run_are_every_kth_step(tmp_path: Path) -> None:
+    from asynctrace.analysis.report import analyze
+    from asynctrace.records import read_records
+    from asynctrace.render.views import step_bars
+    from tests.export._records import make_steps, write_records_file
 
     steps = [
-        {"step": i, "frontend_ns": 10 + i, "sync_wait_ns": 0, "data_wait_ns": 0}
-        for i in range(10_001)
+        msgspec.structs.replace(s, frontend_ns=10 + s.step, device_ns=None if s.step % 2 else 7)
+        for s in make_steps(10_001)
     ]
-    bars = records_step_bars(steps, max_steps=2000)
+    report = analyze(read_records(write_records_file(tmp_path / "long.records.jsonl", steps)))
+    bars = step_bars(report, max_steps=2000)
     assert bars.total_steps == 10_001
     assert bars.stride == 6
     assert [b.step for b in bars.bars] == list(range(0, 10_001, 6))
     assert bars.bars[1].host[0].dur_ns == 16  # a real step's figure, not an average
-    assert records_step_bars(steps[:5]).stride == 1
+    # a session's device bar is its device time (its bounds are estimates, not a timeline)
+    assert [(p.kind, p.dur_ns) for p in bars.bars[0].device] == [("busy", 7)]
+    every = step_bars(report, max_steps=10_001)
+    assert every.stride == 1
+    assert every.bars[1].device == []  # step 1: no device time measured
 
 
 def test_entry_point_and_package_data_are_declared() -> None:

@@ -1,10 +1,12 @@
 """The plugin's data: runs found in a logdir, and the JSON answers of its routes.
 
 No tensorboard or werkzeug here (``_plugin.py`` wraps these in WSGI routes), so everything is
-testable as plain functions. Nothing is computed here either: a report is
-:func:`~asynctrace.analysis.report.analyze` / ``summarize_records`` passed through as JSON
-(new Report fields show up with no change here), the bars and step windows are
-:mod:`asynctrace.render.views`, a comparison is :mod:`asynctrace.analysis.compare`.
+testable as plain functions. Nothing is computed here either: every file is read by
+:func:`~asynctrace.sources.load_source` and analysed by
+:func:`~asynctrace.analysis.report.analyze_detail`, one path for traces and records; its report
+is passed through as JSON (new Report fields show up with no change here), the bars and step
+windows are :mod:`asynctrace.render.views` of the analysis, a comparison is
+:func:`asynctrace.analysis.compare.compare` of two reports of any kinds.
 
 Runs: a folder under the logdir holding session records (``*.records.jsonl``) or traces
 (``*.pt.trace.json[.gz]``, ``*.json.gz``, ``*.sqlite``) is a run, named by its path relative to
@@ -23,9 +25,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -35,10 +37,7 @@ from asynctrace.render.legend import LegendEntry, legend
 from asynctrace.render.views import DEFAULT_MAX_EVENTS, StepBars
 
 if TYPE_CHECKING:
-    from asynctrace.analysis.launches import LaunchLinks
-    from asynctrace.analysis.queue import QueueSeries
-    from asynctrace.records import Records
-    from asynctrace.traces.model import Trace
+    from asynctrace.analysis.report import Analysis
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -108,8 +107,8 @@ class StepRef(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ReportAnswer(msgspec.Struct, frozen=True, kw_only=True):
-    """``/report``: one source's report (a trace's ``Report`` or a session's
-    ``RecordsSummary``, as their own JSON), its step bars and the steps a window can show."""
+    """``/report``: one source's report (a trace's or a session's ``Report``, as its own
+    JSON), its step bars and the steps a window can show."""
 
     schema_version: int = PLUGIN_SCHEMA_VERSION
     path: str
@@ -118,7 +117,7 @@ class ReportAnswer(msgspec.Struct, frozen=True, kw_only=True):
     ok: bool
     error: str | None = None
     report: msgspec.Raw | None = None
-    #: the verdict as one line, its code said once (``verdict_line``, as the text report)
+    #: the verdict as one line, its code said once (``VerdictInfo.line``, as every view)
     verdict_line: str | None = None
     bars: StepBars | None = None
     #: the steps /step_window can show (traces with steps only)
@@ -147,34 +146,26 @@ class CompareAnswer(msgspec.Struct, frozen=True, kw_only=True):
 class _Loaded:
     """One file, read and analysed once."""
 
-    kind: str
     report_json: bytes
     verdict_line: str
     bars: StepBars
-    steps: dict[int, dict[str, Any]]
-    report: Any = None  # Report, for compare_reports
-    records: Records | None = None
-    trace: Trace | None = None
-    # the window's inputs, computed at the first window request and kept
-    links: LaunchLinks | None = None
-    groups: Any = None
-    queues: dict[str, tuple[QueueSeries, QueueSeries]] | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    analysis: Analysis
+    #: step number -> its index in the report's steps (what a step window is asked by)
+    index: dict[int, int]
 
     @property
     def nbytes(self) -> int:
         """The model's columns and the report's JSON (what the cache's byte bound counts)."""
         n = len(self.report_json)
-        t = self.trace
-        if t is not None:
-            n += sum(
-                tab.nbytes()
-                for tab in (t.runtime, t.activities, t.ranges, t.python_frames, t.device_syncs)
-            )
-            n += sum(len(x) for x in t.strings)
-        elif self.records is not None:
-            n += 200 * len(self.records.steps)
-        return n
+        detail = self.analysis.trace
+        if detail is None:
+            return n + 200 * len(self.analysis.report.steps)
+        t = detail.trace
+        n += sum(
+            tab.nbytes()
+            for tab in (t.runtime, t.activities, t.ranges, t.python_frames, t.device_syncs)
+        )
+        return n + sum(len(x) for x in t.strings)
 
 
 class _Failure(msgspec.Struct, frozen=True):
@@ -194,39 +185,20 @@ def _failure(path: Path, e: Exception) -> _Failure:
     return _Failure(str(path), f"{type(e).__name__}: {e}")
 
 
-def _load(path: Path, kind: str) -> _Loaded:
-    from asynctrace.analysis.report import analyze, summarize_records
-    from asynctrace.analysis.verdict import verdict_line
-    from asynctrace.render.views import records_step_bars, report_step_bars
+def _load(path: Path) -> _Loaded:
+    from asynctrace.analysis.report import analyze_detail
+    from asynctrace.render.views import step_bars
+    from asynctrace.sources import load_source
 
-    if kind == "records":
-        from asynctrace.records import read_records
-
-        records = read_records(path)
-        summary = summarize_records(records)
-        steps = [msgspec.to_builtins(s) for s in records.steps]
-        return _Loaded(
-            kind=kind,
-            report_json=msgspec.json.encode(summary),
-            verdict_line=verdict_line(summary.verdict.code, summary.verdict.message),
-            bars=records_step_bars(steps),
-            steps={int(s["step"]): s for s in steps},
-            records=records,
-        )
-    from asynctrace.traces.load import load
-
-    trace = load(path)
     # every sync call is in the trace; the page lists the sites
-    report = analyze(trace, keep_sync_calls=False)
-    steps = msgspec.to_builtins(report)["steps"]
+    analysis = analyze_detail(load_source(path), keep_sync_calls=False)
+    report = analysis.report
     return _Loaded(
-        kind=kind,
         report_json=msgspec.json.encode(report),
-        verdict_line=verdict_line(report.verdict.code, report.verdict.message),
-        bars=report_step_bars(steps),
-        steps={int(s["step"]): s for s in steps},
-        report=report,
-        trace=trace,
+        verdict_line=report.verdict.line,
+        bars=step_bars(report),
+        analysis=analysis,
+        index={s.step: i for i, s in enumerate(report.steps)},
     )
 
 
@@ -273,7 +245,7 @@ class LoadCache:
             _, v = self._entries.popitem(last=False)
             total -= size(v)
 
-    def get(self, path: Path, kind: str) -> _Loaded:
+    def get(self, path: Path) -> _Loaded:
         """The loaded file; raises :class:`TraceFormatError` with the reason if unreadable."""
         try:
             k = self.key(path)
@@ -291,7 +263,7 @@ class LoadCache:
                     v = self._entries.get(k)
                 if v is None:
                     try:
-                        v = _load(path, kind)
+                        v = _load(path)
                     except Exception as e:  # the page shows why, and never breaks
                         v = _failure(path, e)
                     with self._lock:
@@ -397,15 +369,15 @@ class PluginData:
         except TraceFormatError as e:
             return msgspec.json.encode(ErrorAnswer(error=str(e)))
         try:
-            got = self.cache.get(path, kind)
+            got = self.cache.get(path)
         except TraceFormatError as e:
             answer = ReportAnswer(path=rel, run=run, kind=kind, ok=False, error=str(e))
             return msgspec.json.encode(answer)
-        windows = (
-            [StepRef(step=n, name=str(s.get("name", ""))) for n, s in got.steps.items()]
-            if kind == "trace"
-            else []
-        )
+        report = got.analysis.report
+        extras = report.trace.steps if report.trace is not None else []
+        windows = [
+            StepRef(step=s.step, name=t.name) for s, t in zip(report.steps, extras, strict=False)
+        ]
         answer = ReportAnswer(
             path=rel,
             run=run,
@@ -423,76 +395,43 @@ class PluginData:
     ) -> bytes:
         """The :class:`~asynctrace.render.views.TimelineWindow` of one step of a trace (the
         first step when ``step`` is None)."""
-        from asynctrace.analysis.launches import link_launches
-        from asynctrace.analysis.queue import queue_series, stream_groups
         from asynctrace.render.views import timeline_window
 
         try:
-            path, kind, _run = self.resolve(rel)
-            if kind != "trace":
-                raise TraceFormatError(rel, "step windows are drawn from traces, not records")
-            got = self.cache.get(path, kind)
+            path, _kind, _run = self.resolve(rel)
+            got = self.cache.get(path)
         except TraceFormatError as e:
             return msgspec.json.encode(ErrorAnswer(error=str(e)))
-        if not got.steps:
-            return msgspec.json.encode(ErrorAnswer(error=f"{rel}: the trace has no steps"))
-        if step is None:
-            step = next(iter(got.steps))
-        s = got.steps.get(step)
-        if s is None:
-            have = list(got.steps)
-            return msgspec.json.encode(
-                ErrorAnswer(error=f"{rel}: no step {step} (steps {have[0]} to {have[-1]})")
-            )
-        trace = got.trace
-        assert trace is not None
-        with got.lock:
-            if got.links is None:
-                links = link_launches(trace)
-                groups = stream_groups(trace)
-                got.queues = queue_series(trace, links, groups=groups)
-                got.groups = groups
-                got.links = links
-        assert got.queues is not None
-        window = timeline_window(
-            trace,
-            s,
-            links=got.links,
-            stream_of=got.groups[0],
-            stream_keys=got.groups[1],
-            queues=got.queues,
-            max_events=max(1, max_events),
-        )
-        return msgspec.json.encode(window)
+        if got.analysis.trace is None:
+            error = f"{rel}: step windows are drawn from traces, not records"
+        elif not got.index:
+            error = f"{rel}: the trace has no steps"
+        elif step is not None and step not in got.index:
+            have = list(got.index)
+            error = f"{rel}: no step {step} (steps {have[0]} to {have[-1]})"
+        else:
+            index = 0 if step is None else got.index[step]
+            window = timeline_window(got.analysis, index, max_events=max(1, max_events))
+            return msgspec.json.encode(window)
+        return msgspec.json.encode(ErrorAnswer(error=error))
 
     def compare(self, a: str, b: str) -> bytes:
-        """Two sources compared (:func:`~asynctrace.analysis.compare.compare_records` for two
-        records files, :func:`~asynctrace.analysis.compare.compare_reports` for two traces)."""
-        from asynctrace.analysis.compare import compare_records, compare_reports
-        from asynctrace.analysis.verdict import verdict_line
+        """Two sources of any kinds compared (:func:`~asynctrace.analysis.compare.compare` of
+        their reports)."""
+        from asynctrace.analysis.compare import compare
 
         try:
-            (pa, ka, _), (pb, kb, _) = self.resolve(a), self.resolve(b)
-            if ka != kb:
-                raise TraceFormatError(
-                    f"{a} / {b}",
-                    f"compare two records files or two traces (A is {ka}, B is {kb})",
-                )
-            la, lb = self.cache.get(pa, ka), self.cache.get(pb, kb)
+            (pa, _, _), (pb, _, _) = self.resolve(a), self.resolve(b)
+            la, lb = self.cache.get(pa), self.cache.get(pb)
         except TraceFormatError as e:
             return msgspec.json.encode(CompareAnswer(ok=False, a=a, b=b, error=str(e)))
-        if ka == "records":
-            assert la.records is not None
-            assert lb.records is not None
-            comparison = compare_records(la.records, lb.records)
-        else:
-            comparison = compare_reports(la.report, lb.report)
+        comparison = compare(la.analysis.report, lb.analysis.report)
         answer = CompareAnswer(
             ok=True,
             a=a,
             b=b,
             comparison=msgspec.Raw(msgspec.json.encode(comparison)),
-            verdict_line_a=verdict_line(comparison.verdict_a.code, comparison.verdict_a.message),
-            verdict_line_b=verdict_line(comparison.verdict_b.code, comparison.verdict_b.message),
+            verdict_line_a=comparison.verdict_a.line,
+            verdict_line_b=comparison.verdict_b.line,
         )
         return msgspec.json.encode(answer)

@@ -1,6 +1,7 @@
 // asynctrace's TensorBoard plugin page. TensorBoard's plugin_entry.html imports this module
 // in an iframe and calls render(). Everything it shows comes from the plugin's JSON routes
-// (the Report / records summary as the analysis wrote it, the step bars and step windows of
+// (the Report — schema 3, one form for traces and records — as the analysis wrote it, the step
+// bars and step windows of
 // asynctrace/render/views.py, the comparison of asynctrace/analysis/compare.py): this file
 // lays out and draws, it computes no figure. DOM and SVG are built with createElement /
 // textContent only (every string from a trace is text, never markup); nothing is loaded from
@@ -239,19 +240,15 @@ function seriesChart(bars, colors, counts, countLabel) {
 
 // ------------------------------------------------------------------ one source
 
-function syncTable(kind, report) {
-  if (kind === "trace") {
-    const s = report.syncs;
-    return [
-      el("h4", {}, `Sync sites (${s.count} syncs, ${ms(s.total_ns)} ms)`),
-      table(["site", "op", "count", "total ms", "steps"],
-        s.sites.map((x) => [x.site || "—", x.op, String(x.count), ms(x.total_ns), String(x.steps)]), "at-syncs"),
-    ];
-  }
+// a trace's every sync call by site (report.trace.syncs), else the sites of the syncs made
+// inside steps (report.sync_sites: a session's)
+function syncTable(report) {
+  const s = report.trace ? report.trace.syncs : null;
+  const sites = s ? s.sites.map((x) => ({ ...x, wait_ns: x.total_ns })) : report.sync_sites;
   return [
-    el("h4", {}, "Sync sites"),
-    table(["site", "op", "count", "wait ms", "steps"],
-      report.sync_sites.map((x) => [x.site, x.op, String(x.count), ms(x.wait_ns), String(x.steps)]), "at-syncs"),
+    el("h4", {}, s ? `Sync sites (${s.count} syncs, ${ms(s.total_ns)} ms)` : "Sync sites"),
+    table(["site", "op", "count", s ? "total ms" : "wait ms", "steps"],
+      sites.map((x) => [x.site || "—", x.op, String(x.count), ms(x.wait_ns), String(x.steps)]), "at-syncs"),
   ];
 }
 
@@ -259,7 +256,7 @@ function figuresTable(report) {
   const rows = Object.entries(report.figures).map(([name, f]) => {
     const isNs = name.endsWith("_ns");
     const f2 = (v) => (isNs ? ms(v) : Number(v).toFixed(2));
-    return [name.replace(/_ns$/, "") + (isNs ? " (ms)" : ""), String(f.n), f2(f.mean), f2(f.median), f2(f.p90)];
+    return [name.replace(/_ns$/, "") + (isNs ? " (ms)" : ""), String(f.count), f2(f.mean), f2(f.median), f2(f.p90)];
   });
   return table(["figure", "steps", "mean", "median", "p90"], rows, "at-figures");
 }
@@ -310,6 +307,21 @@ function timelineSection(src, answer, colors, labels) {
   return box;
 }
 
+// what was analysed, in one line: report.source (both kinds), and what only a trace has
+function metaLine(r) {
+  const s = r.source;
+  const parts = [s.format, `device ${s.device}` + (s.session ? ` (${s.session.device_kind})` : "")];
+  if (s.rank !== null) parts.push(`rank ${s.rank}`);
+  if (r.trace) {
+    parts.push(`${s.events} events`, `${r.steps.length} steps (from ${r.trace.step_source})`,
+      `${r.trace.activities.total} device activities`);
+  } else {
+    parts.push(`${r.steps.length} steps`);
+  }
+  if (!s.complete) parts.push("incomplete file");
+  return parts.join(" · ");
+}
+
 function renderSource(box, src, answer, colors, labels) {
   box.textContent = "";
   if (!answer.ok) {
@@ -320,16 +332,7 @@ function renderSource(box, src, answer, colors, labels) {
   }
   box.dataset.status = "ok";
   const r = answer.report;
-  if (src.kind === "trace") {
-    const t = r.trace;
-    box.appendChild(el("p", { class: "at-meta" },
-      `${t.format} · device ${t.device}${t.rank !== null ? ` · rank ${t.rank}` : ""} · ${t.events} events · ` +
-      `${r.steps.length} steps (from ${r.step_source}) · ${r.activities.total} device activities`));
-  } else {
-    box.appendChild(el("p", { class: "at-meta" },
-      `${r.device} (${r.device_kind})${r.rank !== null ? ` · rank ${r.rank}` : ""} · ${r.steps} steps` +
-      (r.complete ? "" : " · incomplete file")));
-  }
+  box.appendChild(el("p", { class: "at-meta" }, metaLine(r)));
   box.appendChild(verdictBox(r.verdict, answer.verdict_line));
   if (r.bound) box.appendChild(boundBox(r.bound));
   if (Array.isArray(r.warnings) && r.warnings.length) box.appendChild(warningsBox(r.warnings));
@@ -349,9 +352,9 @@ function renderSource(box, src, answer, colors, labels) {
         `in flight ${b.in_flight[0]}` + (b.queue_max ? ` · queue max ${b.queue_max[0]}` : "")));
     }
   }
-  if (src.kind === "records") box.appendChild(figuresTable(r));
-  for (const n of syncTable(src.kind, r)) box.appendChild(n);
-  if (src.kind === "trace" && answer.windows.length) box.appendChild(timelineSection(src, answer, colors, labels));
+  if (Object.keys(r.figures).length) box.appendChild(figuresTable(r));
+  for (const n of syncTable(r)) box.appendChild(n);
+  if (answer.windows.length) box.appendChild(timelineSection(src, answer, colors, labels));
 }
 
 async function loadSource(box, src, colors, labels) {
@@ -375,7 +378,7 @@ function compareSection(sources) {
     a.appendChild(el("option", { value: s.path }, s.path));
     b.appendChild(el("option", { value: s.path }, s.path));
   }
-  // B: the next source of A's kind (records compare with records, traces with traces)
+  // B: the next source of A's kind, else the next one (any two reports compare)
   const sameKind = sources.findIndex((s, i) => i > 0 && s.kind === sources[0].kind);
   b.selectedIndex = sameKind > 0 ? sameKind : Math.min(1, sources.length - 1);
   const go = el("button", { type: "button", class: "at-compare-go" }, "compare");
