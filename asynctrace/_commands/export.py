@@ -103,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
     summary = ", ".join(f"{table} {n}" for table, n in rows.items())
     print(f"wrote {len(exported)} rank(s) under {outdir} (rows: {summary})")
     print(
-        f"  duckdb -c \"SELECT * FROM '{outdir}/steps/*/*.parquet' ORDER BY frontend_ns DESC LIMIT 10\""
+        f"  duckdb -c \"SELECT * FROM '{outdir}/steps/*/*.parquet' "
+        'ORDER BY frontend_ns DESC LIMIT 10"'
     )
     for reason in failed:
         print(f"asynctrace export: skipped {reason}", file=sys.stderr)

@@ -282,17 +282,44 @@ def sync_sites(summary: SyncSummary) -> list[SyncSite]:
     ]
 
 
-class Analysis(msgspec.Struct, frozen=True, kw_only=True, eq=False):
+class Analysis:
     """A report and the analysis detail beside it: what views draw that the report does not
     carry. Made once by :func:`analyze_detail`; not part of the report's JSON form. Renderers
-    and exporters take this and compute nothing."""
+    and exporters take this and compute nothing.
 
-    report: Report
-    #: the per-step figures in at most ``max_bins`` bins, and what bounds each bin
-    series: StepSeries
-    bounds: BoundSeries
-    #: the trace analysed, and its detail; None for a session's records
-    trace: TraceDetail | None = None
+    The binned per-step series are made on first use, once: a view that does not draw them
+    (the TensorBoard plugin's timeline, the annotated trace) does not pay for a long session's
+    per-step bound estimates.
+    """
+
+    __slots__ = ("_bounds", "_series", "max_bins", "report", "trace")
+
+    def __init__(
+        self, *, report: Report, trace: TraceDetail | None = None, max_bins: int = MAX_BINS
+    ) -> None:
+        self.report = report
+        #: the trace analysed, and its detail; None for a session's records
+        self.trace = trace
+        self.max_bins = max_bins
+        self._series: StepSeries | None = None
+        self._bounds: BoundSeries | None = None
+
+    @property
+    def series(self) -> StepSeries:
+        """The per-step figures in at most ``max_bins`` bins."""
+        if self._series is None:
+            self._series = steps_series(self.report.steps, max_bins=self.max_bins)
+        return self._series
+
+    @property
+    def bounds(self) -> BoundSeries:
+        """What bounds each step, in the same bins."""
+        if self._bounds is None:
+            self._bounds = _bounds(self.report, max_bins=self.max_bins)
+        return self._bounds
+
+    def __repr__(self) -> str:
+        return f"Analysis(report={self.report.source.path!r})"
 
 
 class TraceDetail(msgspec.Struct, frozen=True, kw_only=True, eq=False):
@@ -308,7 +335,6 @@ class TraceDetail(msgspec.Struct, frozen=True, kw_only=True, eq=False):
 
 
 Source = Trace | Records
-
 
 
 def analyze(
@@ -334,19 +360,9 @@ def analyze_detail(
     """:func:`analyze`, and the detail beside the report (idle gaps, queue series, launch
     links, per-step series), from the same single run of the analyses."""
     if isinstance(source, Records):
-        report = _records_report(source)
-        return Analysis(
-            report=report,
-            series=steps_series(source.steps, max_bins=max_bins),
-            bounds=_bounds(report, max_bins=max_bins),
-        )
+        return Analysis(report=_records_report(source), max_bins=max_bins)
     report, detail = _trace_analysis(source, queue_cap=queue_cap, keep_sync_calls=keep_sync_calls)
-    return Analysis(
-        report=report,
-        series=steps_series(report.steps, max_bins=max_bins),
-        bounds=_bounds(report, max_bins=max_bins),
-        trace=detail,
-    )
+    return Analysis(report=report, trace=detail, max_bins=max_bins)
 
 
 def _figures(acc: StepAccumulator) -> dict[str, FigureStats]:

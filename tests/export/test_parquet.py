@@ -46,7 +46,9 @@ def test_duckdb_counts_match_the_report(
     def rows(sql: str) -> dict[int, tuple[object, ...]]:
         return {r[0]: r[1:] for r in db.sql(sql).fetchall()}
 
-    steps = rows(f"SELECT rank, count(*), sum(frontend_ns) FROM '{out}/steps/*/*.parquet' GROUP BY 1")
+    steps = rows(
+        f"SELECT rank, count(*), sum(frontend_ns) FROM '{out}/steps/*/*.parquet' GROUP BY 1"
+    )
     acts = rows(
         "SELECT rank, count(*), count(launch_start_ns), max(queue_delay_ns), "
         f"max(launch_to_start_ns) FROM '{out}/activities/*/*.parquet' GROUP BY 1"
@@ -74,7 +76,8 @@ def test_duckdb_counts_match_the_report(
             assert per_step.get((rank, s["step"]), 0) == x["activities"]
     # the slowest 10 steps across all ranks (the docs' example) run as written
     top = db.sql(
-        f"SELECT rank, step, frontend_ns FROM '{out}/steps/*/*.parquet' ORDER BY frontend_ns DESC LIMIT 10"
+        f"SELECT rank, step, frontend_ns FROM '{out}/steps/*/*.parquet' "
+        "ORDER BY frontend_ns DESC LIMIT 10"
     ).fetchall()
     assert len(top) == sum(len(r["steps"]) for r in reports.values())
 
