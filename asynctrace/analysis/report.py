@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from asynctrace.analysis._bound_model import StepBound
 from asynctrace.analysis.accumulate import FigureStats, StepAccumulator
@@ -332,6 +333,9 @@ class TraceDetail(msgspec.Struct, frozen=True, kw_only=True, eq=False):
     gaps: IdleGaps
     #: stream key (as in ``report.trace.queue``) → (queue depth, in flight) over time
     queue_series: dict[str, tuple[QueueSeries, QueueSeries]]
+    #: each activity's stream, as an index into ``stream_keys`` (``queue.stream_groups``)
+    stream_of: npt.NDArray[np.intp]
+    stream_keys: list[str]
 
 
 Source = Trace | Records
@@ -435,7 +439,15 @@ def _trace_analysis(
     if gaps is None:
         empty = np.zeros(0, np.int64)
         gaps = IdleGaps(empty, empty, np.zeros(0, np.uint8), np.zeros(0, bool), empty)
-    detail = TraceDetail(trace=trace, links=links, windows=windows, gaps=gaps, queue_series=series)
+    detail = TraceDetail(
+        trace=trace,
+        links=links,
+        windows=windows,
+        gaps=gaps,
+        queue_series=series,
+        stream_of=group_of,
+        stream_keys=keys,
+    )
     return report, detail
 
 

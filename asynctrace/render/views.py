@@ -237,24 +237,16 @@ def _host_call(trace: Trace, table: Any, i: int, kind: str) -> HostCall:
     )
 
 
-def _stream_key(detail: TraceDetail, multi_device: bool, i: int) -> str:
-    """The stream key of activity ``i``, as the analysis keys its streams (``queue_series``):
-    the stream id, or ``"device:stream"`` on a trace with more than one device."""
-    act = detail.trace.activities
-    return f"{act.device[i]}:{act.stream[i]}" if multi_device else str(act.stream[i])
-
-
 def _device_activities(
     detail: TraceDetail, win: _Window, a_idx: npt.NDArray[np.intp], shown_launch: set[int]
 ) -> tuple[list[DeviceActivity], list[LaunchLink]]:
     """The window's device activities, and the links from their launch calls shown."""
     trace, links = detail.trace, detail.links
     act, rt = trace.activities, trace.runtime
-    multi_device = any(":" in k for k in detail.queue_series)
     device: list[DeviceActivity] = []
     out_links: list[LaunchLink] = []
     for i in a_idx.tolist():
-        lane = f"device:{_stream_key(detail, multi_device, i)}"
+        lane = f"device:{detail.stream_keys[detail.stream_of[i]]}"
         launch_start = int(links.launch_start_ns[i])
         matched = bool(links.matched[i])
         kind = int(act.kind[i])
