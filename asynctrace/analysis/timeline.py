@@ -13,9 +13,25 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Cover"]
+__all__ = ["Cover", "start_order", "union_runs"]
 
 I64 = npt.NDArray[np.int64]
+
+
+def start_order(start: I64) -> npt.NDArray[np.intp] | None:
+    """The stable order of intervals by start; None where they are in order already (trace
+    tables come sorted by start, so most callers skip the sort)."""
+    if len(start) > 1 and bool((start[1:] < start[:-1]).any()):
+        return np.argsort(start, kind="stable")
+    return None
+
+
+def union_runs(start: I64, end: I64) -> tuple[npt.NDArray[np.intp], I64]:
+    """Of intervals sorted by start, none empty (at least one): where each run of overlapping or
+    touching ones begins (its first interval's index) and where the run ends."""
+    reach = np.maximum.accumulate(end)
+    heads = np.flatnonzero(np.r_[True, start[1:] > reach[:-1]])
+    return heads, reach[np.r_[heads[1:] - 1, len(start) - 1]]
 
 
 class Cover(msgspec.Struct, frozen=True, eq=False):
@@ -36,15 +52,11 @@ class Cover(msgspec.Struct, frozen=True, eq=False):
         if len(s) == 0:
             z = np.zeros(0, np.int64)
             return cls(z, z.copy(), np.zeros(1, np.int64))
-        if len(s) > 1 and bool((s[1:] < s[:-1]).any()):  # trace tables come sorted
-            order = np.argsort(s, kind="stable")
+        order = start_order(s)
+        if order is not None:
             s, e = s[order], e[order]
-        reach = np.maximum.accumulate(e)
-        new = np.r_[True, s[1:] > reach[:-1]]
-        heads = np.flatnonzero(new)
-        ms = s[heads]
-        me = reach[np.r_[heads[1:] - 1, len(s) - 1]]
-        return cls._from_disjoint(ms, me)
+        heads, me = union_runs(s, e)
+        return cls._from_disjoint(s[heads], me)
 
     @classmethod
     def _from_disjoint(cls, s: I64, e: I64) -> Cover:
