@@ -274,6 +274,50 @@ def advice_for(label: str, b: Bound | None = None, *, asynchronous: bool = True)
     return out
 
 
+def _pcts(idle: IdleByCause, whole: int) -> dict[str, float]:
+    """Each cause's idle time as a percentage of ``whole``."""
+    return {c: _pct(v, whole) for c, v in idle.as_dict().items()}
+
+
+def _step_bound(
+    label: str,
+    start: int,
+    end: int,
+    region: int,
+    busy: int,
+    idle: IdleByCause,
+    evidence: BoundEvidence,
+) -> StepBound:
+    """A step's bound (of a trace or of a session's records): its share ``[start, end)``,
+    ``region`` ns long, ``busy`` of them busy."""
+    return StepBound(
+        label=label,
+        share_start_ns=start,
+        share_end_ns=end,
+        region_ns=region,
+        busy_ns=busy,
+        idle_ns=idle.total(),
+        idle_ns_by_cause=idle,
+        evidence=evidence,
+    )
+
+
+def _run_bound(whole: StepBound, *, asynchronous: bool) -> Bound:
+    """A run's bound (of a trace or of a session's records): its whole region's, taken as one
+    share, with advice."""
+    run = Bound(
+        label=whole.label,
+        region_ns=whole.region_ns,
+        busy_ns=whole.busy_ns,
+        idle_ns=whole.idle_ns,
+        idle_ns_by_cause=whole.idle_ns_by_cause,
+        evidence=whole.evidence,
+    )
+    return msgspec.structs.replace(
+        run, advice=advice_for(run.label, run, asynchronous=asynchronous)
+    )
+
+
 # --- traces -----------------------------------------------------------------------------------
 
 
@@ -803,22 +847,34 @@ def _int64(v: int) -> int:
     return max(min(v, 2**63 - 1), -(2**63))
 
 
-def _step_estimate(st: StepRecord, asynchronous: bool) -> tuple[int, int, IdleByCause, bool]:
-    """(region, busy, idle by cause, behind) of one step record (see bound_of_records)."""
-    wall = max(st.frontend_ns, 0)
+class _RecordsSums(msgspec.Struct, frozen=True):
+    """Sums over a session's step records, as Python ints (the sums of a hostile file's int64
+    figures must not wrap or turn to floats); busy is the region less the idle."""
+
+    steps: int
+    #: steps in which the device was behind the host
+    behind: int
+    region: int
+    idle: IdleByCause
+    sync_wait: int
+    data_wait: int
+
+
+def _step_estimate(st: StepRecord, wall: int, asynchronous: bool) -> tuple[IdleByCause, bool]:
+    """A step record's idle by cause, of its wall time ``wall`` (busy the rest), and whether
+    the device was behind the host (see bound_of_records)."""
     data = min(max(st.data_wait_ns, 0), wall)
     sync = min(max(st.sync_wait_ns, 0), wall - data)
     if not asynchronous:
         # the host ran every op itself: "busy" is the host's own compute, idle its waits
-        idle = IdleByCause(sync=sync, input=data)
-        return wall, wall - idle.total(), idle, False
+        return IdleByCause(sync=sync, input=data), False
     dev = st.device_ns
     ra = st.run_ahead_ns
     behind = ra is not None and ra > RECORDS_BEHIND_FRACTION * wall
     if behind or st.in_flight >= RECORDS_FULL_IN_FLIGHT:
         # the device still had this step's work queued when the host moved on: it sets the pace
         gap = max(0, wall - dev) if dev is not None else 0
-        return wall, wall - gap, IdleByCause(host=gap), True
+        return IdleByCause(host=gap), True
     # the device kept pace: it waited for the host; markers cannot see how long, so the idle
     # is at least what the host spent not issuing work (data, sync), the marker window's
     # shortfall, and never below the device-bound threshold
@@ -827,8 +883,7 @@ def _step_estimate(st: StepRecord, asynchronous: bool) -> tuple[int, int, IdleBy
     idle_ns = min(wall, max(shortfall, data + sync, floor))
     s_part = min(idle_ns, sync)
     i_part = min(idle_ns - s_part, data)
-    idle = IdleByCause(host=idle_ns - s_part - i_part, sync=s_part, input=i_part)
-    return wall, wall - idle_ns, idle, False
+    return IdleByCause(host=idle_ns - s_part - i_part, sync=s_part, input=i_part), False
 
 
 def _estimated_evidence(
@@ -845,7 +900,7 @@ def _estimated_evidence(
     the sync cost is the host's wait."""
     return BoundEvidence(
         busy_pct=_pct(busy_ns, region),
-        idle_pct_by_cause={c: _pct(v, region) for c, v in idle.as_dict().items()},
+        idle_pct_by_cause=_pcts(idle, region),
         leading_cause=lead,
         host_work_ns=idle.host,
         sync_wait_ns=sync_wait_ns,
@@ -855,6 +910,67 @@ def _estimated_evidence(
         estimated=True,
         notes=notes if notes is not None else [],
     )
+
+
+def _record_bound(st: StepRecord, wall: int, idle: IdleByCause) -> StepBound:
+    """One step record's label and figures."""
+    busy = wall - idle.total()
+    label, lead = label_of(wall, busy, idle)
+    evidence = _estimated_evidence(
+        wall, busy, idle, lead, sync_wait_ns=st.sync_wait_ns, data_wait_ns=st.data_wait_ns
+    )
+    return _step_bound(label, st.start_ns, st.start_ns + wall, wall, busy, idle, evidence)
+
+
+def _sum_records(
+    steps: Sequence[StepRecord], asynchronous: bool, per_step: bool
+) -> tuple[_RecordsSums, list[StepBound]]:
+    """The sums over the step records and, with ``per_step``, each step's bound: one pass."""
+    per: list[StepBound] = []
+    # idle by cause (host, sync, data); the host's own sync and data waits, as recorded
+    region = host = sync = data = behind = w_sync = w_data = 0
+    for st in steps:
+        wall = max(st.frontend_ns, 0)
+        idle, late = _step_estimate(st, wall, asynchronous)
+        behind += late
+        region += wall
+        host += idle.host
+        sync += idle.sync
+        data += idle.input
+        w_sync += st.sync_wait_ns
+        w_data += st.data_wait_ns
+        if per_step:
+            per.append(_record_bound(st, wall, idle))
+    total = IdleByCause(host=host, sync=sync, input=data)
+    return _RecordsSums(len(steps), behind, region, total, w_sync, w_data), per
+
+
+def _records_run(sums: _RecordsSums, *, asynchronous: bool) -> Bound:
+    """The run's label and figures from the sums over its step records."""
+    t = sums.idle
+    region, busy_ns = _int64(sums.region), _int64(sums.region - t.total())
+    idle = IdleByCause(host=_int64(t.host), sync=_int64(t.sync), input=_int64(t.input))
+    label, lead = label_of(region, busy_ns, idle)
+    notes = [
+        "estimated from per-step totals (a live session has no per-gap timeline): "
+        f"the device was behind the host in {sums.behind} of {sums.steps} step(s)"
+    ]
+    if not asynchronous:
+        notes.append("the CPU backend is synchronous: busy is the host's own compute")
+    if not sums.steps:
+        label = "undetermined"
+        notes = ["no steps"]
+    evidence = _estimated_evidence(
+        region,
+        busy_ns,
+        idle,
+        lead,
+        sync_wait_ns=_int64(sums.sync_wait),
+        data_wait_ns=_int64(sums.data_wait),
+        notes=notes,
+    )
+    whole = _step_bound(label, 0, region, region, busy_ns, idle, evidence)  # (from 0: not kept)
+    return _run_bound(whole, asynchronous=asynchronous)
 
 
 def bound_of_records(
@@ -882,68 +998,5 @@ def bound_of_records(
     run's figures only (``steps`` empty), for a summary of a long run that needs no per-step
     objects.
     """
-    per: list[StepBound] = []
-    # Python ints: sums of a hostile file's int64 figures must not wrap or turn to floats
-    tot_region = tot_busy = 0
-    by = [0, 0, 0, 0, 0]
-    behind_n = 0
-    wait_sync = wait_data = 0
-    for st in steps:
-        region, busy_ns, idle, behind = _step_estimate(st, asynchronous)
-        behind_n += behind
-        tot_region += region
-        tot_busy += busy_ns
-        by[0] += idle.host
-        by[1] += idle.sync
-        by[2] += idle.input
-        wait_sync += st.sync_wait_ns
-        wait_data += st.data_wait_ns
-        if not per_step:
-            continue
-        lab, lead = label_of(region, busy_ns, idle)
-        per.append(
-            StepBound(
-                label=lab,
-                share_start_ns=st.start_ns,
-                share_end_ns=st.start_ns + region,
-                region_ns=region,
-                busy_ns=busy_ns,
-                idle_ns=idle.total(),
-                idle_ns_by_cause=idle,
-                evidence=_estimated_evidence(
-                    region,
-                    busy_ns,
-                    idle,
-                    lead,
-                    sync_wait_ns=st.sync_wait_ns,
-                    data_wait_ns=st.data_wait_ns,
-                ),
-            )
-        )
-    region, busy_ns = _int64(tot_region), _int64(tot_busy)
-    idle = IdleByCause(
-        host=_int64(by[0]), sync=_int64(by[1]), input=_int64(by[2]), dependency=0, unattributed=0
-    )
-    waits = (_int64(wait_sync), _int64(wait_data))
-    lab, lead = label_of(region, busy_ns, idle)
-    notes = [
-        "estimated from per-step totals (a live session has no per-gap timeline): "
-        f"the device was behind the host in {behind_n} of {len(steps)} step(s)"
-    ]
-    if not asynchronous:
-        notes.append("the CPU backend is synchronous: busy is the host's own compute")
-    if not steps:
-        lab = "undetermined"
-        notes = ["no steps"]
-    run = Bound(
-        label=lab,
-        region_ns=region,
-        busy_ns=busy_ns,
-        idle_ns=idle.total(),
-        idle_ns_by_cause=idle,
-        evidence=_estimated_evidence(
-            region, busy_ns, idle, lead, sync_wait_ns=waits[0], data_wait_ns=waits[1], notes=notes
-        ),
-    )
-    run = msgspec.structs.replace(run, advice=advice_for(lab, run, asynchronous=asynchronous))
-    return RecordsBound(run=run, steps=per)
+    sums, per = _sum_records(steps, asynchronous, per_step)
+    return RecordsBound(run=_records_run(sums, asynchronous=asynchronous), steps=per)
