@@ -62,7 +62,7 @@ from asynctrace.analysis.launches import LaunchLinks
 from asynctrace.analysis.queue import QueueSeries, launch_cover
 from asynctrace.analysis.steps import SYNC_KINDS, StepWindow, host_span
 from asynctrace.analysis.syncs import SyncSummary, _ThreadFrames
-from asynctrace.analysis.timeline import Cover, start_order, union_runs
+from asynctrace.analysis.timeline import ClassCover, Cover, start_order, union_runs
 from asynctrace.records import StepRecord
 from asynctrace.traces.model import RangeKind, Trace
 
@@ -327,7 +327,7 @@ def _run_bound(whole: StepBound, *, asynchronous: bool) -> Bound:
 #   _device_timeline  the region, the device's activities in it, their union (busy), the gaps
 #   _host_waits       the host's syncs, data waits and time blocked at the cap, as Covers
 #   _checks           the warnings, whether the clocks disagree, syncs with activity missing
-#   _gap_causes       each gap's class, and the gaps of each class as a Cover
+#   _gap_causes       each gap's class, and the gaps by class (a ClassCover)
 #   _step_shares      the steps' shares of the timeline (boundaries at first activities)
 #   _region_share     the whole region as one share (the run's figures)
 #   _share_bound      one share's label and evidence; _trace_run adds the run's lists, advice
@@ -378,10 +378,10 @@ class _Checks(msgspec.Struct, frozen=True, eq=False):
 
 
 class _Causes(msgspec.Struct, frozen=True, eq=False):
-    """Each gap's class (``_H_SHORT`` … ``_UNATTR``), and the gaps of each class as a Cover."""
+    """Each gap's class (``_H_SHORT`` … ``_UNATTR``), and the gaps by class as a ClassCover."""
 
     cls: I64
-    by_class: list[Cover]
+    by_class: ClassCover
 
 
 class _Parts(msgspec.Struct, frozen=True, eq=False):
@@ -643,9 +643,7 @@ def _gap_causes(links: LaunchLinks, tl: _Timeline, host: _HostWaits, checks: _Ch
         cls[2 * checks.missing.between(g0, g1) > length] = _UNATTR
     if checks.clocks_disagree:
         cls[:] = _UNATTR
-    return _Causes(
-        cls=cls, by_class=[Cover._from_disjoint(g0[cls == c], g1[cls == c]) for c in range(6)]
-    )
+    return _Causes(cls=cls, by_class=ClassCover.of_disjoint(g0, g1, cls, 6))
 
 
 def _blocked_at_cap(
@@ -702,7 +700,7 @@ def _shares(
         end=hi.tolist(),
         region=(hi - lo).tolist(),
         busy=parts.busy.between(lo, hi),
-        cls=np.stack([c.between(lo, hi) for c in parts.causes.by_class]),
+        cls=parts.causes.by_class.between(lo, hi),
         launch_gaps=np.bincount(gap_share[cls == _H_SHORT], minlength=n),
         host_work_gaps=np.bincount(gap_share[cls == _H_LONG], minlength=n),
         blocked=parts.host.blocked.between(w_start, w_end),
