@@ -333,89 +333,6 @@ def _run_bound(whole: StepBound, *, asynchronous: bool) -> Bound:
 #   _share_bound      one share's label and evidence; _trace_run adds the run's lists, advice
 
 
-class _Timeline(msgspec.Struct, frozen=True, eq=False):
-    """The device timeline over the region and its idle gaps."""
-
-    r0: int
-    r1: int
-    #: max(r1 - r0, 0), a Python int: a hostile trace's region can exceed int64
-    region: int
-    #: activities in the trace (of every device): none means it ran on the CPU
-    n_act: int
-    #: the device's activities in the region, clipped to it ([s, e)), sorted by s, none empty
-    rows: npt.NDArray[np.intp]
-    s: I64
-    e: I64
-    busy: Cover
-    #: the idle gaps [g0, g1), sorted; ender: the row of the activity ending each, -1 for the
-    #: final gap (after the last activity)
-    g0: I64
-    g1: I64
-    ender: npt.NDArray[np.intp]
-
-
-class _HostWaits(msgspec.Struct, frozen=True, eq=False):
-    """When the host waited: in synchronizing calls (each, and their union), for data, and in
-    launch calls while a stream's queue was at the cap."""
-
-    #: runtime rows that synchronize
-    is_sync: npt.NDArray[np.bool_]
-    sync_start: I64
-    sync_end: I64
-    sync: Cover
-    data: Cover
-    blocked: Cover
-
-
-class _Checks(msgspec.Struct, frozen=True, eq=False):
-    """What makes some figures unreliable, and what the gap causes must then withhold."""
-
-    warnings: list[ReportWarning]
-    #: every gap is unattributed
-    clocks_disagree: bool
-    #: long syncs with (almost) no device activity: gaps mostly inside them are unattributed
-    missing: Cover
-
-
-class _Causes(msgspec.Struct, frozen=True, eq=False):
-    """Each gap's class (``_H_SHORT`` … ``_UNATTR``), and the gaps by class as a ClassCover."""
-
-    cls: I64
-    by_class: ClassCover
-
-
-class _Parts(msgspec.Struct, frozen=True, eq=False):
-    """What the shares' figures are measured on."""
-
-    busy: Cover
-    causes: _Causes
-    host: _HostWaits
-
-
-class _Shares(msgspec.Struct, frozen=True, eq=False):
-    """The figures of consecutive shares of the timeline, one entry per share: the steps' or
-    the whole region as one share (the run)."""
-
-    #: each share's start, end and length, as Python ints (a hostile trace's region exceeds
-    #: int64: the run's length is given, not computed)
-    start: list[int]
-    end: list[int]
-    region: list[int]
-    busy: I64
-    #: idle by gap class, (6, n)
-    cls: I64
-    launch_gaps: I64
-    host_work_gaps: I64
-    #: over the host's window (a step's, or the region): blocked at the cap, sync and data waits
-    blocked: I64
-    sync_wait: I64
-    #: what the sync wait is a share of: the window's length
-    sync_span: list[int]
-    data_wait: I64
-    #: each gap's share (index)
-    gap_share: npt.NDArray[np.intp]
-
-
 def _classes_to_cause(v: I64) -> IdleByCause:
     return IdleByCause(
         host=int(v[_H_SHORT] + v[_H_LONG]),
@@ -460,6 +377,27 @@ def _on_device(trace: Trace) -> npt.NDArray[np.bool_]:
     return on
 
 
+class _Timeline(msgspec.Struct, frozen=True, eq=False):
+    """The device timeline over the region and its idle gaps."""
+
+    r0: int
+    r1: int
+    #: max(r1 - r0, 0), a Python int: a hostile trace's region can exceed int64
+    region: int
+    #: activities in the trace (of every device): none means it ran on the CPU
+    n_act: int
+    #: the device's activities in the region, clipped to it ([s, e)), sorted by s, none empty
+    rows: npt.NDArray[np.intp]
+    s: I64
+    e: I64
+    busy: Cover
+    #: the idle gaps [g0, g1), sorted; ender: the row of the activity ending each, -1 for the
+    #: final gap (after the last activity)
+    g0: I64
+    g1: I64
+    ender: npt.NDArray[np.intp]
+
+
 def _device_timeline(trace: Trace, links: LaunchLinks, windows: Sequence[StepWindow]) -> _Timeline:
     """The union of the device's activities over the region, and the idle gaps between."""
     act = trace.activities
@@ -498,6 +436,19 @@ def _device_timeline(trace: Trace, links: LaunchLinks, windows: Sequence[StepWin
         g1=g1[keep],
         ender=ender[keep].astype(np.intp),
     )
+
+
+class _HostWaits(msgspec.Struct, frozen=True, eq=False):
+    """When the host waited: in synchronizing calls (each, and their union), for data, and in
+    launch calls while a stream's queue was at the cap."""
+
+    #: runtime rows that synchronize
+    is_sync: npt.NDArray[np.bool_]
+    sync_start: I64
+    sync_end: I64
+    sync: Cover
+    data: Cover
+    blocked: Cover
 
 
 def _host_waits(
@@ -603,6 +554,16 @@ def _activity_before_launch(trace: Trace, links: LaunchLinks) -> ReportWarning |
     )
 
 
+class _Checks(msgspec.Struct, frozen=True, eq=False):
+    """What makes some figures unreliable, and what the gap causes must then withhold."""
+
+    warnings: list[ReportWarning]
+    #: every gap is unattributed
+    clocks_disagree: bool
+    #: long syncs with (almost) no device activity: gaps mostly inside them are unattributed
+    missing: Cover
+
+
 def _checks(trace: Trace, links: LaunchLinks, tl: _Timeline, host: _HostWaits) -> _Checks:
     """The warnings, in the report's order, and what they withhold from the gap causes."""
     clock = _clock_mismatch(trace, links)
@@ -613,6 +574,13 @@ def _checks(trace: Trace, links: LaunchLinks, tl: _Timeline, host: _HostWaits) -
         clocks_disagree=clock is not None,
         missing=missing,
     )
+
+
+class _Causes(msgspec.Struct, frozen=True, eq=False):
+    """Each gap's class (``_H_SHORT`` … ``_UNATTR``), and the gaps by class as a ClassCover."""
+
+    cls: I64
+    by_class: ClassCover
 
 
 def _gap_causes(links: LaunchLinks, tl: _Timeline, host: _HostWaits, checks: _Checks) -> _Causes:
@@ -681,6 +649,38 @@ def _share_bounds(trace: Trace, links: LaunchLinks, tl: _Timeline, w_start: I64,
     bounds[1:] = np.minimum.accumulate(bounds[1:][::-1])[::-1]
     clipped: I64 = np.clip(bounds, tl.r0, tl.r1)
     return clipped
+
+
+class _Shares(msgspec.Struct, frozen=True, eq=False):
+    """The figures of consecutive shares of the timeline, one entry per share: the steps' or
+    the whole region as one share (the run)."""
+
+    #: each share's start, end and length, as Python ints (a hostile trace's region exceeds
+    #: int64: the run's length is given, not computed)
+    start: list[int]
+    end: list[int]
+    region: list[int]
+    busy: I64
+    #: idle by gap class, (6, n)
+    cls: I64
+    launch_gaps: I64
+    host_work_gaps: I64
+    #: over the host's window (a step's, or the region): blocked at the cap, sync and data waits
+    blocked: I64
+    sync_wait: I64
+    #: what the sync wait is a share of: the window's length
+    sync_span: list[int]
+    data_wait: I64
+    #: each gap's share (index)
+    gap_share: npt.NDArray[np.intp]
+
+
+class _Parts(msgspec.Struct, frozen=True, eq=False):
+    """What the shares' figures are measured on."""
+
+    busy: Cover
+    causes: _Causes
+    host: _HostWaits
 
 
 def _shares(
