@@ -62,7 +62,7 @@ from asynctrace.analysis.launches import LaunchLinks
 from asynctrace.analysis.queue import QueueSeries, launch_cover
 from asynctrace.analysis.steps import SYNC_KINDS, StepWindow, host_span
 from asynctrace.analysis.syncs import SyncSummary, _ThreadFrames
-from asynctrace.analysis.timeline import Cover
+from asynctrace.analysis.timeline import ClassCover, Cover, start_order, union_runs
 from asynctrace.records import StepRecord
 from asynctrace.traces.model import RangeKind, Trace
 
@@ -135,6 +135,8 @@ _DATA_MARK = "DataLoader"
 
 # gap classes (host split into launch gaps and host work)
 _H_SHORT, _H_LONG, _SYNC, _INPUT, _DEP, _UNATTR = range(6)
+#: gap class → index in CAUSES
+_CAUSE_OF_CLASS = np.array([0, 0, 1, 2, 3, 4], np.uint8)
 
 
 class IdleGaps(msgspec.Struct, frozen=True, eq=False):
@@ -274,7 +276,61 @@ def advice_for(label: str, b: Bound | None = None, *, asynchronous: bool = True)
     return out
 
 
+def _pcts(idle: IdleByCause, whole: int) -> dict[str, float]:
+    """Each cause's idle time as a percentage of ``whole``."""
+    return {c: _pct(v, whole) for c, v in idle.as_dict().items()}
+
+
+def _step_bound(
+    label: str,
+    start: int,
+    end: int,
+    region: int,
+    busy: int,
+    idle: IdleByCause,
+    evidence: BoundEvidence,
+) -> StepBound:
+    """A step's bound (of a trace or of a session's records): its share ``[start, end)``,
+    ``region`` ns long, ``busy`` of them busy."""
+    return StepBound(
+        label=label,
+        share_start_ns=start,
+        share_end_ns=end,
+        region_ns=region,
+        busy_ns=busy,
+        idle_ns=idle.total(),
+        idle_ns_by_cause=idle,
+        evidence=evidence,
+    )
+
+
+def _run_bound(whole: StepBound, *, asynchronous: bool) -> Bound:
+    """A run's bound (of a trace or of a session's records): its whole region's, taken as one
+    share, with advice."""
+    run = Bound(
+        label=whole.label,
+        region_ns=whole.region_ns,
+        busy_ns=whole.busy_ns,
+        idle_ns=whole.idle_ns,
+        idle_ns_by_cause=whole.idle_ns_by_cause,
+        evidence=whole.evidence,
+    )
+    return msgspec.structs.replace(
+        run, advice=advice_for(run.label, run, asynchronous=asynchronous)
+    )
+
+
 # --- traces -----------------------------------------------------------------------------------
+#
+# bound_of_trace runs these stages, each a pure function of what the earlier ones give:
+#
+#   _device_timeline  the region, the device's activities in it, their union (busy), the gaps
+#   _host_waits       the host's syncs, data waits and time blocked at the cap, as Covers
+#   _checks           the warnings, whether the clocks disagree, syncs with activity missing
+#   _gap_causes       each gap's class, and the gaps by class (a ClassCover)
+#   _step_shares      the steps' shares of the timeline (boundaries at first activities)
+#   _region_share     the whole region as one share (the run's figures)
+#   _share_bound      one share's label and evidence; _trace_run adds the run's lists, advice
 
 
 def _classes_to_cause(v: I64) -> IdleByCause:
@@ -290,6 +346,7 @@ def _classes_to_cause(v: I64) -> IdleByCause:
 def _region(
     trace: Trace, links: LaunchLinks, windows: Sequence[StepWindow], on_dev: npt.NDArray[np.bool_]
 ) -> tuple[int, int]:
+    """(r0, r1): the region (module docstring)."""
     act = trace.activities
     a_end = act.start_ns + act.dur_ns
     if windows and windows[0].source != "trace":
@@ -310,6 +367,441 @@ def _region(
     return min(starts), max(ends)
 
 
+def _on_device(trace: Trace) -> npt.NDArray[np.bool_]:
+    """The activities of the device with most activities."""
+    act = trace.activities
+    if not len(act):
+        return np.zeros(0, bool)
+    devs, inv = np.unique(act.device, return_inverse=True)
+    on: npt.NDArray[np.bool_] = act.device == devs[int(np.argmax(np.bincount(inv.reshape(-1))))]
+    return on
+
+
+class _Timeline(msgspec.Struct, frozen=True, eq=False):
+    """The device timeline over the region and its idle gaps."""
+
+    r0: int
+    r1: int
+    #: max(r1 - r0, 0), a Python int: a hostile trace's region can exceed int64
+    region: int
+    #: activities in the trace (of every device): none means it ran on the CPU
+    n_act: int
+    #: the device's activities in the region, clipped to it ([s, e)), sorted by s, none empty
+    rows: npt.NDArray[np.intp]
+    s: I64
+    e: I64
+    busy: Cover
+    #: the idle gaps [g0, g1), sorted; ender: the row of the activity ending each, -1 for the
+    #: final gap (after the last activity)
+    g0: I64
+    g1: I64
+    ender: npt.NDArray[np.intp]
+
+
+def _device_timeline(trace: Trace, links: LaunchLinks, windows: Sequence[StepWindow]) -> _Timeline:
+    """The union of the device's activities over the region, and the idle gaps between."""
+    act = trace.activities
+    a_start, a_end = act.start_ns, act.start_ns + act.dur_ns
+    on_dev = _on_device(trace)
+    r0, r1 = _region(trace, links, windows, on_dev)
+    rows = np.flatnonzero(on_dev & (a_end > r0) & (a_start < r1))
+    s, e = np.maximum(a_start[rows], r0), np.minimum(a_end[rows], r1)
+    nz = e > s
+    rows, s, e = rows[nz], s[nz], e[nz]
+    order = start_order(s)  # the model keeps tables sorted by start
+    if order is not None:
+        rows, s, e = rows[order], s[order], e[order]
+    if len(s):
+        heads, me = union_runs(s, e)
+        busy = Cover._from_disjoint(s[heads], me)
+        g0, g1, ender = np.r_[r0, me[:-1]], s[heads], rows[heads]
+    else:
+        busy = Cover.of([], [])
+        g0 = g1 = np.zeros(0, np.int64)
+        ender = np.zeros(0, np.intp)
+    last_end = int(busy.end_ns[-1]) if len(busy) else r0
+    if r1 > last_end:
+        g0, g1, ender = np.r_[g0, last_end], np.r_[g1, r1], np.r_[ender, -1]
+    keep = g1 > g0
+    return _Timeline(
+        r0=r0,
+        r1=r1,
+        region=max(r1 - r0, 0),
+        n_act=len(act),
+        rows=rows,
+        s=s,
+        e=e,
+        busy=busy,
+        g0=g0[keep],
+        g1=g1[keep],
+        ender=ender[keep].astype(np.intp),
+    )
+
+
+class _HostWaits(msgspec.Struct, frozen=True, eq=False):
+    """When the host waited: in synchronizing calls (each, and their union), for data, and in
+    launch calls while a stream's queue was at the cap."""
+
+    #: runtime rows that synchronize
+    is_sync: npt.NDArray[np.bool_]
+    sync_start: I64
+    sync_end: I64
+    sync: Cover
+    data: Cover
+    blocked: Cover
+
+
+def _host_waits(
+    trace: Trace, queues: Mapping[str, tuple[QueueSeries, QueueSeries]] | None, cap: int
+) -> _HostWaits:
+    """The host's syncs, its data waits (``enumerate(DataLoader)…__next__`` ranges) and its time
+    blocked at the cap."""
+    rt = trace.runtime
+    is_sync = np.isin(rt.kind, np.array([int(k) for k in SYNC_KINDS], dtype=np.uint8))
+    sy_s = rt.start_ns[is_sync]
+    sy_e = sy_s + rt.dur_ns[is_sync]
+    r = trace.ranges
+    data_name = np.array(
+        [_DATA_MARK in x and bool(_DATA_WAIT.search(x)) for x in trace.strings] or [False], bool
+    )
+    is_data = (
+        ((r.kind == RangeKind.OP) | (r.kind == RangeKind.ANNOTATION)) & data_name[r.name]
+        if len(r)
+        else np.zeros(0, bool)
+    )
+    return _HostWaits(
+        is_sync=is_sync,
+        sync_start=sy_s,
+        sync_end=sy_e,
+        sync=Cover.of(sy_s, sy_e),
+        data=Cover.of(r.start_ns[is_data], r.start_ns[is_data] + r.dur_ns[is_data]),
+        blocked=_blocked_at_cap(trace, queues, cap),
+    )
+
+
+def _clock_mismatch(trace: Trace, links: LaunchLinks) -> ReportWarning | None:
+    """A warning where the host's and the device's clocks cannot both be right."""
+    matched = links.matched
+    span = host_span(trace)
+    if not matched.any() or span is None:
+        return None
+    act = trace.activities
+    h0, h1 = span
+    first_dev = int(act.start_ns[matched].min())
+    last_dev = int((act.start_ns + act.dur_ns)[matched].max())
+    l2s = np.sort(act.start_ns[matched] - links.launch_start_ns[matched])
+    p50 = int(l2s[(len(l2s) - 1) // 2])
+    if first_dev > h1:
+        where = (
+            f"the first device activity starts {_ms(first_dev - h1)} after the last host event ends"
+        )
+    elif last_dev < h0:
+        where = f"the last device activity ends {_ms(h0 - last_dev)} before the first host event"
+    elif h1 > h0 and p50 > h1 - h0:
+        where = "launch-to-start delays exceed the whole host span"
+    else:
+        return None
+    return ReportWarning(
+        code="clock-mismatch",
+        message=(
+            f"the host and device clocks cannot both be right: every host event lies within "
+            f"{_ms(h1 - h0)}, {where}, and the median launch-to-start delay is {_ms(p50)}; "
+            "launch delays, run-ahead and the idle causes are withheld"
+        ),
+    )
+
+
+def _missing_activity(
+    trace: Trace, host: _HostWaits, tl: _Timeline
+) -> tuple[Cover, ReportWarning | None]:
+    """The long syncs during which the device is (almost) never busy, and a warning naming
+    the longest."""
+    ls0, ls1 = host.sync_start, host.sync_end
+    long_sync = (ls1 - ls0) >= MISSING_ACTIVITY_MIN_NS
+    if not long_sync.any():
+        return Cover.of([], []), None
+    ls0, ls1 = ls0[long_sync], ls1[long_sync]
+    dry = tl.busy.between(ls0, ls1) < MISSING_ACTIVITY_BUSY_FRACTION * (ls1 - ls0)
+    if not dry.any():
+        return Cover.of([], []), None
+    j = int(np.argmax(np.where(dry, ls1 - ls0, -1)))
+    name = trace.name_of(int(trace.runtime.name[host.is_sync][long_sync][j]))
+    return Cover.of(ls0[dry], ls1[dry]), ReportWarning(
+        code="missing-activity",
+        message=(
+            f"{int(dry.sum())} sync(s) wait while no device activity is recorded "
+            f"(longest: {name} waits {_ms(int(ls1[j] - ls0[j]))} of the {_ms(tl.region)} "
+            "traced): device activity is missing (graph replays not traced, another process's "
+            "work, a profiler that dropped records); idle inside those waits is unattributed"
+        ),
+    )
+
+
+def _activity_before_launch(trace: Trace, links: LaunchLinks) -> ReportWarning | None:
+    """A warning where device activities start before their launch calls (skewed clocks)."""
+    a_start = trace.activities.start_ns
+    before = links.matched & (a_start < links.launch_start_ns)
+    if not before.any():
+        return None
+    skew = int((links.launch_start_ns[before] - a_start[before]).max())
+    return ReportWarning(
+        code="activity-before-launch",
+        message=(
+            f"{int(before.sum())} device activities start before their launch call (by up to "
+            f"{_ms(skew)}): the device and host clocks are skewed; queue figures take such "
+            "activities to start when their call started"
+        ),
+    )
+
+
+class _Checks(msgspec.Struct, frozen=True, eq=False):
+    """What makes some figures unreliable, and what the gap causes must then withhold."""
+
+    warnings: list[ReportWarning]
+    #: every gap is unattributed
+    clocks_disagree: bool
+    #: long syncs with (almost) no device activity: gaps mostly inside them are unattributed
+    missing: Cover
+
+
+def _checks(trace: Trace, links: LaunchLinks, tl: _Timeline, host: _HostWaits) -> _Checks:
+    """The warnings, in the report's order, and what they withhold from the gap causes."""
+    clock = _clock_mismatch(trace, links)
+    missing, dry = _missing_activity(trace, host, tl)
+    found = (clock, dry, _activity_before_launch(trace, links))
+    return _Checks(
+        warnings=[w for w in found if w is not None],
+        clocks_disagree=clock is not None,
+        missing=missing,
+    )
+
+
+class _Causes(msgspec.Struct, frozen=True, eq=False):
+    """Each gap's class (``_H_SHORT`` … ``_UNATTR``), and the gaps by class as a ClassCover."""
+
+    cls: I64
+    by_class: ClassCover
+
+
+def _gap_causes(links: LaunchLinks, tl: _Timeline, host: _HostWaits, checks: _Checks) -> _Causes:
+    """Each gap's class, through the launch call of the activity ending it (module docstring)."""
+    g0, g1, ender = tl.g0, tl.g1, tl.ender
+    final = ender < 0
+    cls = np.full(len(g0), _UNATTR, np.int64)
+    safe = np.where(final, 0, ender)
+    li = np.where(final, -1, links.launch_index[safe] if tl.n_act else -1)
+    has = li >= 0
+    l_start = np.where(has, links.launch_start_ns[safe] if tl.n_act else 0, 0)
+    l_end = np.where(has, links.launch_end_ns[safe] if tl.n_act else 0, 0)
+    dep = has & (l_end < g0)
+    waited = (has & ~dep) | final
+    upto = np.where(final, g1, np.maximum(l_start, g0))
+    in_sync = host.sync.contains(g0)
+    data = (upto > g0) & (2 * host.data.between(g0, upto) > (upto - g0))
+    length = g1 - g0
+    cls[dep] = _DEP
+    cls[waited & in_sync] = _SYNC
+    cls[waited & ~in_sync & data] = _INPUT
+    on_host = waited & ~in_sync & ~data
+    cls[on_host & (length < LAUNCH_GAP_NS)] = _H_SHORT
+    cls[on_host & (length >= LAUNCH_GAP_NS)] = _H_LONG
+    if len(checks.missing):
+        # idle mostly inside a wait with no activity recorded: the device may well have been
+        # busy with work the trace lacks
+        cls[2 * checks.missing.between(g0, g1) > length] = _UNATTR
+    if checks.clocks_disagree:
+        cls[:] = _UNATTR
+    return _Causes(cls=cls, by_class=ClassCover.of_disjoint(g0, g1, cls, 6))
+
+
+def _blocked_at_cap(
+    trace: Trace, queues: Mapping[str, tuple[QueueSeries, QueueSeries]] | None, cap: int
+) -> Cover:
+    """The host in a launch call while some stream's queue is full."""
+    cs, ce = [], []
+    for depth, _flight in (queues or {}).values():
+        t, v = depth.time_ns, depth.value
+        if len(t) > 1:
+            full = np.flatnonzero(v[:-1] >= cap)
+            cs.append(t[full])
+            ce.append(t[full + 1])
+    if not cs:
+        return Cover.of([], [])
+    cap_cover = Cover.of(np.concatenate(cs), np.concatenate(ce))
+    return cap_cover.intersect(launch_cover(trace)) if len(cap_cover) else cap_cover
+
+
+def _share_bounds(trace: Trace, links: LaunchLinks, tl: _Timeline, w_start: I64, w_end: I64) -> I64:
+    """The boundaries of the steps' shares (n + 1): each at its step's first activity, the first
+    at the region's start, the last at its end; a step with no activity owns nothing."""
+    n_steps = len(w_start)
+    firsts = np.full(n_steps, tl.r1, np.int64)
+    rows = tl.rows
+    m_rows = rows[np.isin(rows, np.flatnonzero(links.matched))] if len(rows) else rows
+    if len(m_rows):
+        ls = links.launch_start_ns[m_rows]
+        k = np.searchsorted(w_start, ls, side="right") - 1
+        ok = (k >= 0) & (ls < w_end[np.maximum(k, 0)])
+        ks, first_s = k[ok], np.maximum(trace.activities.start_ns[m_rows][ok], tl.r0)
+        if len(ks):
+            np.minimum.at(firsts, ks, first_s)
+    bounds = np.r_[tl.r0, firsts[1:], tl.r1].astype(np.int64)
+    bounds[1:] = np.minimum.accumulate(bounds[1:][::-1])[::-1]
+    clipped: I64 = np.clip(bounds, tl.r0, tl.r1)
+    return clipped
+
+
+class _Shares(msgspec.Struct, frozen=True, eq=False):
+    """The figures of consecutive shares of the timeline, one entry per share: the steps' or
+    the whole region as one share (the run)."""
+
+    #: each share's start, end and length, as Python ints (a hostile trace's region exceeds
+    #: int64: the run's length is given, not computed)
+    start: list[int]
+    end: list[int]
+    region: list[int]
+    busy: I64
+    #: idle by gap class, (6, n)
+    cls: I64
+    launch_gaps: I64
+    host_work_gaps: I64
+    #: over the host's window (a step's, or the region): blocked at the cap, sync and data waits
+    blocked: I64
+    sync_wait: I64
+    #: what the sync wait is a share of: the window's length
+    sync_span: list[int]
+    data_wait: I64
+    #: each gap's share (index)
+    gap_share: npt.NDArray[np.intp]
+
+
+class _Parts(msgspec.Struct, frozen=True, eq=False):
+    """What the shares' figures are measured on."""
+
+    busy: Cover
+    causes: _Causes
+    host: _HostWaits
+
+
+def _shares(
+    parts: _Parts,
+    lo: I64,
+    hi: I64,
+    window: tuple[I64, I64],
+    gap_share: npt.NDArray[np.intp],
+    sync_wait: I64 | None = None,
+) -> _Shares:
+    """The figures of the shares ``[lo, hi)`` of the timeline, whose host windows are
+    ``window`` (their sync wait: ``sync_wait`` where given); ``gap_share``: each gap's share."""
+    w_start, w_end = window
+    cls, n = parts.causes.cls, len(lo)
+    return _Shares(
+        start=lo.tolist(),
+        end=hi.tolist(),
+        region=(hi - lo).tolist(),
+        busy=parts.busy.between(lo, hi),
+        cls=parts.causes.by_class.between(lo, hi),
+        launch_gaps=np.bincount(gap_share[cls == _H_SHORT], minlength=n),
+        host_work_gaps=np.bincount(gap_share[cls == _H_LONG], minlength=n),
+        blocked=parts.host.blocked.between(w_start, w_end),
+        sync_wait=parts.host.sync.between(w_start, w_end) if sync_wait is None else sync_wait,
+        sync_span=(w_end - w_start).tolist(),
+        data_wait=parts.host.data.between(w_start, w_end),
+        gap_share=gap_share,
+    )
+
+
+def _step_shares(
+    trace: Trace,
+    links: LaunchLinks,
+    tl: _Timeline,
+    parts: _Parts,
+    windows: Sequence[StepWindow],
+    step_sync_wait_ns: Sequence[int],
+) -> _Shares:
+    """The steps' shares (at least one step); their sync wait: ``step_sync_wait_ns`` where it
+    has one per step (each step's, clipped to it), else the syncs inside each window."""
+    w_start = np.array([w.start_ns for w in windows], np.int64)
+    w_end = np.array([w.end_ns for w in windows], np.int64)
+    bounds = _share_bounds(trace, links, tl, w_start, w_end)
+    gap_step = np.clip(np.searchsorted(bounds, tl.g0, side="right") - 1, 0, len(windows) - 1)
+    given = len(step_sync_wait_ns) == len(windows)
+    waits = np.array(step_sync_wait_ns, np.int64) if given else None
+    return _shares(parts, bounds[:-1], bounds[1:], (w_start, w_end), gap_step, waits)
+
+
+def _region_share(tl: _Timeline, parts: _Parts, steps: _Shares | None) -> _Shares:
+    """The whole region as one share: the run's figures; its sync wait the steps' where any."""
+    lo, hi = np.array([tl.r0], np.int64), np.array([tl.r1], np.int64)
+    wait = np.array([steps.sync_wait.sum()], np.int64) if steps is not None else None
+    whole = _shares(parts, lo, hi, (lo, hi), np.zeros(len(tl.g0), np.intp), wait)
+    # its length as _Timeline has it (a Python int, never below 0)
+    return msgspec.structs.replace(whole, region=[tl.region], sync_span=[tl.region])
+
+
+def _share_bound(sh: _Shares, k: int) -> StepBound:
+    """Share ``k``'s label and figures."""
+    region, busy = sh.region[k], int(sh.busy[k])
+    idle = _classes_to_cause(sh.cls[:, k])
+    label, lead = label_of(region, busy, idle)
+    wait = int(sh.sync_wait[k])
+    evidence = BoundEvidence(
+        busy_pct=_pct(busy, region),
+        idle_pct_by_cause=_pcts(idle, region),
+        leading_cause=lead,
+        launch_gaps=int(sh.launch_gaps[k]),
+        launch_gaps_ns=int(sh.cls[_H_SHORT, k]),
+        host_work_gaps=int(sh.host_work_gaps[k]),
+        host_work_ns=int(sh.cls[_H_LONG, k]),
+        blocked_at_cap_ns=int(sh.blocked[k]),
+        sync_wait_ns=wait,
+        sync_wait_pct=_pct(wait, sh.sync_span[k]),
+        sync_cost_pct=_pct(wait + int(sh.cls[_SYNC, k]), region),
+        data_wait_ns=int(sh.data_wait[k]),
+    )
+    return _step_bound(label, sh.start[k], sh.end[k], region, busy, idle, evidence)
+
+
+def _trace_run(
+    trace: Trace,
+    tl: _Timeline,
+    causes: _Causes,
+    whole: _Shares,
+    syncs: SyncSummary,
+    group_keys: Sequence[str],
+    group_of: npt.NDArray[np.intp] | None,
+) -> Bound:
+    """The run's bound: the region's, with the run's lists (host frames, sync sites, kernels,
+    waits) and advice."""
+    share = _share_bound(whole, 0)
+    g0, g1, cls = tl.g0, tl.g1, causes.cls
+    evidence = msgspec.structs.replace(
+        share.evidence,
+        host_frames=_host_frames(trace, g0, g1, cls, share.evidence.leading_cause),
+        sync_sites=_sync_costs(syncs, g0, g1, cls),
+        top_kernels=_top_kernels(trace, tl.rows, tl.s, tl.e),
+        waited_on=_waited_on(trace, g0, g1, cls, tl.ender, group_keys, group_of),
+    )
+    share = msgspec.structs.replace(share, evidence=evidence)
+    # a trace without device activity ran on the CPU (or recorded none): say what that means
+    return _run_bound(share, asynchronous=tl.n_act > 0)
+
+
+def _idle_gaps(tl: _Timeline, causes: _Causes, steps: _Shares | None) -> IdleGaps:
+    """The gaps for the views, each with its cause and step (-1 without steps)."""
+    return IdleGaps(
+        start_ns=tl.g0,
+        end_ns=tl.g1,
+        cause=_CAUSE_OF_CLASS[causes.cls],
+        launch_gap=causes.cls == _H_SHORT,
+        step=(
+            steps.gap_share.astype(np.int64)
+            if steps is not None
+            else np.full(len(tl.g0), -1, np.int64)
+        ),
+    )
+
+
 def bound_of_trace(
     trace: Trace,
     links: LaunchLinks,
@@ -323,300 +815,22 @@ def bound_of_trace(
     group_of: npt.NDArray[np.intp] | None = None,
 ) -> TraceBound:
     """The run's and every step's label, with figures, evidence, advice and warnings."""
-    act = trace.activities
-    rt = trace.runtime
-    n_act = len(act)
-    a_start = act.start_ns
-    a_end = act.start_ns + act.dur_ns
-    if n_act:
-        devs, inv = np.unique(act.device, return_inverse=True)
-        dev = devs[int(np.argmax(np.bincount(inv.reshape(-1))))]
-        on_dev = act.device == dev
-    else:
-        on_dev = np.zeros(0, bool)
-    r0, r1 = _region(trace, links, windows, on_dev)
-    region = max(r1 - r0, 0)
-
-    # the device timeline, clipped to the region
-    rows = np.flatnonzero(on_dev & (a_end > r0) & (a_start < r1))
-    s = np.maximum(a_start[rows], r0)
-    e = np.minimum(a_end[rows], r1)
-    if len(s) > 1 and bool((s[1:] < s[:-1]).any()):  # the model keeps tables sorted by start
-        order = np.argsort(s, kind="stable")
-        rows, s, e = rows[order], s[order], e[order]
-    nz = e > s
-    rows, s, e = rows[nz], s[nz], e[nz]
-    if len(s):
-        reach = np.maximum.accumulate(e)
-        heads = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])
-        ms = s[heads]
-        me = reach[np.r_[heads[1:] - 1, len(s) - 1]]
-        busy = Cover._from_disjoint(ms, me)
-        g0 = np.r_[r0, me[:-1]]
-        g1 = ms.copy()
-        ender = rows[heads]
-        last_end = int(me[-1])
-    else:
-        busy = Cover.of([], [])
-        g0 = g1 = np.zeros(0, np.int64)
-        ender = np.zeros(0, np.intp)
-        last_end = r0
-    if r1 > last_end:
-        g0 = np.r_[g0, last_end]
-        g1 = np.r_[g1, r1]
-        ender = np.r_[ender, -1]
-    keep = g1 > g0
-    g0, g1, ender = g0[keep], g1[keep], ender[keep].astype(np.intp)
-    final = ender < 0
-    busy_total = busy.total_ns
-
-    # host-side covers
-    is_sync = np.isin(rt.kind, np.array([int(k) for k in SYNC_KINDS], dtype=np.uint8))
-    sy_s = rt.start_ns[is_sync]
-    sy_e = sy_s + rt.dur_ns[is_sync]
-    sync_cover = Cover.of(sy_s, sy_e)
-    r = trace.ranges
-    data_name = np.array(
-        [_DATA_MARK in x and bool(_DATA_WAIT.search(x)) for x in trace.strings] or [False], bool
-    )
-    is_data = (
-        ((r.kind == RangeKind.OP) | (r.kind == RangeKind.ANNOTATION)) & data_name[r.name]
-        if len(r)
-        else np.zeros(0, bool)
-    )
-    data_cover = Cover.of(r.start_ns[is_data], r.start_ns[is_data] + r.dur_ns[is_data])
-
-    # warnings
-    warnings: list[ReportWarning] = []
-    matched = links.matched
-    clocks_disagree = False
-    span = host_span(trace)
-    if matched.any() and span is not None:
-        h0, h1 = span
-        first_dev = int(a_start[matched].min())
-        last_dev = int(a_end[matched].max())
-        l2s = np.sort(a_start[matched] - links.launch_start_ns[matched])
-        p50 = int(l2s[(len(l2s) - 1) // 2])
-        if first_dev > h1 or last_dev < h0 or (h1 > h0 and p50 > h1 - h0):
-            clocks_disagree = True
-            if first_dev > h1:
-                where = (
-                    f"the first device activity starts {_ms(first_dev - h1)} after the last "
-                    "host event ends"
-                )
-            elif last_dev < h0:
-                where = (
-                    f"the last device activity ends {_ms(h0 - last_dev)} before the first "
-                    "host event"
-                )
-            else:
-                where = "launch-to-start delays exceed the whole host span"
-            warnings.append(
-                ReportWarning(
-                    code="clock-mismatch",
-                    message=(
-                        f"the host and device clocks cannot both be right: every host event "
-                        f"lies within {_ms(h1 - h0)}, {where}, and the median launch-to-start "
-                        f"delay is {_ms(p50)}; launch delays, run-ahead and the idle causes "
-                        "are withheld"
-                    ),
-                )
-            )
-    long_sync = (sy_e - sy_s) >= MISSING_ACTIVITY_MIN_NS
-    missing_cover = Cover.of([], [])
-    if long_sync.any():
-        ls0, ls1 = sy_s[long_sync], sy_e[long_sync]
-        busy_in = busy.between(ls0, ls1)
-        dry = busy_in < MISSING_ACTIVITY_BUSY_FRACTION * (ls1 - ls0)
-        if dry.any():
-            missing_cover = Cover.of(ls0[dry], ls1[dry])
-            j = int(np.argmax(np.where(dry, ls1 - ls0, -1)))
-            names = rt.name[is_sync][long_sync]
-            warnings.append(
-                ReportWarning(
-                    code="missing-activity",
-                    message=(
-                        f"{int(dry.sum())} sync(s) wait while no device activity is recorded "
-                        f"(longest: {trace.name_of(int(names[j]))} waits "
-                        f"{_ms(int(ls1[j] - ls0[j]))} of the {_ms(region)} traced): device "
-                        "activity is missing (graph replays not traced, another process's "
-                        "work, a profiler that dropped records); idle inside those waits is "
-                        "unattributed"
-                    ),
-                )
-            )
-    before = matched & (a_start < links.launch_start_ns)
-    if before.any():
-        skew = int((links.launch_start_ns[before] - a_start[before]).max())
-        warnings.append(
-            ReportWarning(
-                code="activity-before-launch",
-                message=(
-                    f"{int(before.sum())} device activities start before their launch call "
-                    f"(by up to {_ms(skew)}): the device and host clocks are skewed; queue "
-                    "figures take such activities to start when their call started"
-                ),
-            )
-        )
-
-    # classify the gaps
-    cls = np.full(len(g0), _UNATTR, np.int64)
-    safe = np.where(final, 0, ender)
-    li = np.where(final, -1, links.launch_index[safe] if n_act else -1)
-    has = li >= 0
-    l_start = np.where(has, links.launch_start_ns[safe] if n_act else 0, 0)
-    l_end = np.where(has, links.launch_end_ns[safe] if n_act else 0, 0)
-    dep = has & (l_end < g0)
-    waited = (has & ~dep) | final
-    upto = np.where(final, g1, np.maximum(l_start, g0))
-    in_sync = sync_cover.contains(g0)
-    data = (upto > g0) & (2 * data_cover.between(g0, upto) > (upto - g0))
-    length = g1 - g0
-    cls[dep] = _DEP
-    cls[waited & in_sync] = _SYNC
-    cls[waited & ~in_sync & data] = _INPUT
-    host = waited & ~in_sync & ~data
-    cls[host & (length < LAUNCH_GAP_NS)] = _H_SHORT
-    cls[host & (length >= LAUNCH_GAP_NS)] = _H_LONG
-    if len(missing_cover):
-        # idle mostly inside a wait with no activity recorded: the device may well have been
-        # busy with work the trace lacks
-        cls[2 * missing_cover.between(g0, g1) > length] = _UNATTR
-    if clocks_disagree:
-        cls[:] = _UNATTR
-    covers = [Cover._from_disjoint(g0[cls == c], g1[cls == c]) for c in range(6)]
-
-    # blocked at the cap: host in a launch call while some stream's queue is full
-    cap_cover = Cover.of([], [])
-    if queues:
-        cs, ce = [], []
-        for depth, _flight in queues.values():
-            t, v = depth.time_ns, depth.value
-            if len(t) > 1:
-                full = np.flatnonzero(v[:-1] >= cap)
-                cs.append(t[full])
-                ce.append(t[full + 1])
-        if cs:
-            cap_cover = Cover.of(np.concatenate(cs), np.concatenate(ce))
-    blocked = cap_cover.intersect(launch_cover(trace)) if len(cap_cover) else cap_cover
-
-    # per-step shares: boundaries at each step's first activity
-    n_steps = len(windows)
-    if n_steps:
-        w_start = np.array([w.start_ns for w in windows], np.int64)
-        w_end = np.array([w.end_ns for w in windows], np.int64)
-        firsts = np.full(n_steps, r1, np.int64)
-        m_rows = rows[np.isin(rows, np.flatnonzero(matched))] if len(rows) else rows
-        if len(m_rows):
-            ls = links.launch_start_ns[m_rows]
-            k = np.searchsorted(w_start, ls, side="right") - 1
-            ok = (k >= 0) & (ls < w_end[np.maximum(k, 0)])
-            ks, first_s = k[ok], np.maximum(a_start[m_rows][ok], r0)
-            if len(ks):
-                np.minimum.at(firsts, ks, first_s)
-        bounds = np.r_[r0, firsts[1:], r1].astype(np.int64)
-        bounds[1:] = np.minimum.accumulate(bounds[1:][::-1])[::-1]
-        bounds = np.clip(bounds, r0, r1)
-        lo, hi = bounds[:-1], bounds[1:]
-        s_busy = busy.between(lo, hi)
-        s_cls = np.stack([c.between(lo, hi) for c in covers])  # (6, n_steps)
-        gk = np.searchsorted(bounds, g0, side="right") - 1
-        gk = np.clip(gk, 0, n_steps - 1)
-        short_n = np.bincount(gk[cls == _H_SHORT], minlength=n_steps)
-        long_n = np.bincount(gk[cls == _H_LONG], minlength=n_steps)
-        s_blocked = blocked.between(w_start, w_end)
-        s_data = data_cover.between(w_start, w_end)
-        if len(step_sync_wait_ns) == n_steps:
-            s_wait = np.array(step_sync_wait_ns, np.int64)
-        else:
-            s_wait = sync_cover.between(w_start, w_end)
-
-    # run figures
-    run_cls = np.array([c.total_ns for c in covers], np.int64)
-    idle = _classes_to_cause(run_cls)
-    idle_total = idle.total()
-    # busy + idle = region exactly (gaps and busy partition [r0, r1))
-    # sync wait inside the steps (each step's, clipped to it), else over the region
-    sync_wait_total = int(s_wait.sum()) if n_steps else int(sync_cover.between(r0, r1))
-    costs = _sync_costs(syncs, g0, g1, cls)
-    # what syncs cost the steps: their wait plus the sync idle they opened
-    sync_cost_total = sync_wait_total + int(run_cls[_SYNC])
-    label, leading = label_of(region, busy_total, idle)
-    evidence = BoundEvidence(
-        busy_pct=_pct(busy_total, region),
-        idle_pct_by_cause={c: _pct(v, region) for c, v in idle.as_dict().items()},
-        leading_cause=leading,
-        launch_gaps=int(np.count_nonzero(cls == _H_SHORT)),
-        launch_gaps_ns=int(run_cls[_H_SHORT]),
-        host_work_gaps=int(np.count_nonzero(cls == _H_LONG)),
-        host_work_ns=int(run_cls[_H_LONG]),
-        blocked_at_cap_ns=int(blocked.between(r0, r1)),
-        sync_wait_ns=int(sync_wait_total),
-        sync_wait_pct=_pct(int(sync_wait_total), region),
-        sync_cost_pct=_pct(sync_cost_total, region),
-        data_wait_ns=int(data_cover.between(r0, r1)),
-        host_frames=_host_frames(trace, g0, g1, cls, leading),
-        sync_sites=costs,
-        top_kernels=_top_kernels(trace, rows, s, e),
-        waited_on=_waited_on(trace, g0, g1, cls, ender, group_keys, group_of),
-    )
-    run = Bound(
-        label=label,
-        region_ns=region,
-        busy_ns=busy_total,
-        idle_ns=idle_total,
-        idle_ns_by_cause=idle,
-        evidence=evidence,
-    )
-    # a trace without device activity ran on the CPU (or recorded none): say what that means
-    run = msgspec.structs.replace(run, advice=advice_for(label, run, asynchronous=n_act > 0))
-
-    steps: list[StepBound] = []
-    for k in range(n_steps):
-        share = int(hi[k] - lo[k])
-        sb = int(s_busy[k])
-        sidle = _classes_to_cause(s_cls[:, k])
-        slabel, slead = label_of(share, sb, sidle)
-        wait = int(s_wait[k])
-        steps.append(
-            StepBound(
-                label=slabel,
-                share_start_ns=int(lo[k]),
-                share_end_ns=int(hi[k]),
-                region_ns=share,
-                busy_ns=sb,
-                idle_ns=sidle.total(),
-                idle_ns_by_cause=sidle,
-                evidence=BoundEvidence(
-                    busy_pct=_pct(sb, share),
-                    idle_pct_by_cause={c: _pct(v, share) for c, v in sidle.as_dict().items()},
-                    leading_cause=slead,
-                    launch_gaps=int(short_n[k]),
-                    launch_gaps_ns=int(s_cls[_H_SHORT, k]),
-                    host_work_gaps=int(long_n[k]),
-                    host_work_ns=int(s_cls[_H_LONG, k]),
-                    blocked_at_cap_ns=int(s_blocked[k]),
-                    sync_wait_ns=wait,
-                    sync_wait_pct=_pct(wait, int(w_end[k] - w_start[k])),
-                    sync_cost_pct=_pct(wait + int(s_cls[_SYNC, k]), share),
-                    data_wait_ns=int(s_data[k]),
-                ),
-            )
-        )
-    cause_of_class = np.array([0, 0, 1, 2, 3, 4], np.uint8)  # classes → CAUSES index
+    tl = _device_timeline(trace, links, windows)
+    host = _host_waits(trace, queues, cap)
+    checks = _checks(trace, links, tl, host)
+    causes = _gap_causes(links, tl, host, checks)
+    parts = _Parts(busy=tl.busy, causes=causes, host=host)
+    per = _step_shares(trace, links, tl, parts, windows, step_sync_wait_ns) if windows else None
+    whole = _region_share(tl, parts, per)
+    # what syncs cost: their wait plus the sync idle they opened
+    cost = int(whole.sync_wait[0]) + int(whole.cls[_SYNC, 0])
     return TraceBound(
-        run=run,
-        steps=steps,
-        warnings=warnings,
-        sync_cost_fraction=sync_cost_total / region if region > 0 else 0.0,
-        clocks_disagree=clocks_disagree,
-        gaps=IdleGaps(
-            start_ns=g0,
-            end_ns=g1,
-            cause=cause_of_class[cls],
-            launch_gap=cls == _H_SHORT,
-            step=gk.astype(np.int64) if n_steps else np.full(len(g0), -1, np.int64),
-        ),
+        run=_trace_run(trace, tl, causes, whole, syncs, group_keys, group_of),
+        steps=[_share_bound(per, k) for k in range(len(windows))] if per is not None else [],
+        warnings=checks.warnings,
+        sync_cost_fraction=cost / tl.region if tl.region > 0 else 0.0,
+        clocks_disagree=checks.clocks_disagree,
+        gaps=_idle_gaps(tl, causes, per),
     )
 
 
@@ -803,22 +1017,34 @@ def _int64(v: int) -> int:
     return max(min(v, 2**63 - 1), -(2**63))
 
 
-def _step_estimate(st: StepRecord, asynchronous: bool) -> tuple[int, int, IdleByCause, bool]:
-    """(region, busy, idle by cause, behind) of one step record (see bound_of_records)."""
-    wall = max(st.frontend_ns, 0)
+class _RecordsSums(msgspec.Struct, frozen=True):
+    """Sums over a session's step records, as Python ints (the sums of a hostile file's int64
+    figures must not wrap or turn to floats); busy is the region less the idle."""
+
+    steps: int
+    #: steps in which the device was behind the host
+    behind: int
+    region: int
+    idle: IdleByCause
+    sync_wait: int
+    data_wait: int
+
+
+def _step_estimate(st: StepRecord, wall: int, asynchronous: bool) -> tuple[IdleByCause, bool]:
+    """A step record's idle by cause, of its wall time ``wall`` (busy the rest), and whether
+    the device was behind the host (see bound_of_records)."""
     data = min(max(st.data_wait_ns, 0), wall)
     sync = min(max(st.sync_wait_ns, 0), wall - data)
     if not asynchronous:
         # the host ran every op itself: "busy" is the host's own compute, idle its waits
-        idle = IdleByCause(sync=sync, input=data)
-        return wall, wall - idle.total(), idle, False
+        return IdleByCause(sync=sync, input=data), False
     dev = st.device_ns
     ra = st.run_ahead_ns
     behind = ra is not None and ra > RECORDS_BEHIND_FRACTION * wall
     if behind or st.in_flight >= RECORDS_FULL_IN_FLIGHT:
         # the device still had this step's work queued when the host moved on: it sets the pace
         gap = max(0, wall - dev) if dev is not None else 0
-        return wall, wall - gap, IdleByCause(host=gap), True
+        return IdleByCause(host=gap), True
     # the device kept pace: it waited for the host; markers cannot see how long, so the idle
     # is at least what the host spent not issuing work (data, sync), the marker window's
     # shortfall, and never below the device-bound threshold
@@ -827,8 +1053,7 @@ def _step_estimate(st: StepRecord, asynchronous: bool) -> tuple[int, int, IdleBy
     idle_ns = min(wall, max(shortfall, data + sync, floor))
     s_part = min(idle_ns, sync)
     i_part = min(idle_ns - s_part, data)
-    idle = IdleByCause(host=idle_ns - s_part - i_part, sync=s_part, input=i_part)
-    return wall, wall - idle_ns, idle, False
+    return IdleByCause(host=idle_ns - s_part - i_part, sync=s_part, input=i_part), False
 
 
 def _estimated_evidence(
@@ -845,7 +1070,7 @@ def _estimated_evidence(
     the sync cost is the host's wait."""
     return BoundEvidence(
         busy_pct=_pct(busy_ns, region),
-        idle_pct_by_cause={c: _pct(v, region) for c, v in idle.as_dict().items()},
+        idle_pct_by_cause=_pcts(idle, region),
         leading_cause=lead,
         host_work_ns=idle.host,
         sync_wait_ns=sync_wait_ns,
@@ -855,6 +1080,67 @@ def _estimated_evidence(
         estimated=True,
         notes=notes if notes is not None else [],
     )
+
+
+def _record_bound(st: StepRecord, wall: int, idle: IdleByCause) -> StepBound:
+    """One step record's label and figures."""
+    busy = wall - idle.total()
+    label, lead = label_of(wall, busy, idle)
+    evidence = _estimated_evidence(
+        wall, busy, idle, lead, sync_wait_ns=st.sync_wait_ns, data_wait_ns=st.data_wait_ns
+    )
+    return _step_bound(label, st.start_ns, st.start_ns + wall, wall, busy, idle, evidence)
+
+
+def _sum_records(
+    steps: Sequence[StepRecord], asynchronous: bool, per_step: bool
+) -> tuple[_RecordsSums, list[StepBound]]:
+    """The sums over the step records and, with ``per_step``, each step's bound: one pass."""
+    per: list[StepBound] = []
+    # idle by cause (host, sync, data); the host's own sync and data waits, as recorded
+    region = host = sync = data = behind = w_sync = w_data = 0
+    for st in steps:
+        wall = max(st.frontend_ns, 0)
+        idle, late = _step_estimate(st, wall, asynchronous)
+        behind += late
+        region += wall
+        host += idle.host
+        sync += idle.sync
+        data += idle.input
+        w_sync += st.sync_wait_ns
+        w_data += st.data_wait_ns
+        if per_step:
+            per.append(_record_bound(st, wall, idle))
+    total = IdleByCause(host=host, sync=sync, input=data)
+    return _RecordsSums(len(steps), behind, region, total, w_sync, w_data), per
+
+
+def _records_run(sums: _RecordsSums, *, asynchronous: bool) -> Bound:
+    """The run's label and figures from the sums over its step records."""
+    t = sums.idle
+    region, busy_ns = _int64(sums.region), _int64(sums.region - t.total())
+    idle = IdleByCause(host=_int64(t.host), sync=_int64(t.sync), input=_int64(t.input))
+    label, lead = label_of(region, busy_ns, idle)
+    notes = [
+        "estimated from per-step totals (a live session has no per-gap timeline): "
+        f"the device was behind the host in {sums.behind} of {sums.steps} step(s)"
+    ]
+    if not asynchronous:
+        notes.append("the CPU backend is synchronous: busy is the host's own compute")
+    if not sums.steps:
+        label = "undetermined"
+        notes = ["no steps"]
+    evidence = _estimated_evidence(
+        region,
+        busy_ns,
+        idle,
+        lead,
+        sync_wait_ns=_int64(sums.sync_wait),
+        data_wait_ns=_int64(sums.data_wait),
+        notes=notes,
+    )
+    whole = _step_bound(label, 0, region, region, busy_ns, idle, evidence)  # (from 0: not kept)
+    return _run_bound(whole, asynchronous=asynchronous)
 
 
 def bound_of_records(
@@ -882,68 +1168,5 @@ def bound_of_records(
     run's figures only (``steps`` empty), for a summary of a long run that needs no per-step
     objects.
     """
-    per: list[StepBound] = []
-    # Python ints: sums of a hostile file's int64 figures must not wrap or turn to floats
-    tot_region = tot_busy = 0
-    by = [0, 0, 0, 0, 0]
-    behind_n = 0
-    wait_sync = wait_data = 0
-    for st in steps:
-        region, busy_ns, idle, behind = _step_estimate(st, asynchronous)
-        behind_n += behind
-        tot_region += region
-        tot_busy += busy_ns
-        by[0] += idle.host
-        by[1] += idle.sync
-        by[2] += idle.input
-        wait_sync += st.sync_wait_ns
-        wait_data += st.data_wait_ns
-        if not per_step:
-            continue
-        lab, lead = label_of(region, busy_ns, idle)
-        per.append(
-            StepBound(
-                label=lab,
-                share_start_ns=st.start_ns,
-                share_end_ns=st.start_ns + region,
-                region_ns=region,
-                busy_ns=busy_ns,
-                idle_ns=idle.total(),
-                idle_ns_by_cause=idle,
-                evidence=_estimated_evidence(
-                    region,
-                    busy_ns,
-                    idle,
-                    lead,
-                    sync_wait_ns=st.sync_wait_ns,
-                    data_wait_ns=st.data_wait_ns,
-                ),
-            )
-        )
-    region, busy_ns = _int64(tot_region), _int64(tot_busy)
-    idle = IdleByCause(
-        host=_int64(by[0]), sync=_int64(by[1]), input=_int64(by[2]), dependency=0, unattributed=0
-    )
-    waits = (_int64(wait_sync), _int64(wait_data))
-    lab, lead = label_of(region, busy_ns, idle)
-    notes = [
-        "estimated from per-step totals (a live session has no per-gap timeline): "
-        f"the device was behind the host in {behind_n} of {len(steps)} step(s)"
-    ]
-    if not asynchronous:
-        notes.append("the CPU backend is synchronous: busy is the host's own compute")
-    if not steps:
-        lab = "undetermined"
-        notes = ["no steps"]
-    run = Bound(
-        label=lab,
-        region_ns=region,
-        busy_ns=busy_ns,
-        idle_ns=idle.total(),
-        idle_ns_by_cause=idle,
-        evidence=_estimated_evidence(
-            region, busy_ns, idle, lead, sync_wait_ns=waits[0], data_wait_ns=waits[1], notes=notes
-        ),
-    )
-    run = msgspec.structs.replace(run, advice=advice_for(lab, run, asynchronous=asynchronous))
-    return RecordsBound(run=run, steps=per)
+    sums, per = _sum_records(steps, asynchronous, per_step)
+    return RecordsBound(run=_records_run(sums, asynchronous=asynchronous), steps=per)

@@ -13,9 +13,25 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Cover"]
+__all__ = ["ClassCover", "Cover", "start_order", "union_runs"]
 
 I64 = npt.NDArray[np.int64]
+
+
+def start_order(start: I64) -> npt.NDArray[np.intp] | None:
+    """The stable order of intervals by start; None where they are in order already (trace
+    tables come sorted by start, so most callers skip the sort)."""
+    if len(start) > 1 and bool((start[1:] < start[:-1]).any()):
+        return np.argsort(start, kind="stable")
+    return None
+
+
+def union_runs(start: I64, end: I64) -> tuple[npt.NDArray[np.intp], I64]:
+    """Of intervals sorted by start, none empty (at least one): where each run of overlapping or
+    touching ones begins (its first interval's index) and where the run ends."""
+    reach = np.maximum.accumulate(end)
+    heads = np.flatnonzero(np.r_[True, start[1:] > reach[:-1]])
+    return heads, reach[np.r_[heads[1:] - 1, len(start) - 1]]
 
 
 class Cover(msgspec.Struct, frozen=True, eq=False):
@@ -36,15 +52,11 @@ class Cover(msgspec.Struct, frozen=True, eq=False):
         if len(s) == 0:
             z = np.zeros(0, np.int64)
             return cls(z, z.copy(), np.zeros(1, np.int64))
-        if len(s) > 1 and bool((s[1:] < s[:-1]).any()):  # trace tables come sorted
-            order = np.argsort(s, kind="stable")
+        order = start_order(s)
+        if order is not None:
             s, e = s[order], e[order]
-        reach = np.maximum.accumulate(e)
-        new = np.r_[True, s[1:] > reach[:-1]]
-        heads = np.flatnonzero(new)
-        ms = s[heads]
-        me = reach[np.r_[heads[1:] - 1, len(s) - 1]]
-        return cls._from_disjoint(ms, me)
+        heads, me = union_runs(s, e)
+        return cls._from_disjoint(s[heads], me)
 
     @classmethod
     def _from_disjoint(cls, s: I64, e: I64) -> Cover:
@@ -102,3 +114,43 @@ class Cover(msgspec.Struct, frozen=True, eq=False):
     def clip(self, lo: int, hi: int) -> Cover:
         """The part inside ``[lo, hi)``."""
         return Cover.of(np.maximum(self.start_ns, lo), np.minimum(self.end_ns, hi))
+
+
+class ClassCover(msgspec.Struct, frozen=True, eq=False):
+    """Disjoint intervals as in a :class:`Cover`, each of one of ``n`` classes: the covered
+    length of every class at once, from one binary search (rather than one per class)."""
+
+    start_ns: I64
+    end_ns: I64
+    cls: npt.NDArray[np.intp]
+    #: covered length of class ``c`` by intervals ``[0, i)``: ``cum_ns[c, i]``, shape (n, len + 1)
+    cum_ns: I64
+
+    @classmethod
+    def of_disjoint(cls, s: I64, e: I64, classes: npt.ArrayLike, n: int) -> ClassCover:
+        """Sorted, disjoint, non-empty ``[s[i], e[i])`` of class ``classes[i]`` (0 to n - 1)."""
+        c = np.asarray(classes, dtype=np.intp)
+        cum = np.zeros((n, len(s) + 1), np.int64)
+        cum[c, np.arange(1, len(s) + 1)] = e - s
+        np.cumsum(cum, axis=1, out=cum)
+        return cls(s, e, c, cum)
+
+    def before(self, t: npt.ArrayLike) -> I64:
+        """Covered length of each class in ``(-inf, t)`` at each of the times ``t`` (1-d):
+        shape (n, len(t))."""
+        t = np.asarray(t, dtype=np.int64)
+        k = np.searchsorted(self.start_ns, t, side="right")  # intervals starting at or before t
+        if len(self.start_ns) == 0:
+            return np.zeros((len(self.cum_ns), *np.shape(t)), np.int64)
+        last = np.maximum(k - 1, 0)
+        out: I64 = self.cum_ns[:, last]  # every class's length before the last interval
+        partial = np.where(k > 0, np.minimum(t, self.end_ns[last]) - self.start_ns[last], 0)
+        out[self.cls[last], np.arange(len(t))] += partial.astype(np.int64)
+        return out
+
+    def between(self, a: npt.ArrayLike, b: npt.ArrayLike) -> I64:
+        """Covered length of each class in ``[a, b)`` (0 where ``b <= a``; 1-d ``a`` and ``b``):
+        shape (n, len(a))."""
+        a = np.asarray(a, dtype=np.int64)
+        b = np.asarray(b, dtype=np.int64)
+        return np.where(b > a, self.before(b) - self.before(a), 0).astype(np.int64)
