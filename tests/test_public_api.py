@@ -94,6 +94,41 @@ def test_capture_is_a_leaf(path: Path) -> None:
     assert bad == []
 
 
+def _views() -> list[Path]:
+    return sorted(
+        p for d in ("render", "export") for p in (PACKAGE / d).rglob("*.py") if p.read_text()
+    )
+
+
+@pytest.mark.parametrize("path", _views(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_views_call_no_analysis_function(path: Path) -> None:
+    # renderers and exporters take the report and the analysis detail made once: from the
+    # analysis layer they import types and constants (CamelCase, UPPER_CASE), never a function
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+        if isinstance(node, ast.ImportFrom) and module.startswith("asynctrace.analysis"):
+            bad += [
+                f"{node.module}.{a.name}"
+                for a in node.names
+                if not (a.name[:1].isupper() or a.name.isupper())
+            ]
+        elif isinstance(node, ast.Import):
+            bad += [a.name for a in node.names if a.name.startswith("asynctrace.analysis")]
+    assert bad == []
+
+
+def test_commands_ask_the_loader_what_a_file_is() -> None:
+    # one loader (asynctrace.sources): no command or view decides a file's kind by its name
+    offenders = sorted(
+        str(p.relative_to(PACKAGE))
+        for d in ("_commands", "render", "export")
+        for p in (PACKAGE / d).rglob("*.py")
+        if "is_records_name" in p.read_text() or "read_records" in p.read_text()
+    )
+    assert offenders == []
+
+
 def test_every_user_error_is_ours() -> None:
     # a wrong option raises a documented AsyncTraceError, still a ValueError/TypeError as before
     from asynctrace.errors import AsyncTraceError, OptionError

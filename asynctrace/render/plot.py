@@ -59,6 +59,8 @@ _MAX_ARROWS = 80
 _MAX_BARS = 4000
 #: steps the timeline draws when no window is chosen
 _DEFAULT_WINDOW = 3
+#: a session's steps are drawn as whole spans: more fit in one picture
+_DEFAULT_RECORD_WINDOW = 8
 
 
 def available() -> bool:
@@ -156,14 +158,14 @@ class _Lanes:
     t0_ns: int
 
 
-def _window(analysis: Analysis, steps: tuple[int, int] | None) -> list[int]:
+def _window(analysis: Analysis, steps: tuple[int, int] | None, *, first: int) -> list[int]:
     """The indices of the steps the timeline draws: those numbered in ``steps`` (inclusive),
-    else the first three."""
+    else the first ``first``."""
     numbers = [s.step for s in analysis.report.steps]
     if not numbers:
         raise _no_steps(analysis)
     if steps is None:
-        return list(range(min(len(numbers), _DEFAULT_WINDOW)))
+        return list(range(min(len(numbers), first)))
     chosen = [i for i, k in enumerate(numbers) if steps[0] <= k <= steps[1]]
     if not chosen:
         raise PlotError(
@@ -204,7 +206,7 @@ def _host_calls(detail: TraceDetail, w0: int, w1: int, launched: Any) -> list[An
 def _trace_lanes(analysis: Analysis, detail: TraceDetail, steps: tuple[int, int] | None) -> _Lanes:
     report = analysis.report
     assert report.trace is not None
-    chosen = _window(analysis, steps)
+    chosen = _window(analysis, steps, first=_DEFAULT_WINDOW)
     w0 = min(report.steps[i].start_ns for i in chosen)
     w1 = max(report.trace.steps[i].end_ns for i in chosen)
     ms = 1e-6
@@ -223,6 +225,36 @@ def _trace_lanes(analysis: Analysis, detail: TraceDetail, steps: tuple[int, int]
         for s in (report.steps[i] for i in chosen)
     ]
     return _Lanes(_host_calls(detail, w0, w1, sel), device, arrows, spans, w0)
+
+
+def _record_lanes(analysis: Analysis, steps: tuple[int, int] | None) -> _Lanes:
+    """Host and device lanes from a session's step records, each step as whole spans: its
+    device span ends at host end + run-ahead and lasts ``device_ns`` (the session's figures);
+    a step without device figures gets none."""
+    report = analysis.report
+    chosen = [report.steps[i] for i in _window(analysis, steps, first=_DEFAULT_RECORD_WINDOW)]
+    t0 = chosen[0].start_ns
+    ms = 1e-6
+    host: list[tuple[float, float, str]] = []
+    device: list[tuple[float, float]] = []
+    arrows: list[tuple[float, float]] = []
+    spans: list[tuple[float, float, str]] = []
+    for s in chosen:
+        x = (s.start_ns - t0) * ms
+        issue = s.frontend_ns - s.sync_wait_ns - s.data_wait_ns
+        if s.data_wait_ns:
+            # session.steps() measures the wait for the batch at the start of the step
+            host.append((x, s.data_wait_ns * ms, "data"))
+        host.append((x + s.data_wait_ns * ms, issue * ms, "launch"))
+        if s.sync_wait_ns:
+            # where inside the step the waits fell is not recorded: drawn at the step's end
+            host.append((x + (s.frontend_ns - s.sync_wait_ns) * ms, s.sync_wait_ns * ms, "sync"))
+        spans.append((x, s.frontend_ns * ms, f"step {s.step}"))
+        if s.device_ns is not None and s.run_ahead_ns is not None:
+            d_start = s.start_ns + s.frontend_ns + s.run_ahead_ns - s.device_ns
+            device.append(((d_start - t0) * ms, s.device_ns * ms))
+            arrows.append((x, (d_start - t0) * ms))
+    return _Lanes(host, device, arrows, spans, t0)
 
 
 def _draw_lanes(ax: Any, lanes: _Lanes, *, title: str) -> None:
@@ -280,15 +312,13 @@ def _draw_lanes(ax: Any, lanes: _Lanes, *, title: str) -> None:
 def plot_timeline(
     analysis: Analysis, *, steps: tuple[int, int] | None = None, ax: Any = None
 ) -> Any:
-    """Host and device lanes of a trace's steps ``steps`` (inclusive; default the first three).
-    A session's records hold per-step figures, not events: a :class:`PlotError` says so."""
+    """Host and device lanes of the steps ``steps`` (inclusive): a trace's events (default the
+    first three steps), or a session's steps as whole spans from their records (default the
+    first eight)."""
     detail = analysis.trace
-    if detail is None:
-        raise PlotError(
-            f"{analysis.report.source.path}: the timeline draws a trace's events, and a "
-            "session's records hold per-step figures only: draw its steps, run-ahead or bound"
-        )
-    lanes = _trace_lanes(analysis, detail, steps)
+    lanes = (
+        _record_lanes(analysis, steps) if detail is None else _trace_lanes(analysis, detail, steps)
+    )
     fig, ax = _axes(ax)
     _draw_lanes(ax, lanes, title=f"frontend (host) vs backend (device): {_run_name(analysis)}")
     return fig
@@ -488,15 +518,13 @@ def plot_run_ahead(analysis: Analysis, *, ax: Any = None) -> Any:
 
 
 def overview_figure(analysis: Analysis, *, steps: tuple[int, int] | None = None) -> Any:
-    """The pictures of a run stacked in one figure: a trace's timeline (of ``steps``), then the
-    step bars and the run-ahead (a session's records: those two)."""
-    rows = 3 if analysis.trace is not None else 2
-    fig = _figure(11, 3 * rows)
-    axes = fig.subplots(rows, 1)
-    if analysis.trace is not None:
-        plot_timeline(analysis, steps=steps, ax=axes[0])
-    plot_step_bars(analysis, ax=axes[-2])
-    plot_run_ahead(analysis, ax=axes[-1])
+    """The three pictures of a run stacked in one figure: the timeline (of ``steps``), the step
+    bars and the run-ahead."""
+    fig = _figure(11, 9)
+    a, b, c = fig.subplots(3, 1)
+    plot_timeline(analysis, steps=steps, ax=a)
+    plot_step_bars(analysis, ax=b)
+    plot_run_ahead(analysis, ax=c)
     return fig
 
 

@@ -1032,10 +1032,10 @@ def test_the_exit_summary_says_what_bounds_the_steps(
     assert f"bound: {label} (estimated from step records)" in out
     assert "next step:" in out
     # the same label as the records file gives, read back
-    from asynctrace.analysis.report import summarize_records
+    from asynctrace.analysis.report import analyze
 
     rec = read_records(s.records_path)  # type: ignore[arg-type]
-    summary = summarize_records(rec).bound
+    summary = analyze(rec).bound
     assert summary is not None
     assert summary.label == label
 

@@ -22,7 +22,7 @@ from asynctrace.analysis.bound import (
     ReportWarning,
     bound_of_records,
 )
-from asynctrace.analysis.report import analyze_detail
+from asynctrace.analysis.report import Analysis, analyze_detail
 from asynctrace.records import read_records
 from asynctrace.render.html import combined_html, report_html
 from asynctrace.render.legend import COLORS, IDLE_CAUSE_COLORS
@@ -185,7 +185,7 @@ def test_html_box_escapes_what_comes_from_the_file_and_leads_with_the_warnings()
     )
     warnings = [ReportWarning(code="missing-activity", message=f"{EVIL} waits")]
     report = msgspec.structs.replace(a.report, bound=bound, warnings=warnings)
-    page = report_html(msgspec.structs.replace(a, report=report))
+    page = report_html(Analysis(report=report, trace=a.trace))
     assert "<script" not in page.lower()
     assert EVIL not in page
     box = _box(page)
@@ -222,7 +222,7 @@ def test_ranks_table_shows_each_ranks_label(tmp_path: Path) -> None:
         source=msgspec.structs.replace(r.source, path=f"{EVIL}rank1.json", rank=1),
         bound=msgspec.structs.replace(r.bound, label="sync-bound") if r.bound else None,
     )
-    page = combined_html([a, msgspec.structs.replace(a, report=b)])
+    page = combined_html([a, Analysis(report=b, trace=a.trace)])
     assert "Ranks and sessions (2)" in page
     assert f"<td>{r.bound.label if r.bound else ''}</td>" in page
     assert "<td>sync-bound</td>" in page
