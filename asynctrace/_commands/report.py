@@ -174,16 +174,8 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
         from asynctrace.traces.load import find_traces
 
         records_paths = sorted(p for p in path.iterdir() if _is_records(p))
-        try:
-            trace_paths = [Path(p) for p in find_traces(path) if not _is_records(Path(p))]
-        except TraceFormatError as e:
-            # a folder of session records only is fine; with neither, say what was looked for
-            if not records_paths:
-                looked_for = f"no trace files or session records (*{RECORDS_SUFFIX}, "
-                raise TraceFormatError(
-                    str(path), e.reason.replace("no trace files (", looked_for)
-                ) from None
-            trace_paths = []
+        # a folder of session records only is fine; with neither, the error names both
+        trace_paths = find_traces(path, with_records=True)
     elif is_records_name(path.name):  # *.records.jsonl.tmp too, named: a killed run's
         records_paths, trace_paths = [path], []
     else:

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from asynctrace.errors import TraceFormatError
+from asynctrace.records import RECORDS_SUFFIX
 from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES, _open_error, sniff
 from asynctrace.traces.model import Trace
 
@@ -71,7 +72,7 @@ def _natural_key(p: Path) -> tuple[object, ...]:
 _DIGITS = re.compile(r"([0-9]+)")
 
 
-def find_traces(directory: str | os.PathLike[str]) -> list[Path]:
+def find_traces(directory: str | os.PathLike[str], *, with_records: bool = False) -> list[Path]:
     """The trace files directly inside ``directory`` (one per rank), in natural name order.
 
     Picks ``*.json``, ``*.json.gz``, ``*.sqlite``, ``*.sqlite3``; session records
@@ -79,6 +80,9 @@ def find_traces(directory: str | os.PathLike[str]) -> list[Path]:
     (:data:`DERIVED_SUFFIXES`: annotated copies, summaries) would count a rank twice, so both
     are left out (:func:`load` still reads any of them by name). Raises
     :class:`TraceFormatError` when the folder does not exist or holds no trace.
+
+    ``with_records=True``: the caller reads the folder's session records too, so a folder of
+    records without a trace gives ``[]``, and the error for one with neither names both.
     """
     d = Path(directory)
     try:
@@ -100,10 +104,15 @@ def find_traces(directory: str | os.PathLike[str]) -> list[Path]:
     ]
     found = [p for p in candidates if not p.name.lower().endswith(DERIVED_SUFFIXES)]
     if not found:
+        if with_records and any(p.name.endswith(RECORDS_SUFFIX) for p in entries):
+            return []
+        what, suffixes = "trace files", ["*" + s for s in TRACE_SUFFIXES]
+        if with_records:
+            what, suffixes = "trace files or session records", ["*" + RECORDS_SUFFIX, *suffixes]
         derived = " (annotated copies and summaries are left out: name one to read it)"
         raise TraceFormatError(
             str(d),
-            f"no trace files ({', '.join('*' + s for s in TRACE_SUFFIXES)}) in this directory"
+            f"no {what} ({', '.join(suffixes)}) in this directory"
             + (derived if candidates else ""),
         )
     return sorted(found, key=_natural_key)

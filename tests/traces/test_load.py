@@ -99,3 +99,18 @@ def test_find_traces_errors(tmp_path: Path) -> None:
     f.write_text("{}")
     with pytest.raises(TraceFormatError, match="not a directory"):
         find_traces(f)
+
+
+def test_find_traces_with_records(tmp_path: Path) -> None:
+    # a caller that reads session records too: the error names both, in find_traces' words
+    with pytest.raises(TraceFormatError) as info:
+        find_traces(tmp_path, with_records=True)
+    assert info.value.reason == (
+        "no trace files or session records (*.records.jsonl, *.json, *.json.gz, *.sqlite, "
+        "*.sqlite3) in this directory"
+    )
+    # records and no trace: nothing to list, and no error (the records are the caller's)
+    (tmp_path / "train.records.jsonl").write_text("")
+    assert find_traces(tmp_path, with_records=True) == []
+    with pytest.raises(TraceFormatError, match=r"^.*: no trace files \(\*\.json,"):
+        find_traces(tmp_path)
