@@ -36,11 +36,9 @@ from asynctrace._commands._script import (
 from asynctrace._output import output_folder, utf8
 from asynctrace._text import printable
 from asynctrace.errors import AsyncTraceError
+from asynctrace.records import Note
 
 __all__ = ["CHECK_SCHEMA_VERSION", "CheckResult", "add_arguments", "run", "split_trailing_options"]
-
-#: ``schema_version`` of ``check --json`` (docs/report-json.md); CI scripts parse it
-CHECK_SCHEMA_VERSION = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -107,6 +105,11 @@ def split_trailing_options(args: Sequence[str]) -> tuple[list[str], int | None, 
     return rest, budget, as_json
 
 
+#: ``schema_version`` of ``check --json`` (docs/report-json.md); CI scripts parse it.
+#: 2: ``notes`` are ``{"code", "text"}`` objects (1: strings)
+CHECK_SCHEMA_VERSION = 2
+
+
 class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
     """What ``asynctrace check`` found; ``--json`` prints this."""
 
@@ -127,7 +130,7 @@ class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
     over_budget_steps: int
     max_syncs_in_a_step: int
     records_path: str | None
-    notes: list[str] = msgspec.field(default_factory=list)
+    notes: list[Note] = msgspec.field(default_factory=list)
 
 
 def _display(site: str, cwd: str) -> str:
@@ -140,6 +143,13 @@ def _display(site: str, cwd: str) -> str:
     except ValueError:
         return site
     return f"{rel}:{line}" if not rel.startswith("..") else site
+
+
+#: said when no step completed and the run was judged as one step
+_WHOLE_RUN_NOTE = Note(
+    code="whole-run-one-step",
+    text="no optimizer.step() completed a step: the whole run is judged as one step",
+)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -173,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
 
     report = session.summary()
     # the verdict already says the CPU runs synchronously
-    notes = [n for n in report.notes if not n.startswith("the CPU backend executes")]
+    notes = [n for n in report.notes if n.code != "cpu-synchronous"]
     if session.records_path is not None:
         records = read_records(session.records_path)
         step_counts = [s.sync_count for s in records.steps]
@@ -193,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
         verdict = judge_steps([], asynchronous=report.asynchronous, sync_sites=sites)
 
     if not step_counts:
-        notes.append("no optimizer.step() completed a step: the whole run is judged as one step")
+        notes.append(_WHOLE_RUN_NOTE)
         step_counts = [sum(s.count for s in sites)]
     over = sum(1 for c in step_counts if budget is not None and c > budget)
     worst = max(step_counts) if step_counts else 0
@@ -300,7 +310,7 @@ def _print_text(r: CheckResult) -> None:
             f"{r.max_syncs_per_step} sync(s) (most in one step: {r.max_syncs_in_a_step})"
         )
     for note in r.notes:
-        print(f"note: {p(note)}")
+        print(f"note: {p(note.text)}")
     if r.records_path is not None:
         print(f"records: {p(r.records_path)}")
     if r.script_exit_code:

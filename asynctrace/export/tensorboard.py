@@ -128,7 +128,7 @@ def session_markdown(
     elif summary is not None:
         if summary.verdict:
             lines += ["", f"verdict: {_md(summary.verdict)}"]
-        lines += [f"- {_md(n)}" for n in summary.notes]
+        lines += [f"- {_md(n.text)}" for n in summary.notes]
     if syncs:
         lines += ["", "| site | op | count | wait ms |", "|---|---|---|---|"]
         lines += [
@@ -166,7 +166,7 @@ def _report_lines(report: SessionReport) -> list[str]:
         lines += [f"| {' | '.join(_md(c) for c in row)} |" for row in rows]
     if report.notes:
         lines.append("")
-        lines += [f"- {_md(n)}" for n in report.notes]
+        lines += [f"- {_md(n.text)}" for n in report.notes]
     return lines
 
 

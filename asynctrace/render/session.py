@@ -125,6 +125,6 @@ def print_report(
             console.print(line)
     console.print(f"verdict: {verdict_line(report.verdict, report.verdict_message)}", markup=False)
     for note in report.notes:
-        console.print(f"note: {note}", markup=False)
+        console.print(f"note: {note.text}", markup=False)
     if report.records_path is not None:
         console.print(f"records: {report.records_path}", markup=False)
