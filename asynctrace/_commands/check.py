@@ -145,7 +145,8 @@ def _display(site: str, cwd: str) -> str:
     return f"{rel}:{line}" if not rel.startswith("..") else site
 
 
-#: said when no step completed and the run was judged as one step
+#: said when no step completed and :func:`~asynctrace.analysis.budget.sync_budget` judged the run
+#: as one step
 _WHOLE_RUN_NOTE = Note(
     code="whole-run-one-step",
     text="no optimizer.step() completed a step: the whole run is judged as one step",
@@ -153,6 +154,7 @@ _WHOLE_RUN_NOTE = Note(
 
 
 def run(args: argparse.Namespace) -> int:
+    from asynctrace.analysis.budget import sync_budget
     from asynctrace.analysis.verdict import judge_steps
     from asynctrace.records import read_records
     from asynctrace.session import trace
@@ -186,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     notes = [n for n in report.notes if n.code != "cpu-synchronous"]
     if session.records_path is not None:
         records = read_records(session.records_path)
-        step_counts = [s.sync_count for s in records.steps]
+        steps = records.steps
         sites = [
             msgspec.structs.replace(
                 s, site=_display(s.site, cwd), stack=[_display_frame(f, cwd) for f in s.stack]
@@ -198,18 +200,16 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         # records could not be written (the note says why): judge from the summary alone
-        step_counts = []
+        steps = []
         sites = [msgspec.structs.replace(s, site=_display(s.site, cwd)) for s in report.sync_sites]
         verdict = judge_steps([], asynchronous=report.asynchronous, sync_sites=sites)
 
-    if not step_counts:
+    judged = sync_budget(steps, max_syncs_per_step=budget, sync_sites=sites)
+    if judged.whole_run:
         notes.append(_WHOLE_RUN_NOTE)
-        step_counts = [sum(s.count for s in sites)]
-    over = sum(1 for c in step_counts if budget is not None and c > budget)
-    worst = max(step_counts) if step_counts else 0
     n_steps = report.steps
     per = max(n_steps, 1)
-    exit_code = status if status != 0 else (1 if over else 0)
+    exit_code = status if status != 0 else (1 if judged.exceeded else 0)
 
     result = CheckResult(
         # as typed: "-m pkg.train" for a module
@@ -235,8 +235,8 @@ def run(args: argparse.Namespace) -> int:
         ],
         verdict=verdict.to_dict(),
         max_syncs_per_step=budget,
-        over_budget_steps=over,
-        max_syncs_in_a_step=worst,
+        over_budget_steps=judged.over_budget_steps,
+        max_syncs_in_a_step=judged.max_syncs_in_a_step,
         # said as --dir was given, from where the command was typed
         records_path=(
             str(Path(args.dir) / session.records_path.name)
