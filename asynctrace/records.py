@@ -132,20 +132,19 @@ class SessionSummary(msgspec.Struct, frozen=True, kw_only=True, tag="summary", t
     error: str | None = None
 
 
-class _SummaryV1(msgspec.Struct, frozen=True, kw_only=True, tag="summary", tag_field="type"):
-    """The summary line of a version-1 file, whose notes were strings."""
+class _SummaryV1(msgspec.Struct, frozen=True, tag="summary", tag_field="type"):
+    """The summary line of a version-1 file, whose notes were strings: only told apart here;
+    :func:`_upgraded` reads it as a :class:`SessionSummary`."""
 
-    steps: int
-    wall_ns: int
-    collected_at_exit: int = 0
-    verdict: str | None = None
     notes: list[str] = msgspec.field(default_factory=list)
-    error: str | None = None
 
-    def upgraded(self) -> SessionSummary:
-        # a version-1 note has no code: "note" says so, rather than one guessed from its prose
-        notes = [Note(code="note", text=text) for text in self.notes]
-        return SessionSummary(**{**msgspec.structs.asdict(self), "notes": notes})
+
+def _upgraded(line: bytes, old: _SummaryV1) -> SessionSummary:
+    """A version-1 summary line as version 2 has it. A version-1 note has no code: "note"
+    says so, rather than one guessed from its prose."""
+    fields = msgspec.json.decode(line)
+    fields["notes"] = [{"code": "note", "text": text} for text in old.notes]
+    return msgspec.convert(fields, SessionSummary)
 
 
 _Line = SessionHeader | StepRecord | SyncSite | SessionSummary
@@ -212,6 +211,8 @@ def _read_lines(p: Path, f: BinaryIO) -> Records:
             continue
         try:
             obj = decoder.decode(line)
+            if isinstance(obj, _SummaryV1):
+                obj = _upgraded(line, obj)
         except msgspec.DecodeError as e:
             if header is not None and not line.endswith(b"\n"):
                 # the last line, cut short: the writer was killed in the middle of a write.
@@ -251,8 +252,6 @@ def _read_lines(p: Path, f: BinaryIO) -> Records:
             steps.append(obj)
         elif isinstance(obj, SyncSite):
             syncs.append(obj)
-        elif isinstance(obj, _SummaryV1):
-            summary = obj.upgraded()
         else:
             summary = obj
     if header is None:

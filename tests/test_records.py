@@ -97,6 +97,17 @@ def test_notes_of_the_other_version_are_refused(
         read_records(path)
 
 
+def test_a_version_1_summary_is_checked_as_any_line(tmp_path: Path) -> None:
+    bad = {**_summary(["n"]), "steps": "many"}
+    path = _write(tmp_path / "a.records.jsonl", _header(1), bad)
+    with pytest.raises(TraceFormatError, match="line 2: not an asynctrace record"):
+        read_records(path)
+    huge = {**_summary(["n"]), "wall_ns": 2**64 - 1}
+    path = _write(tmp_path / "b.records.jsonl", _header(1), huge)
+    with pytest.raises(TraceFormatError, match="line 2: wall_ns is out of range"):
+        read_records(path)
+
+
 def test_a_newer_version_is_refused(tmp_path: Path) -> None:
     path = _write(tmp_path / "a.records.jsonl", _header(3))
     with pytest.raises(TraceFormatError, match="v3 is newer than this asynctrace"):
