@@ -143,7 +143,7 @@ def _upgraded(line: bytes, old: _SummaryV1) -> SessionSummary:
     """A version-1 summary line as version 2 has it. A version-1 note has no code: "note"
     says so, rather than one guessed from its prose."""
     fields = msgspec.json.decode(line)
-    fields["notes"] = [{"code": "note", "text": text} for text in old.notes]
+    fields["notes"] = [Note(code="note", text=text) for text in old.notes]
     return msgspec.convert(fields, SessionSummary)
 
 
