@@ -35,6 +35,7 @@ _OWN_MODULES = frozenset(
         "render",
         "session.py",
         "sources.py",
+        "tb_plugin",
         "sinks",
         "traces",
     }

@@ -5,12 +5,17 @@ Layout (one JSON object per line, each with a ``type``):
 1. ``{"type": "header", ...}`` — :class:`SessionHeader`: who, where, which device, clock alignment.
 2. ``{"type": "step", ...}`` — one :class:`StepRecord` per completed step, in step order.
 3. ``{"type": "sync", ...}`` — :class:`SyncSite` rows, one per synchronizing source line.
-4. ``{"type": "summary", ...}`` — :class:`SessionSummary`, written last.
+4. ``{"type": "summary", ...}`` — :class:`SessionSummary`, written last; its notes are
+   :class:`Note` objects (``code``, ``text``).
 
 A file is written to ``<name>.tmp`` while the session runs and renamed when it ends, so a
 complete file always has its summary line; a reader accepts a file without one (a killed run,
 whose last line may be cut short) and says so. All times are integer nanoseconds; device
 figures are ``null`` where the device cannot measure them.
+
+Version 2 (from 1): the summary's ``notes`` are ``{"code", "text"}`` objects, no longer strings.
+:func:`read_records` reads version 1 files too; their notes become :class:`Note` objects of code
+``"note"`` (the prose is kept as it was, never read for a code).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ __all__ = [
     "RECORDS_SCHEMA",
     "RECORDS_SUFFIX",
     "RECORDS_VERSION",
+    "Note",
     "Records",
     "SessionHeader",
     "SessionSummary",
@@ -36,7 +42,8 @@ __all__ = [
 ]
 
 RECORDS_SCHEMA = "asynctrace.records"
-RECORDS_VERSION = 1
+#: 2: the summary's notes are :class:`Note` objects (1: strings; still read)
+RECORDS_VERSION = 2
 RECORDS_SUFFIX = ".records.jsonl"
 
 
@@ -104,19 +111,45 @@ class SyncSite(msgspec.Struct, frozen=True, kw_only=True, tag="sync", tag_field=
     stack: list[str] = msgspec.field(default_factory=list)
 
 
+class Note(msgspec.Struct, frozen=True, kw_only=True):
+    """What a summary says about how its figures were made: match on ``code``, never on
+    ``text``. Codes are kebab-case and stable (docs/how-it-works.md lists them); the text is
+    for people and may change."""
+
+    #: e.g. "cpu-synchronous", "collected-at-exit", "records-not-written"
+    code: str
+    text: str
+
+
 class SessionSummary(msgspec.Struct, frozen=True, kw_only=True, tag="summary", tag_field="type"):
     steps: int
     wall_ns: int
     #: steps whose device figures were still pending at exit and were waited for then
     collected_at_exit: int = 0
     verdict: str | None = None
-    notes: list[str] = msgspec.field(default_factory=list)
+    notes: list[Note] = msgspec.field(default_factory=list)
     #: True when the session ended with an exception in user code
     error: str | None = None
 
 
+class _SummaryV1(msgspec.Struct, frozen=True, tag="summary", tag_field="type"):
+    """The summary line of a version-1 file, whose notes were strings: only told apart here;
+    :func:`_upgraded` reads it as a :class:`SessionSummary`."""
+
+    notes: list[str] = msgspec.field(default_factory=list)
+
+
+def _upgraded(line: bytes, old: _SummaryV1) -> SessionSummary:
+    """A version-1 summary line as version 2 has it. A version-1 note has no code: "note"
+    says so, rather than one guessed from its prose."""
+    fields = msgspec.json.decode(line)
+    fields["notes"] = [Note(code="note", text=text) for text in old.notes]
+    return msgspec.convert(fields, SessionSummary)
+
+
 _Line = SessionHeader | StepRecord | SyncSite | SessionSummary
 _decoder = msgspec.json.Decoder(_Line)
+_decoder_v1 = msgspec.json.Decoder(SessionHeader | StepRecord | SyncSite | _SummaryV1)
 
 
 class Records(msgspec.Struct, frozen=True, kw_only=True):
@@ -172,11 +205,14 @@ def _read_lines(p: Path, f: BinaryIO) -> Records:
     steps: list[StepRecord] = []
     syncs: list[SyncSite] = []
     summary: SessionSummary | None = None
+    decoder = _decoder  # the header says which version the other lines are
     for lineno, line in enumerate(f, 1):
         if not line.strip():
             continue
         try:
-            obj = _decoder.decode(line)
+            obj = decoder.decode(line)
+            if isinstance(obj, _SummaryV1):
+                obj = _upgraded(line, obj)
         except msgspec.DecodeError as e:
             if header is not None and not line.endswith(b"\n"):
                 # the last line, cut short: the writer was killed in the middle of a write.
@@ -208,6 +244,8 @@ def _read_lines(p: Path, f: BinaryIO) -> Records:
                     f"records schema {obj.schema} v{obj.version} is newer than this asynctrace",
                 )
             header = obj
+            if obj.version == 1:
+                decoder = _decoder_v1
         elif header is None:
             raise TraceFormatError(str(p), "records file does not start with a header line")
         elif isinstance(obj, StepRecord):

@@ -21,6 +21,7 @@ from asynctrace.capture.options import TraceOptions
 from asynctrace.capture.session import CaptureSession, current_session
 from asynctrace.capture.sinks import Sink
 from asynctrace.errors import AsyncTraceWarning, CaptureError
+from asynctrace.records import Note
 from asynctrace.sinks import (
     AnnotateSink,
     LiveSink,
@@ -103,13 +104,13 @@ class Session(CaptureSession):
         """The deep-mode traces written so far."""
         return [Path(p) for p in self._traces]
 
-    def _sink_notes(self) -> list[str]:
-        notes = []
+    def _sink_notes(self) -> list[Note]:
+        notes: list[Note] = []
         if self._tensorboard is not None:
             notes.extend(self._tensorboard.notes)
         return notes
 
-    def _summary_line(self, notes: Iterable[str]) -> Any:
+    def _summary_line(self, notes: Iterable[Note]) -> Any:
         return self._summary.summary_line(notes=list(notes))
 
     def _report_now(self) -> SessionReport:
@@ -133,8 +134,10 @@ class Session(CaptureSession):
         # what failed while the sinks finished came after the session's end was told
         notes = [*self._sink_notes(), *(n for n in self._sink_failures if n not in said)]
         rec = self._records
-        if rec is not None and rec.error is not None and rec.error not in notes + list(said):
-            notes.append(rec.error)
+        if rec is not None and rec.error is not None:
+            written = Note(code="records-not-written", text=rec.error)
+            if written not in notes and written not in said:
+                notes.append(written)
         path = self.records_path
         return self._summary.final(notes=notes, records_path=str(path) if path else None)
 

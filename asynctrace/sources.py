@@ -17,10 +17,10 @@ import msgspec
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import RECORDS_SUFFIX, Records, is_records_name, read_records
 from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES
-from asynctrace.traces.load import TRACE_SUFFIXES, find_traces, load
+from asynctrace.traces.load import DERIVED_SUFFIXES, TRACE_SUFFIXES, find_traces, load
 from asynctrace.traces.model import Trace
 
-__all__ = ["FolderSources", "Source", "find_sources", "load_source"]
+__all__ = ["FolderSources", "Source", "find_sources", "load_source", "source_kind"]
 
 #: What :func:`load_source` returns.
 Source = Trace | Records
@@ -65,3 +65,22 @@ def find_sources(directory: str | os.PathLike[str]) -> FolderSources:
             str(d), f"no trace files or session records ({kinds}) in this directory"
         )
     return FolderSources(traces=traces, records=records)
+
+
+#: the trace files a log folder is listed for (a TensorBoard logdir holds other JSON files
+#: too): compressed Kineto traces, Nsight Systems exports and ``*.pt.trace.json``
+_LISTED_TRACES = (".json.gz", ".sqlite", ".sqlite3", ".pt.trace.json")
+
+
+def source_kind(name: str) -> str | None:
+    """What :func:`load_source` reads a file of this name as, for listing a log folder:
+    ``"records"``, ``"trace"`` or None (not a file of ours, a hidden one, or a copy derived
+    from a trace)."""
+    if name.startswith("."):
+        return None
+    if is_records_name(name):
+        return "records"
+    low = name.lower()
+    if low.endswith(_LISTED_TRACES) and not low.endswith(DERIVED_SUFFIXES):
+        return "trace"
+    return None

@@ -52,7 +52,7 @@ def start_tensorboard(logdir: Path) -> str:
     """TensorBoard in this process (a server thread), with its default plugins and ours."""
     from tensorboard import default, program
 
-    from asynctrace.export.tb_plugin import AsyncTraceLoader
+    from asynctrace.tb_plugin import AsyncTraceLoader
 
     plugins = default.get_plugins()  # the static ones and every entry point
     if not any(getattr(p, "__name__", "") == "AsyncTraceLoader" for p in plugins):

@@ -36,11 +36,9 @@ from asynctrace._commands._script import (
 from asynctrace._output import output_folder, utf8
 from asynctrace._text import printable
 from asynctrace.errors import AsyncTraceError
+from asynctrace.records import Note
 
 __all__ = ["CHECK_SCHEMA_VERSION", "CheckResult", "add_arguments", "run", "split_trailing_options"]
-
-#: ``schema_version`` of ``check --json`` (docs/report-json.md); CI scripts parse it
-CHECK_SCHEMA_VERSION = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -107,6 +105,11 @@ def split_trailing_options(args: Sequence[str]) -> tuple[list[str], int | None, 
     return rest, budget, as_json
 
 
+#: ``schema_version`` of ``check --json`` (docs/report-json.md); CI scripts parse it.
+#: 2: ``notes`` are ``{"code", "text"}`` objects (1: strings)
+CHECK_SCHEMA_VERSION = 2
+
+
 class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
     """What ``asynctrace check`` found; ``--json`` prints this."""
 
@@ -127,7 +130,7 @@ class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
     over_budget_steps: int
     max_syncs_in_a_step: int
     records_path: str | None
-    notes: list[str] = msgspec.field(default_factory=list)
+    notes: list[Note] = msgspec.field(default_factory=list)
 
 
 def _display(site: str, cwd: str) -> str:
@@ -142,10 +145,20 @@ def _display(site: str, cwd: str) -> str:
     return f"{rel}:{line}" if not rel.startswith("..") else site
 
 
+#: said when no step completed and :func:`~asynctrace.analysis.budget.sync_budget` judged the run
+#: as one step
+_WHOLE_RUN_NOTE = Note(
+    code="whole-run-one-step",
+    text="no optimizer.step() completed a step: the whole run is judged as one step",
+)
+
+
 def run(args: argparse.Namespace) -> int:
+    from asynctrace.analysis.budget import sync_budget
     from asynctrace.analysis.verdict import judge_steps
-    from asynctrace.records import read_records
+    from asynctrace.records import Records
     from asynctrace.session import trace
+    from asynctrace.sources import load_source
 
     script_args, budget, as_json = split_trailing_options(args.args)
     budget = budget if budget is not None else args.max_syncs_per_step
@@ -173,10 +186,11 @@ def run(args: argparse.Namespace) -> int:
 
     report = session.summary()
     # the verdict already says the CPU runs synchronously
-    notes = [n for n in report.notes if not n.startswith("the CPU backend executes")]
+    notes = [n for n in report.notes if n.code != "cpu-synchronous"]
     if session.records_path is not None:
-        records = read_records(session.records_path)
-        step_counts = [s.sync_count for s in records.steps]
+        records = load_source(session.records_path)
+        assert isinstance(records, Records)  # the session wrote them
+        steps = records.steps
         sites = [
             msgspec.structs.replace(
                 s, site=_display(s.site, cwd), stack=[_display_frame(f, cwd) for f in s.stack]
@@ -188,18 +202,16 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         # records could not be written (the note says why): judge from the summary alone
-        step_counts = []
+        steps = []
         sites = [msgspec.structs.replace(s, site=_display(s.site, cwd)) for s in report.sync_sites]
         verdict = judge_steps([], asynchronous=report.asynchronous, sync_sites=sites)
 
-    if not step_counts:
-        notes.append("no optimizer.step() completed a step: the whole run is judged as one step")
-        step_counts = [sum(s.count for s in sites)]
-    over = sum(1 for c in step_counts if budget is not None and c > budget)
-    worst = max(step_counts) if step_counts else 0
+    judged = sync_budget(steps, max_syncs_per_step=budget, sync_sites=sites)
+    if judged.whole_run:
+        notes.append(_WHOLE_RUN_NOTE)
     n_steps = report.steps
     per = max(n_steps, 1)
-    exit_code = status if status != 0 else (1 if over else 0)
+    exit_code = status if status != 0 else (1 if judged.exceeded else 0)
 
     result = CheckResult(
         # as typed: "-m pkg.train" for a module
@@ -225,8 +237,8 @@ def run(args: argparse.Namespace) -> int:
         ],
         verdict=verdict.to_dict(),
         max_syncs_per_step=budget,
-        over_budget_steps=over,
-        max_syncs_in_a_step=worst,
+        over_budget_steps=judged.over_budget_steps,
+        max_syncs_in_a_step=judged.max_syncs_in_a_step,
         # said as --dir was given, from where the command was typed
         records_path=(
             str(Path(args.dir) / session.records_path.name)
@@ -300,7 +312,7 @@ def _print_text(r: CheckResult) -> None:
             f"{r.max_syncs_per_step} sync(s) (most in one step: {r.max_syncs_in_a_step})"
         )
     for note in r.notes:
-        print(f"note: {p(note)}")
+        print(f"note: {p(note.text)}")
     if r.records_path is not None:
         print(f"records: {p(r.records_path)}")
     if r.script_exit_code:

@@ -17,7 +17,7 @@ from typing import Final
 import msgspec
 
 from asynctrace.analysis._bound_model import Bound
-from asynctrace.records import SessionHeader, StepRecord, SyncSite
+from asynctrace.records import Note, SessionHeader, StepRecord, SyncSite
 
 __all__ = [
     "CPU_NOTE",
@@ -30,9 +30,10 @@ __all__ = [
     "session_report",
 ]
 
-CPU_NOTE: Final = (
-    "the CPU backend executes synchronously: each op is done when Python gets control back, "
-    "so device time equals frontend time and run-ahead and in-flight are zero"
+CPU_NOTE: Final = Note(
+    code="cpu-synchronous",
+    text="the CPU backend executes synchronously: each op is done when Python gets control "
+    "back, so device time equals frontend time and run-ahead and in-flight are zero",
 )
 
 
@@ -218,7 +219,7 @@ class StepAccumulator:
         # the run's figures only: a summary of 10^6 steps needs no 10^6 per-step objects
         return bound_of_records(list(self.recent), asynchronous=asynchronous, per_step=False).run
 
-    def notes(self, *, asynchronous: bool, verdict: str) -> list[str]:
+    def notes(self, *, asynchronous: bool, verdict: str) -> list[Note]:
         """What the summary says about how its figures were made."""
         notes = []
         if not asynchronous and verdict != "cpu-synchronous":
@@ -226,8 +227,11 @@ class StepAccumulator:
             notes.append(CPU_NOTE)
         if self.steps > self.window:
             notes.append(
-                f"median and p90 are over the last {self.window} of {self.steps} steps; means "
-                "over all of them"
+                Note(
+                    code="recent-window",
+                    text=f"median and p90 are over the last {self.window} of {self.steps} "
+                    "steps; means over all of them",
+                )
             )
         return notes
 
@@ -258,9 +262,17 @@ class SessionReport(msgspec.Struct, frozen=True, kw_only=True):
     #: with its evidence and one next step; None without steps
     bound: Bound | None = None
     sync_sites: list[SyncSite] = msgspec.field(default_factory=list)
-    notes: list[str] = msgspec.field(default_factory=list)
+    #: how the figures were made, each with a stable code (docs/how-it-works.md lists them)
+    notes: list[Note] = msgspec.field(default_factory=list)
     error: str | None = None
     records_path: str | None = None
+
+    @property
+    def verdict_line(self) -> str:
+        """``code: message`` with the code said once, as every view shows the verdict."""
+        from asynctrace.analysis.verdict import verdict_line
+
+        return verdict_line(self.verdict, self.verdict_message)
 
     def to_json(self) -> str:
         return msgspec.json.encode(self).decode()
@@ -277,7 +289,7 @@ def session_report(
     wall_ns: int,
     collected_at_exit: int,
     sync_sites: list[SyncSite],
-    notes: Sequence[str] = (),
+    notes: Sequence[Note] = (),
     error: str | None = None,
     records_path: str | None = None,
     judge: bool = True,

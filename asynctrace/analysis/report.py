@@ -59,7 +59,7 @@ from asynctrace.analysis.steps import (
 from asynctrace.analysis.syncs import SyncCall, SyncSummary, find_syncs
 from asynctrace.analysis.verdict import judge_steps, verdict_line
 from asynctrace.errors import TraceFormatError
-from asynctrace.records import Records, SessionHeader, StepRecord, SyncSite
+from asynctrace.records import Note, Records, SessionHeader, StepRecord, SyncSite
 from asynctrace.traces.model import ActivityKind, Trace
 
 __all__ = [
@@ -160,6 +160,8 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     bound: Bound | None = None
     #: consistency warnings: figures that the input itself makes unreliable
     warnings: list[ReportWarning] = msgspec.field(default_factory=list)
+    #: what the session said of its own figures (its records' summary line); [] for a trace
+    notes: list[Note] = msgspec.field(default_factory=list)
     #: what only a trace has; None for a session's records
     trace: TraceFigures | None = None
 
@@ -485,6 +487,7 @@ def _records_report(records: Records) -> Report:
         steps=list(steps),
         figures=_figures(acc),
         sync_sites=list(records.syncs),
+        notes=list(records.summary.notes) if records.summary is not None else [],
         verdict=VerdictInfo(code=code, message=message, findings=findings),
         bound=acc.bound(asynchronous=h.asynchronous),
     )

@@ -252,117 +252,47 @@ def judge_steps(
     n = len(recent)
     if not n:
         # before the backend's own code: a CPU run without steps is not "cpu-synchronous"
-        return Verdict(
-            code="no-steps",
-            message="no steps: nothing to judge",
-            findings=("no steps: nothing to judge",),
-            codes=("no-steps",),
-            steps=0,
-            syncs_per_step=0.0,
-            data_wait_fraction=0.0,
-            in_flight_slope=None,
-            run_ahead_slope_ns=None,
-            mem_slope_bytes=None,
-        )
+        return _NO_STEPS
     found: dict[str, str] = {}
 
-    syncs_per_step = float(_median(s.sync_count for s in recent)) if recent else 0.0
+    syncs_per_step = float(_median(s.sync_count for s in recent))
     frontend = sum(s.frontend_ns for s in recent)
     data_fraction = min(1.0, sum(s.data_wait_ns for s in recent) / frontend) if frontend else 0.0
 
     in_flight: Trend | None = None
     run_ahead: Trend | None = None
     if asynchronous and n >= MIN_TREND_STEPS and not whole_trace:
-        in_flight = trend([float(s.in_flight) for s in recent])
-        ra = [float(s.run_ahead_ns) for s in recent if s.run_ahead_ns is not None]
-        run_ahead = trend(ra) if len(ra) >= MIN_TREND_STEPS else None
-        step_ns = _median(s.frontend_ns for s in recent)
-        in_flight_median = _median(s.in_flight for s in recent)
-        grows_in_flight = in_flight.increasing and in_flight.growth >= 1
-        grows_run_ahead = (
-            run_ahead is not None and run_ahead.increasing and run_ahead.growth >= step_ns
-        )
-        if grows_in_flight or grows_run_ahead or in_flight_median >= SATURATED_IN_FLIGHT:
-            first, last = recent[0], recent[-1]
-            detail = f"in flight {first.in_flight} → {last.in_flight} steps"
-            if first.run_ahead_ns is not None and last.run_ahead_ns is not None:
-                detail += (
-                    f", run-ahead {_fmt_ns(first.run_ahead_ns)} → {_fmt_ns(last.run_ahead_ns)}"
-                )
-            found["never-synchronized"] = (
-                "never synchronized: in-flight steps, run-ahead and memory grow — "
-                f"sync once per minibatch ({detail} over the last {n} steps)"
-            )
+        in_flight, run_ahead, runaway = _runaway_queue(recent)
+        if runaway is not None:
+            found["never-synchronized"] = runaway
 
-    if n and syncs_per_step > max_syncs_per_step:
-        would = "" if asynchronous else " (each would block the host on an accelerator)"
-        rate = "in the whole trace" if whole_trace else "per step"
-        unit = "the trace" if whole_trace else "the step"
-        if sync_cost_fraction is None or sync_cost_fraction >= SYNC_COST_FRACTION:
-            cost = (
-                ""
-                if sync_cost_fraction is None
-                else f", costing {sync_cost_fraction:.0%} of {unit}"
-            )
-            found["over-synchronized"] = (
-                f"over-synchronized: {syncs_per_step:g} syncs {rate} at "
-                f"{_fmt_sites(sync_sites)}{would}{cost}"
-            )
-        else:
-            found["cheap-syncs"] = (
-                f"cheap syncs: {syncs_per_step:g} syncs {rate} at {_fmt_sites(sync_sites)} "
-                f"cost little ({sync_cost_fraction:.1%} of {unit}, under "
-                f"{SYNC_COST_FRACTION:.0%}); the book's advice is still one per minibatch"
-            )
+    if syncs_per_step > max_syncs_per_step:
+        code, finding = _too_many_syncs(
+            syncs_per_step,
+            sync_sites,
+            asynchronous=asynchronous,
+            sync_cost_fraction=sync_cost_fraction,
+            whole_trace=whole_trace,
+        )
+        found[code] = finding
 
     if frontend and data_fraction >= input_bound_fraction:
         found["input-bound"] = f"input-bound: waiting for data {data_fraction:.0%} of the step"
 
-    mem = [float(s.mem_allocated_bytes) for s in recent if s.mem_allocated_bytes is not None]
-    mem_trend = trend(mem) if len(mem) >= MIN_TREND_STEPS else None
-    if (
-        mem_trend is not None
-        and mem_trend.increasing
-        and mem_trend.growth >= max(MEM_CREEP_MIN_BYTES, MEM_CREEP_MIN_FRACTION * _median(mem))
-    ):
-        found["memory-creep"] = (
-            "memory creep: allocated memory grows step over step "
-            f"(+{_fmt_bytes(mem_trend.growth)} over the last {len(mem)} steps, "
-            f"{_fmt_bytes(mem_trend.slope)}/step)"
-        )
+    mem_trend, creep = _memory_creep(recent)
+    if creep is not None:
+        found["memory-creep"] = creep
 
     codes = [c for c in _CODES if c in found]
     findings = [found[c] for c in codes]
-    if not asynchronous:
-        codes.append("cpu-synchronous")
-        findings.append(
-            "the CPU backend executes synchronously: device time equals frontend time, "
-            "nothing runs ahead"
-        )
-    elif not codes or codes == ["cheap-syncs"]:
-        if whole_trace:
-            codes.append("whole-trace")
-            findings.append(
-                "whole trace, no steps: no per-step rates or trends (runaway queue, memory "
-                "creep) to judge; the bound label says what limits it"
-            )
-        elif n < MIN_TREND_STEPS:
-            codes.append("too-few-steps")
-            findings.append(
-                f"too few steps: {n}, fewer than the {MIN_TREND_STEPS} a trend needs (runaway "
-                "queue, memory creep); the bound label needs none"
-            )
-        elif codes:
-            pass  # cheap syncs: the queue is bounded by them, and the finding says so
-        elif syncs_per_step >= 1:
-            codes.append("synchronized")
-            findings.append("synchronized once per step (bounded queue)")
-        else:
-            codes.append("synchronized")
-            findings.append(
-                "bounded queue: in-flight steps and run-ahead stay flat, though no sync was "
-                "seen (sync detection off, or something else bounds the queue)"
-            )
+    _add_headline(
+        codes,
+        findings,
+        asynchronous=asynchronous,
+        whole_trace=whole_trace,
+        steps=n,
+        syncs_per_step=syncs_per_step,
+    )
     return Verdict(
         code=codes[0],
         message=findings[0],
@@ -375,3 +305,134 @@ def judge_steps(
         run_ahead_slope_ns=run_ahead.slope if run_ahead is not None else None,
         mem_slope_bytes=mem_trend.slope if mem_trend is not None else None,
     )
+
+
+_NO_STEPS = Verdict(
+    code="no-steps",
+    message="no steps: nothing to judge",
+    findings=("no steps: nothing to judge",),
+    codes=("no-steps",),
+    steps=0,
+    syncs_per_step=0.0,
+    data_wait_fraction=0.0,
+    in_flight_slope=None,
+    run_ahead_slope_ns=None,
+    mem_slope_bytes=None,
+)
+
+
+def _runaway_queue(recent: Sequence[StepRecord]) -> tuple[Trend, Trend | None, str | None]:
+    """The in-flight and run-ahead trends of at least :data:`MIN_TREND_STEPS` steps of an
+    asynchronous device, and the ``never-synchronized`` finding where the queue runs away."""
+    n = len(recent)
+    in_flight = trend([float(s.in_flight) for s in recent])
+    ra = [float(s.run_ahead_ns) for s in recent if s.run_ahead_ns is not None]
+    run_ahead = trend(ra) if len(ra) >= MIN_TREND_STEPS else None
+    step_ns = _median(s.frontend_ns for s in recent)
+    in_flight_median = _median(s.in_flight for s in recent)
+    grows_in_flight = in_flight.increasing and in_flight.growth >= 1
+    grows_run_ahead = run_ahead is not None and run_ahead.increasing and run_ahead.growth >= step_ns
+    if not (grows_in_flight or grows_run_ahead or in_flight_median >= SATURATED_IN_FLIGHT):
+        return in_flight, run_ahead, None
+    first, last = recent[0], recent[-1]
+    detail = f"in flight {first.in_flight} → {last.in_flight} steps"
+    if first.run_ahead_ns is not None and last.run_ahead_ns is not None:
+        detail += f", run-ahead {_fmt_ns(first.run_ahead_ns)} → {_fmt_ns(last.run_ahead_ns)}"
+    return (
+        in_flight,
+        run_ahead,
+        "never synchronized: in-flight steps, run-ahead and memory grow — "
+        f"sync once per minibatch ({detail} over the last {n} steps)",
+    )
+
+
+def _too_many_syncs(
+    syncs_per_step: float,
+    sync_sites: Sequence[SyncSite],
+    *,
+    asynchronous: bool,
+    sync_cost_fraction: float | None,
+    whole_trace: bool,
+) -> tuple[str, str]:
+    """(code, finding) of more syncs per step than the budget: ``over-synchronized`` where they
+    cost at least :data:`SYNC_COST_FRACTION` of the step or their cost is unknown, else
+    ``cheap-syncs``."""
+    would = "" if asynchronous else " (each would block the host on an accelerator)"
+    rate = "in the whole trace" if whole_trace else "per step"
+    unit = "the trace" if whole_trace else "the step"
+    if sync_cost_fraction is None or sync_cost_fraction >= SYNC_COST_FRACTION:
+        cost = "" if sync_cost_fraction is None else f", costing {sync_cost_fraction:.0%} of {unit}"
+        return (
+            "over-synchronized",
+            f"over-synchronized: {syncs_per_step:g} syncs {rate} at "
+            f"{_fmt_sites(sync_sites)}{would}{cost}",
+        )
+    return (
+        "cheap-syncs",
+        f"cheap syncs: {syncs_per_step:g} syncs {rate} at {_fmt_sites(sync_sites)} "
+        f"cost little ({sync_cost_fraction:.1%} of {unit}, under "
+        f"{SYNC_COST_FRACTION:.0%}); the book's advice is still one per minibatch",
+    )
+
+
+def _memory_creep(recent: Sequence[StepRecord]) -> tuple[Trend | None, str | None]:
+    """The trend of allocated memory (None with fewer than :data:`MIN_TREND_STEPS` values),
+    and the ``memory-creep`` finding where it grows by enough."""
+    mem = [float(s.mem_allocated_bytes) for s in recent if s.mem_allocated_bytes is not None]
+    mem_trend = trend(mem) if len(mem) >= MIN_TREND_STEPS else None
+    if (
+        mem_trend is None
+        or not mem_trend.increasing
+        or mem_trend.growth < max(MEM_CREEP_MIN_BYTES, MEM_CREEP_MIN_FRACTION * _median(mem))
+    ):
+        return mem_trend, None
+    return mem_trend, (
+        "memory creep: allocated memory grows step over step "
+        f"(+{_fmt_bytes(mem_trend.growth)} over the last {len(mem)} steps, "
+        f"{_fmt_bytes(mem_trend.slope)}/step)"
+    )
+
+
+def _add_headline(
+    codes: list[str],
+    findings: list[str],
+    *,
+    asynchronous: bool,
+    whole_trace: bool,
+    steps: int,
+    syncs_per_step: float,
+) -> None:
+    """Append the code that says what the findings cannot: the device runs synchronously
+    (always said on CPU), or, with nothing found but cheap syncs, why nothing was (a whole
+    trace, too few steps for a trend) or that the queue stays bounded."""
+    if not asynchronous:
+        codes.append("cpu-synchronous")
+        findings.append(
+            "the CPU backend executes synchronously: device time equals frontend time, "
+            "nothing runs ahead"
+        )
+    elif codes and codes != ["cheap-syncs"]:
+        return
+    elif whole_trace:
+        codes.append("whole-trace")
+        findings.append(
+            "whole trace, no steps: no per-step rates or trends (runaway queue, memory "
+            "creep) to judge; the bound label says what limits it"
+        )
+    elif steps < MIN_TREND_STEPS:
+        codes.append("too-few-steps")
+        findings.append(
+            f"too few steps: {steps}, fewer than the {MIN_TREND_STEPS} a trend needs (runaway "
+            "queue, memory creep); the bound label needs none"
+        )
+    elif codes:
+        pass  # cheap syncs: the queue is bounded by them, and the finding says so
+    elif syncs_per_step >= 1:
+        codes.append("synchronized")
+        findings.append("synchronized once per step (bounded queue)")
+    else:
+        codes.append("synchronized")
+        findings.append(
+            "bounded queue: in-flight steps and run-ahead stay flat, though no sync was "
+            "seen (sync detection off, or something else bounds the queue)"
+        )

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from asynctrace.records import StepRecord
+from asynctrace.records import Note, StepRecord
 
 if TYPE_CHECKING:
     from asynctrace.capture._nsys import NsysCapture
@@ -136,7 +136,7 @@ class StepClock:
         self.collected_at_exit = 0
         self.exit_wait_ns = 0
         #: what :meth:`drain` found (steps whose figures could not be collected)
-        self.notes: list[str] = []
+        self.notes: list[Note] = []
         # the parts a boundary drives
         self.nvtx_push: Callable[[Any], None] | None = None
         self.nvtx_pop: Callable[[], None] | None = None
@@ -329,7 +329,11 @@ class StepClock:
             self.exit_wait_ns = self.now() - t
             if failed:
                 self.notes.append(
-                    f"{failed} step(s) have no device figures: their markers failed at exit"
+                    Note(
+                        code="markers-failed-at-exit",
+                        text=f"{failed} step(s) have no device figures: their markers failed "
+                        "at exit",
+                    )
                 )
             if pending:
                 # the wait was interrupted (Ctrl-C): the steps' host figures are still written
@@ -337,22 +341,32 @@ class StepClock:
                 while pending:
                     self._drop_oldest(overflow=False)
                 self.notes.append(
-                    f"{interrupted} step(s) have no device figures: the wait for them at exit "
-                    "was interrupted"
+                    Note(
+                        code="exit-wait-interrupted",
+                        text=f"{interrupted} step(s) have no device figures: the wait for them "
+                        "at exit was interrupted",
+                    )
                 )
 
-    def end_notes(self) -> list[str]:
+    def end_notes(self) -> list[Note]:
         """What the clock has to say at the end, beyond :attr:`notes`."""
         notes = list(self.notes)
         if self.dropped:
             notes.append(
-                f"{self.dropped} step(s) have no device figures: more than {self.max_pending} "
-                "steps were waiting for the device at once, so the oldest were written without "
-                f"them (in_flight is capped at {self.max_pending})"
+                Note(
+                    code="pending-steps-dropped",
+                    text=f"{self.dropped} step(s) have no device figures: more than "
+                    f"{self.max_pending} steps were waiting for the device at once, so the "
+                    f"oldest were written without them (in_flight is capped at "
+                    f"{self.max_pending})",
+                )
             )
         if self.collected_at_exit:
             notes.append(
-                f"{self.collected_at_exit} step(s) were still pending at exit; waited "
-                f"{self.exit_wait_ns / 1e6:.3f} ms for them"
+                Note(
+                    code="collected-at-exit",
+                    text=f"{self.collected_at_exit} step(s) were still pending at exit; waited "
+                    f"{self.exit_wait_ns / 1e6:.3f} ms for them",
+                )
             )
         return notes

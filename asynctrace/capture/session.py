@@ -52,7 +52,7 @@ from asynctrace.capture.devices import ClockAlignment, Device, get_device
 from asynctrace.capture.options import TraceOptions
 from asynctrace.capture.sinks import SessionEnd, Sink, as_sink
 from asynctrace.errors import AsyncTraceWarning, CaptureError
-from asynctrace.records import SessionHeader, StepRecord, SyncSite
+from asynctrace.records import Note, SessionHeader, StepRecord, SyncSite
 
 if TYPE_CHECKING:
     from asynctrace.capture.profiler import DeepProfiler
@@ -149,12 +149,15 @@ class _SyncSites:
         rows.sort(key=lambda r: (-r.count, r.site))
         return rows
 
-    def notes(self) -> list[str]:
+    def notes(self) -> list[Note]:
         if not self.dropped:
             return []
         return [
-            f"{self.dropped} sync(s) at more than {_MAX_SYNC_SITES} distinct sites are counted "
-            "in the steps but not listed by site"
+            Note(
+                code="sync-sites-capped",
+                text=f"{self.dropped} sync(s) at more than {_MAX_SYNC_SITES} distinct sites are "
+                "counted in the steps but not listed by site",
+            )
         ]
 
 
@@ -235,7 +238,7 @@ class CaptureSession:
         self._live_sinks: list[Sink] = []
         # each live sink with its step method, looked up once (a sink may bind it in start())
         self._step_fns: list[tuple[Sink, Callable[[StepRecord], Any]]] = []
-        self._sink_failures: list[str] = []
+        self._sink_failures: list[Note] = []
         self._detector: SyncDetector | None = None
         self._held_steps = 0
         self._hook: Any = None
@@ -398,13 +401,20 @@ class CaptureSession:
         held = self._held_steps
         if held:
             notes.append(
-                f"{held} step(s) in deep mode's profiled windows have no lint sync count: the "
-                "lint was held off there; their syncs are in the profiler trace"
+                Note(
+                    code="lint-held-off",
+                    text=f"{held} step(s) in deep mode's profiled windows have no lint sync "
+                    "count: the lint was held off there; their syncs are in the profiler trace",
+                )
             )
         if self._foreign_steps:
             notes.append(
-                f"{self._foreign_steps} step boundaries came from other threads than the one "
-                "that entered the session; they were counted in the order they arrived"
+                Note(
+                    code="steps-from-other-threads",
+                    text=f"{self._foreign_steps} step boundaries came from other threads than "
+                    "the one that entered the session; they were counted in the order they "
+                    "arrived",
+                )
             )
         notes.extend(self._sink_failures)
         return SessionEnd(
@@ -670,10 +680,13 @@ class CaptureSession:
                 f"asynctrace: the sink {sink!r} failed in {method}() "
                 f"({type(error).__name__}: {error}); the session goes on without it"
             )
-        note = getattr(sink, "failure_note", None)
-        self._sink_failures.append(
-            note(error) if note is not None else f"sink {sink!r} stopped: {error}"
-        )
+        failure_note = getattr(sink, "failure_note", None)
+        note = failure_note(error) if failure_note is not None else None
+        if not isinstance(note, Note):
+            # a sink of the user's: its own text (a str), or ours, under the one code for both
+            said = note if isinstance(note, str) else f"sink {sink!r} stopped: {error}"
+            note = Note(code="sink-failed", text=said)
+        self._sink_failures.append(note)
         if self.strict:
             return CaptureError(text)
         warnings.warn(text, AsyncTraceWarning, stacklevel=4)

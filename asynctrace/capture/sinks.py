@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from asynctrace.records import SessionHeader, StepRecord, SyncSite
+from asynctrace.records import Note, SessionHeader, StepRecord, SyncSite
 
 __all__ = ["BaseSink", "SessionEnd", "Sink", "StepCallback", "as_sink"]
 
@@ -42,7 +42,7 @@ class SessionEnd(msgspec.Struct, frozen=True, kw_only=True):
     #: one row per synchronizing source line, most frequent first
     syncs: list[SyncSite]
     #: what the capture itself has to say (steps without device figures, sites not listed)
-    notes: list[str]
+    notes: list[Note]
     #: the exception that ended the session (``"Type: message"``); None for a clean end
     error: str | None
     #: the session's window and pending-step bound, for the summary's notes

@@ -36,11 +36,12 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from asynctrace.analysis.accumulate import SessionReport
 from asynctrace.capture._writer import sanitize_name
-from asynctrace.records import SessionHeader, SessionSummary, StepRecord, SyncSite
+from asynctrace.records import SessionHeader, StepRecord, SyncSite
 
 if TYPE_CHECKING:
     from asynctrace.analysis.bound import Bound
     from asynctrace.analysis.report import Report
+    from asynctrace.records import Note
 
 __all__ = [
     "SCALAR_TAGS",
@@ -111,19 +112,15 @@ def _header(report: Report) -> SessionHeader:
 
 
 def session_markdown(
-    header: SessionHeader,
-    *,
-    steps: int | None = None,
-    complete: bool = True,
-    summary: SessionSummary | None = None,
-    syncs: Sequence[SyncSite] = (),
-    report: SessionReport | Report | None = None,
+    header: SessionHeader, *, report: SessionReport | Report | None, complete: bool = True
 ) -> str:
-    """:func:`summary_markdown` from a session's parts. A running session passes its
-    ``report`` at its end (a records file, its :class:`~asynctrace.analysis.report.Report`):
-    then the text carries the verdict with its message and findings, the per-step figures and
-    the top sync sites, as the exit summary prints them."""
+    """:func:`summary_markdown` from a session's parts: a running session passes its
+    ``report`` at its end (a records file, its :class:`~asynctrace.analysis.report.Report`).
+    The text carries the verdict with its message and findings, the per-step figures, the
+    notes and the top sync sites, as the exit summary prints them."""
     h = header
+    steps: int | None = None
+    syncs: Sequence[SyncSite] = ()
     if report is not None:
         steps = report.steps if isinstance(report, SessionReport) else len(report.steps)
         syncs = report.sync_sites
@@ -142,10 +139,7 @@ def session_markdown(
         v = report.verdict
         lines += _bound_lines(report.bound)
         lines += _verdict_lines(v.code, v.message, v.findings, figure_rows(report.figures))
-    elif summary is not None:
-        if summary.verdict:
-            lines += ["", f"verdict: {_md(summary.verdict)}"]
-        lines += [f"- {_md(n)}" for n in summary.notes]
+        lines += _note_lines(report.notes)
     if syncs:
         lines += ["", "| site | op | count | wait ms |", "|---|---|---|---|"]
         lines += [
@@ -164,10 +158,12 @@ def _report_lines(report: SessionReport) -> list[str]:
     lines += _verdict_lines(
         report.verdict, report.verdict_message, report.findings, report_rows(report)
     )
-    if report.notes:
-        lines.append("")
-        lines += [f"- {_md(n)}" for n in report.notes]
-    return lines
+    return lines + _note_lines(report.notes)
+
+
+def _note_lines(notes: Sequence[Note]) -> list[str]:
+    # the text only: the code is for programs
+    return ["", *(f"- {_md(n.text)}" for n in notes)] if notes else []
 
 
 def _bound_lines(b: Bound | None) -> list[str]:

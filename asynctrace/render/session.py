@@ -80,7 +80,6 @@ def print_report(
     from rich.table import Table
 
     from asynctrace._text import printable_fields
-    from asynctrace.analysis.verdict import verdict_line
 
     console = Console(file=file if file is not None else sys.stdout, highlight=False)
     # names, sites and ops come from the program and its files: control characters escaped
@@ -129,8 +128,8 @@ def print_report(
             report.bound, scope=f"last {report.steps} steps" if report.steps else "session"
         ):
             console.print(line)
-    console.print(f"verdict: {verdict_line(report.verdict, report.verdict_message)}", markup=False)
+    console.print(f"verdict: {report.verdict_line}", markup=False)
     for note in report.notes:
-        console.print(f"note: {note}", markup=False)
+        console.print(f"note: {note.text}", markup=False)
     if report.records_path is not None:
         console.print(f"records: {report.records_path}", markup=False)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from asynctrace.capture.profiler import annotated_path
 from asynctrace.capture.sinks import BaseSink
+from asynctrace.records import Note
 
 __all__ = ["AnnotateSink"]
 
@@ -35,8 +36,11 @@ class AnnotateSink(BaseSink):
             f"{error}); the trace itself is written, later ones are not annotated"
         )
 
-    def failure_note(self, error: BaseException) -> str:
-        return f"deep-mode traces not annotated: {type(error).__name__}: {error}"
+    def failure_note(self, error: BaseException) -> Note:
+        return Note(
+            code="annotate-failed",
+            text=f"deep-mode traces not annotated: {type(error).__name__}: {error}",
+        )
 
     def __repr__(self) -> str:
         return "AnnotateSink()"

@@ -15,7 +15,7 @@ from typing import Final
 
 from asynctrace.capture._writer import RecordsWriter, records_file_name
 from asynctrace.capture.sinks import BaseSink, SessionEnd
-from asynctrace.records import SessionHeader, SessionSummary, StepRecord
+from asynctrace.records import Note, SessionHeader, SessionSummary, StepRecord
 
 __all__ = ["RecordsSink"]
 
@@ -30,8 +30,8 @@ class RecordsSink(BaseSink):
         self,
         dir: str | os.PathLike[str],
         *,
-        summary_line: Callable[[Sequence[str]], SessionSummary],
-        notes: Callable[[], Sequence[str]] = tuple,
+        summary_line: Callable[[Sequence[Note]], SessionSummary],
+        notes: Callable[[], Sequence[Note]] = tuple,
     ) -> None:
         self.dir = Path(dir)
         self._summary_line = summary_line
@@ -112,7 +112,13 @@ class RecordsSink(BaseSink):
                 steps=end.steps,
                 wall_ns=end.wall_ns,
                 collected_at_exit=end.collected_at_exit,
-                notes=[*end.notes, f"no summary: building it failed ({type(e).__name__}: {e})"],
+                notes=[
+                    *end.notes,
+                    Note(
+                        code="summary-failed",
+                        text=f"no summary: building it failed ({type(e).__name__}: {e})",
+                    ),
+                ],
                 error=end.error,
             )
 
@@ -143,8 +149,8 @@ class RecordsSink(BaseSink):
             "strict=True to make it an error)"
         )
 
-    def failure_note(self, error: BaseException) -> str:
-        return self.error or f"records not written: {error}"
+    def failure_note(self, error: BaseException) -> Note:
+        return Note(code="records-not-written", text=self.error or f"records not written: {error}")
 
     def __repr__(self) -> str:
         return f"RecordsSink({str(self.dir)!r})"

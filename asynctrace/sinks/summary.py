@@ -10,7 +10,7 @@ from typing import Any
 from asynctrace.analysis.accumulate import SessionReport, StepAccumulator, session_report
 from asynctrace.capture.sinks import BaseSink, SessionEnd
 from asynctrace.errors import AsyncTraceWarning
-from asynctrace.records import SessionHeader, SessionSummary, StepRecord
+from asynctrace.records import Note, SessionHeader, SessionSummary, StepRecord
 
 __all__ = ["SummarySink"]
 
@@ -40,7 +40,9 @@ class SummarySink(BaseSink):
     def finish(self, end: SessionEnd) -> None:
         self.end = end
 
-    def final(self, *, notes: Sequence[str] = (), records_path: str | None = None) -> SessionReport:
+    def final(
+        self, *, notes: Sequence[Note] = (), records_path: str | None = None
+    ) -> SessionReport:
         """The report of the ended session; ``notes`` follow the session's own. Judging the
         steps is analysis run at the end of a training job: where it fails, the figures are
         still reported, with a note (and one warning) instead of a verdict."""
@@ -67,10 +69,12 @@ class SummarySink(BaseSink):
                     AsyncTraceWarning,
                     stacklevel=2,
                 )
-        failed = f"no verdict: judging the steps failed ({self.judge_error})"
+        failed = Note(
+            code="verdict-failed", text=f"no verdict: judging the steps failed ({self.judge_error})"
+        )
         return session_report(self.acc, notes=[*end.notes, *notes, failed], judge=False, **args)
 
-    def summary_line(self, *, notes: Sequence[str] = ()) -> SessionSummary:
+    def summary_line(self, *, notes: Sequence[Note] = ()) -> SessionSummary:
         """The records file's last line."""
         report = self.final(notes=notes)
         return SessionSummary(

@@ -16,7 +16,7 @@ from asynctrace.analysis.accumulate import SessionReport
 from asynctrace.capture._writer import sanitize_name
 from asynctrace.capture.sinks import BaseSink, SessionEnd
 from asynctrace.export.tensorboard import TensorBoardWriter, session_markdown
-from asynctrace.records import SessionHeader, StepRecord
+from asynctrace.records import Note, SessionHeader, StepRecord
 
 __all__ = ["TensorBoardSink", "run_stamp"]
 
@@ -36,7 +36,7 @@ class TensorBoardSink(BaseSink):
         self._report = report
         self._writer: TensorBoardWriter | None = None
         #: what the summary should say about the events (steps dropped, writer failed)
-        self.notes: list[str] = []
+        self.notes: list[Note] = []
         #: the run folder of the last session
         self.path: Path | None = None
 
@@ -68,7 +68,11 @@ class TensorBoardSink(BaseSink):
             finally:
                 if w.dropped:
                     self.notes.append(
-                        f"{w.dropped} step(s) not written to TensorBoard: its writer fell behind"
+                        Note(
+                            code="tensorboard-steps-dropped",
+                            text=f"{w.dropped} step(s) not written to TensorBoard: its writer "
+                            "fell behind",
+                        )
                     )
 
     def forget_in_child(self) -> None:
@@ -82,8 +86,8 @@ class TensorBoardSink(BaseSink):
             "training continues without them"
         )
 
-    def failure_note(self, error: BaseException) -> str:
-        return f"TensorBoard events stopped: {error}"
+    def failure_note(self, error: BaseException) -> Note:
+        return Note(code="tensorboard-failed", text=f"TensorBoard events stopped: {error}")
 
     def _close_quietly(self) -> None:
         w, self._writer = self._writer, None

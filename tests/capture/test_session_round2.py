@@ -141,6 +141,34 @@ def test_a_failing_verdict_does_not_cost_the_records(
     assert len(rec.steps) == 5
     # the summary of what was measured (a clear error would do; "before the session ran" not)
     assert s.summary().steps == 5
+    # and says why it has no verdict, under a code of its own
+    assert rec.summary is not None
+    assert [n.code for n in rec.summary.notes][-1] == "verdict-failed"
+    assert [n.code for n in s.summary().notes][-1] == "verdict-failed"
+
+
+@pytest.mark.usefixtures("closes_writers")
+def test_a_failing_summary_line_still_ends_the_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s, clock = _fake_session(tmp_path)
+
+    def broken(**kwargs: Any) -> Any:
+        raise RuntimeError("summary broke")
+
+    monkeypatch.setattr(s._summary, "summary_line", broken)
+    with s:
+        for _ in range(3):
+            clock.advance(100)
+            s.step()
+    rec = read_records(_records(tmp_path))
+    assert rec.complete
+    assert rec.summary is not None
+    assert rec.summary.steps == 3
+    # the session's own notes, then why the rest of the line is missing
+    note = rec.summary.notes[-1]
+    assert note.code == "summary-failed"
+    assert note.text == "no summary: building it failed (RuntimeError: summary broke)"
 
 
 def test_steps_from_two_threads_at_once_are_all_counted(tmp_path: Path) -> None:

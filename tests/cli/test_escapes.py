@@ -11,7 +11,7 @@ import pytest
 
 from asynctrace._text import printable, printable_fields
 from asynctrace.cli import main
-from asynctrace.records import SessionHeader, SessionSummary, StepRecord, SyncSite
+from asynctrace.records import Note, SessionHeader, SessionSummary, StepRecord, SyncSite
 
 from .test_check import TRAIN, check
 
@@ -136,14 +136,20 @@ def test_printable_fields_escapes_every_string_of_a_summary_object() -> None:
         steps=1, wall_ns=1, collected_at_exit=0, frontend_ns=None, data_wait_ns=None,
         device_ns=None, run_ahead_ns=None, in_flight=None, sync_count=None, sync_wait_ns=None,
         mem_allocated_bytes=None, mem_reserved_bytes=None, verdict="ok",
-        verdict_message=f"m{EVIL}", notes=[f"note{EVIL}", "plain"],
+        verdict_message=f"m{EVIL}",
+        notes=[Note(code="evil", text=f"note{EVIL}"), Note(code="plain", text="plain")],
         sync_sites=[SyncSite(site=f"s{EVIL}.py:1", op="op", count=1)],
         records_path=f"/r{EVIL}",
     )  # fmt: skip
     shown = printable_fields(report)
-    _clean(shown.name + shown.verdict_message + "".join(shown.notes) + str(shown.records_path))
+    _clean(
+        shown.name
+        + shown.verdict_message
+        + "".join(n.text for n in shown.notes)
+        + str(shown.records_path)
+    )
     assert shown.device_name == f"CPU é{SHOWN}"
-    assert shown.notes == [f"note{SHOWN}", "plain"]
+    assert shown.notes == [Note(code="evil", text=f"note{SHOWN}"), Note(code="plain", text="plain")]
     assert shown.sync_sites[0].site == f"s{SHOWN}.py:1"
     assert shown.steps == 1
     plain = SyncSite(site="a.py:1", op="op", count=1)
@@ -161,7 +167,7 @@ def test_the_exit_summary_shows_names_escaped() -> None:
         steps=0, wall_ns=1, collected_at_exit=0, frontend_ns=None, data_wait_ns=None,
         device_ns=None, run_ahead_ns=None, in_flight=None, sync_count=None, sync_wait_ns=None,
         mem_allocated_bytes=None, mem_reserved_bytes=None, verdict="no-steps",
-        verdict_message=f"m{EVIL}", notes=[f"note{EVIL}"],
+        verdict_message=f"m{EVIL}", notes=[Note(code="evil", text=f"note{EVIL}")],
         sync_sites=[SyncSite(site=f"s{EVIL}.py:1", op=f"op{EVIL}", count=1)],
     )  # fmt: skip
     out = io.StringIO()

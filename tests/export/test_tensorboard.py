@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from asynctrace.analysis.report import Report, analyze
@@ -27,7 +28,7 @@ from asynctrace.export.tensorboard import (
     summary_markdown,
     write_records,
 )
-from asynctrace.records import StepRecord, SyncSite
+from asynctrace.records import Note, Records, StepRecord, SyncSite
 from asynctrace.sources import load_source
 from tests.export._records import make_steps, write_records_file
 
@@ -319,6 +320,17 @@ def test_summary_strings_render_as_written_in_tensorboards_text_dashboard(tmp_pa
     path = write_records_file(tmp_path / "a.records.jsonl", make_steps(1), syncs=syncs)
     page = plugin_util.markdown_to_safe_html(summary_markdown(_report(path)))
     assert '<td>train.py:12 &lt;module&gt; a|b_c &amp; &amp;lt; "q" next</td>' in page
+
+
+def test_the_summary_text_shows_each_notes_text(tmp_path: Path) -> None:
+    rec = load_source(write_records_file(tmp_path / "a.records.jsonl", make_steps(1)))
+    assert isinstance(rec, Records)
+    assert rec.summary is not None
+    note = Note(code="collected-at-exit", text="1 step(s) were still pending at exit")
+    rec = msgspec.structs.replace(rec, summary=msgspec.structs.replace(rec.summary, notes=[note]))
+    text = summary_markdown(analyze(rec))
+    assert "\n- 1 step(s) were still pending at exit" in text
+    assert "collected-at-exit" not in text  # the code is for programs
 
 
 # --- a full disk: one warning, never a traceback of a writer thread ------------------------

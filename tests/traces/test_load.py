@@ -99,3 +99,22 @@ def test_find_traces_errors(tmp_path: Path) -> None:
     f.write_text("{}")
     with pytest.raises(TraceFormatError, match="not a directory"):
         find_traces(f)
+
+
+def test_find_sources_lists_traces_and_records(tmp_path: Path) -> None:
+    # the one loader of a folder: the error names both kinds, in the loader's own words
+    from asynctrace.sources import find_sources
+
+    with pytest.raises(TraceFormatError) as info:
+        find_sources(tmp_path)
+    assert info.value.reason == (
+        "no trace files or session records (*.records.jsonl, *.json, *.json.gz, *.sqlite, "
+        "*.sqlite3) in this directory"
+    )
+    # records and no trace: listed, no error
+    (tmp_path / "train.records.jsonl").write_text("")
+    found = find_sources(tmp_path)
+    assert (found.traces, [p.name for p in found.records]) == ([], ["train.records.jsonl"])
+    assert find_traces(tmp_path, allow_empty=True) == []
+    with pytest.raises(TraceFormatError, match=r"^.*: no trace files \(\*\.json,"):
+        find_traces(tmp_path)

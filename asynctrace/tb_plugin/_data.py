@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from asynctrace.errors import TraceFormatError
-from asynctrace.records import is_records_name
 from asynctrace.render.legend import LegendEntry, legend
 from asynctrace.render.views import DEFAULT_MAX_EVENTS, StepBars
+from asynctrace.sources import source_kind
 
 if TYPE_CHECKING:
     from asynctrace.analysis.report import Analysis
@@ -48,7 +48,6 @@ __all__ = [
     "RunEntry",
     "RunListing",
     "SourceEntry",
-    "source_kind",
 ]
 
 #: version of the plugin's own JSON wrappers (the Report inside carries its own)
@@ -58,23 +57,8 @@ DEFAULT_CACHE_ENTRIES = 6
 #: and their models' bytes at most (a 400 MB trace's columns take ~170 MB); the newest file
 #: stays even when it alone is larger
 DEFAULT_CACHE_BYTES = 2 << 30
-_TRACE_SUFFIXES = (".json.gz", ".sqlite", ".sqlite3", ".pt.trace.json")
 #: how long is_active() trusts its last walk of the logdir
 _ACTIVE_TTL_S = 10.0
-
-
-def source_kind(name: str) -> str | None:
-    """``"records"``, ``"trace"`` or None (not a file the plugin reads) for a file name."""
-    from asynctrace.traces.load import DERIVED_SUFFIXES
-
-    if name.startswith("."):
-        return None
-    if is_records_name(name):
-        return "records"
-    low = name.lower()
-    if low.endswith(_TRACE_SUFFIXES) and not low.endswith(DERIVED_SUFFIXES):
-        return "trace"
-    return None
 
 
 class SourceEntry(msgspec.Struct, frozen=True, kw_only=True):

@@ -27,8 +27,8 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from asynctrace.export.tb_plugin import PLUGIN_NAME
-from asynctrace.export.tb_plugin._data import PluginData
+from asynctrace.tb_plugin import PLUGIN_NAME
+from asynctrace.tb_plugin._data import PluginData
 
 __all__ = ["AsyncTraceLoader", "AsyncTracePlugin"]
 
@@ -46,7 +46,7 @@ def _respond(request: wrappers.Request, body: bytes, content_type: str) -> wrapp
 
 
 def _static(name: str) -> bytes:
-    return (resources.files("asynctrace.export.tb_plugin") / "static" / name).read_bytes()
+    return (resources.files("asynctrace.tb_plugin") / "static" / name).read_bytes()
 
 
 class AsyncTracePlugin(base_plugin.TBPlugin):  # type: ignore[misc]

@@ -2,10 +2,10 @@
 served from the logdir's records and traces, drawn offline (no CDN, no build step).
 
 TensorBoard finds it through the ``tensorboard_plugins`` entry point
-(``asynctrace = "asynctrace.export.tb_plugin:AsyncTraceLoader"``). Importing this package
+(``asynctrace = "asynctrace.tb_plugin:AsyncTraceLoader"``). Importing this package
 imports neither tensorboard nor werkzeug: :class:`AsyncTraceLoader` and
 :class:`AsyncTracePlugin` are loaded from ``_plugin`` on first access. The routes' answers are
-built by :class:`~asynctrace.export.tb_plugin._data.PluginData` (plain functions, no server).
+built by :class:`~asynctrace.tb_plugin._data.PluginData` (plain functions, no server).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from asynctrace.export.tb_plugin._plugin import AsyncTraceLoader, AsyncTracePlugin
+    from asynctrace.tb_plugin._plugin import AsyncTraceLoader, AsyncTracePlugin
 
 __all__ = ["PLUGIN_NAME", "AsyncTraceLoader", "AsyncTracePlugin"]
 
@@ -23,7 +23,7 @@ PLUGIN_NAME = "asynctrace"
 
 def __getattr__(name: str) -> Any:
     if name in ("AsyncTraceLoader", "AsyncTracePlugin"):
-        from asynctrace.export.tb_plugin import _plugin
+        from asynctrace.tb_plugin import _plugin
 
         return getattr(_plugin, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

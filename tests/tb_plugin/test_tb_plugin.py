@@ -20,12 +20,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from asynctrace.export.tb_plugin._data import PluginData, source_kind
+from asynctrace.sources import source_kind
+from asynctrace.tb_plugin._data import PluginData
 from tests.conftest import ROOT, SHARED_TRACES
 
 DEMO = ROOT / "traces" / "cpu-demo"
 SMALL = "hta_2022_small_base.json.gz"
-ENTRY_POINT = "asynctrace.export.tb_plugin:AsyncTraceLoader"
+ENTRY_POINT = "asynctrace.tb_plugin:AsyncTraceLoader"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -298,7 +299,7 @@ def test_entry_point_and_package_data_are_declared() -> None:
 
 def test_importing_asynctrace_imports_no_tensorboard() -> None:
     code = (
-        "import sys, asynctrace, asynctrace.export.tb_plugin, asynctrace.export.tb_plugin._data;"
+        "import sys, asynctrace, asynctrace.tb_plugin, asynctrace.tb_plugin._data;"
         "print(sorted(m for m in ('tensorboard', 'werkzeug') if m in sys.modules))"
     )
     out = subprocess.run(
