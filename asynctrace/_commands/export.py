@@ -12,8 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from asynctrace._commands.report import _at_least
-from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
+from asynctrace._commands.report import _at_least, add_queue_cap
 from asynctrace.errors import TraceFormatError
 
 __all__ = ["add_arguments", "run"]
@@ -47,13 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run on an existing Dask cluster (the workers must see the files and OUTDIR); "
         "needs asynctrace[dask]",
     )
-    parser.add_argument(
-        "--queue-cap",
-        type=_at_least(1),
-        default=DEFAULT_QUEUE_CAP,
-        metavar="N",
-        help=f"queue depth counted as 'at cap' (default {DEFAULT_QUEUE_CAP})",
-    )
+    add_queue_cap(parser)
 
 
 def _traces(paths: list[str]) -> list[Path]:

@@ -55,13 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print the versioned JSON object (docs/report-json.md)"
     )
     parser.add_argument("--steps", action="store_true", help="show every step, not a summary")
-    parser.add_argument(
-        "--queue-cap",
-        type=_at_least(1),
-        default=DEFAULT_QUEUE_CAP,
-        metavar="N",
-        help=f"queue depth counted as 'at cap' (default {DEFAULT_QUEUE_CAP})",
-    )
+    add_queue_cap(parser)
     parser.add_argument(
         "--top", type=_at_least(0), default=10, metavar="N", help="sync sites to show (default 10)"
     )
@@ -84,6 +78,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="analyse a folder's traces on an existing Dask cluster (tcp://host:8786; the "
         "workers must see the files at the same paths; with --html, analysed here); needs "
         "asynctrace[dask]",
+    )
+
+
+def add_queue_cap(parser: argparse.ArgumentParser) -> None:
+    """``--queue-cap N``, as every command that analyses a trace takes it."""
+    parser.add_argument(
+        "--queue-cap",
+        type=_at_least(1),
+        default=DEFAULT_QUEUE_CAP,
+        metavar="N",
+        help=f"queue depth counted as 'at cap' (default {DEFAULT_QUEUE_CAP})",
     )
 
 

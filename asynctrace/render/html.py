@@ -203,7 +203,7 @@ def _steps_table(r: Report, max_steps: int) -> str:
     device timeline and its label (a records file's estimated, and none past the report's
     limit), and a trace's queue maximum."""
     t = r.trace
-    head = ["step", "cpu ms", "data wait ms", "device ms", "gpu busy ms", "gpu idle ms"]
+    head = ["step", "frontend ms", "data wait ms", "device ms", "gpu busy ms", "gpu idle ms"]
     head += ["sync wait ms", "syncs", "run-ahead ms"]
     head += ["queue max"] if t is not None else []
     head += ["in flight", "bound"]
@@ -313,7 +313,7 @@ def _rank_comparison(c: RankComparison, *, max_steps: int) -> str:
         )
         for r in c.ranks
     ]
-    head = ["rank", "file", "steps", "mean cpu ms", "mean device ms", "mean gpu busy ms"]
+    head = ["rank", "file", "steps", "mean frontend ms", "mean device ms", "mean gpu busy ms"]
     head += ["mean sync wait ms", "syncs", "bound", ""]
     out = f"<h2>Ranks compared ({len(c.ranks)})</h2>" + _table(head, rows, left=2)
     if not c.step_skew:
@@ -330,7 +330,7 @@ def _rank_comparison(c: RankComparison, *, max_steps: int) -> str:
         for k in c.step_skew[:max_steps]
     ]
     out += "<h2>Per-step skew across ranks</h2>" + _table(
-        ["step", "ranks", "min cpu ms", "max cpu ms", "skew ms", "slowest rank"], skew
+        ["step", "ranks", "min frontend ms", "max frontend ms", "skew ms", "slowest rank"], skew
     )
     if len(c.step_skew) > max_steps:
         out += f'<p class="meta">first {max_steps} steps shown</p>'
@@ -345,7 +345,7 @@ def _who(rank: int | None, source: str | None) -> str:
 def _cross_rank(x: CrossRank, *, shown: int = 10) -> str:
     """The cross-rank figures: the slowest rank, the skew percentiles, the ranks slowest most
     often, and how the bound labels split."""
-    rows = [("slowest rank (mean cpu)", _who(x.slowest_rank, x.slowest_source))]
+    rows = [("slowest rank (mean frontend)", _who(x.slowest_rank, x.slowest_source))]
     k = x.step_skew_ns
     if x.steps:
         rows.append(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
@@ -26,12 +27,18 @@ def _who(rank: int | None, source: str | None) -> str:
     return f"rank {rank} ({name})" if rank is not None else name
 
 
+def _first(items: Sequence[str]) -> str:
+    """The first :data:`_SHOWN` of ``items``, and how many more there are."""
+    more = len(items) - _SHOWN
+    return ", ".join(items[:_SHOWN]) + (f", and {more} more" if more > 0 else "")
+
+
 def render_cross_rank(cross: CrossRank, console: Console) -> None:
     """Print the cross-rank summary: slowest rank, skew percentiles, stragglers, bound split."""
     t = Table(title=f"across ranks ({cross.ranks})", show_header=False)
     t.add_column("figure", justify="left")
     t.add_column("value", justify="left")
-    t.add_row("slowest rank (mean cpu)", _who(cross.slowest_rank, cross.slowest_source))
+    t.add_row("slowest rank (mean frontend)", _who(cross.slowest_rank, cross.slowest_source))
     k = cross.step_skew_ns
     if cross.steps:
         t.add_row(
@@ -40,12 +47,9 @@ def render_cross_rank(cross: CrossRank, console: Console) -> None:
             f"(step {cross.worst_step}, slowest "
             f"{'?' if cross.worst_step_rank is None else cross.worst_step_rank})",
         )
-        shown = cross.slowest_by_step[:_SHOWN]
-        more = len(cross.slowest_by_step) - len(shown)
         t.add_row(
             "slowest of a step, most often",
-            ", ".join(f"{_who(s.rank, s.source)} ×{s.steps}" for s in shown)
-            + (f", and {more} more" if more > 0 else ""),
+            _first([f"{_who(s.rank, s.source)} ×{s.steps}" for s in cross.slowest_by_step]),
         )
     else:
         t.add_row("per-step skew", "no step number on two ranks")
@@ -56,11 +60,8 @@ def render_cross_rank(cross: CrossRank, console: Console) -> None:
         split = ", ".join(f"{escape(label)} ×{n}" for label, n in b.ranks.items())
         t.add_row("bound label", f"majority {escape(b.majority)} ({split})")
         if b.outliers:
-            shown_o = b.outliers[:_SHOWN]
-            more = len(b.outliers) - len(shown_o)
             t.add_row(
                 "ranks that differ",
-                ", ".join(f"{_who(o.rank, o.source)}: {escape(o.label)}" for o in shown_o)
-                + (f", and {more} more" if more > 0 else ""),
+                _first([f"{_who(o.rank, o.source)}: {escape(o.label)}" for o in b.outliers]),
             )
     console.print(t)

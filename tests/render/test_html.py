@@ -185,7 +185,7 @@ def test_the_page_of_several_runs_leads_with_the_ranks(tmp_path: Path) -> None:
     assert f"rank 1 ({esc}): host-bound" not in lead  # the majority's label: not an outlier
     # the session is the slowest (2 ms a step); it has no measured device busy time
     assert "<td>—</td><td>0.000</td><td>0</td><td>device-bound</td><td>slowest</td>" in lead
-    assert 'slowest rank (mean cpu)</td><td class="l">a.records.jsonl</td>' in lead
+    assert 'slowest rank (mean frontend)</td><td class="l">a.records.jsonl</td>' in lead
     # then each run's own page, in the order given
     assert page.count('<div class="bound">') == 3
     assert page.index("asynctrace report: two_steps.json") < page.index("asynctrace session")
