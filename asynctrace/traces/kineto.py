@@ -115,30 +115,27 @@ class _Args(msgspec.Struct, gc=False):
     device: int | float | str | None = None
 
 
-class _Event(msgspec.Struct, gc=False):
+class _EventFields(msgspec.Struct, gc=False):
+    """The fields of an event but ``ts``, whose type differs between the two decoders."""
+
     ph: str = ""
     cat: str | None = None
     name: str | None = None
     pid: int | str | None = None
     tid: int | str | None = None
-    ts: int | float | None = None
     dur: int | float | None = None
     id: int | str | None = None
     args: _Args | None = None
 
 
-class _EventExactTs(msgspec.Struct, gc=False):
+class _Event(_EventFields, gc=False):
+    ts: int | float | None = None
+
+
+class _EventExactTs(_EventFields, gc=False):
     """Same as :class:`_Event` but ``ts`` kept as its JSON text, parsed exactly later."""
 
-    ph: str = ""
-    cat: str | None = None
-    name: str | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
     ts: msgspec.Raw = _RAW_NULL
-    dur: int | float | None = None
-    id: int | str | None = None
-    args: _Args | None = None
 
 
 class _DeviceProps(msgspec.Struct, gc=False):
@@ -710,15 +707,19 @@ class _Loader:
         name_ids = self.name_ids
         intern = self.strings.intern
         skipped: dict[str, int] = {}
-        rt, act, rng, py, sync, flow = (
-            c.lists for c in (self.rt, self.act, self.rng, self.py, self.sync, self.flow)
+        # By category code, the lists of the columns every host or device slice has; the
+        # table's own columns follow in the loop
+        slices = [
+            tuple(t.lists[n] for n in ("ts", "dur", "pid", "tid", "name"))
+            for t in (self.rt, self.act, self.act, self.act, self.rng, self.rng, self.rng, self.py)
+        ]
+        rt_corr = self.rt.lists["corr"]
+        a_dev, a_stream, a_kind, a_corr = (
+            self.act.lists[n] for n in ("device", "stream", "kind", "corr")
         )
-        rt_ts, rt_dur, rt_pid, rt_tid, rt_name, rt_corr = rt.values()
-        a_ts, a_dur, a_pid, a_tid, a_dev, a_stream, a_name, a_kind, a_corr = act.values()
-        r_ts, r_dur, r_pid, r_tid, r_name, r_kind = rng.values()
-        p_ts, p_dur, p_pid, p_tid, p_name = py.values()
-        s_ts, s_dur, s_pid, s_stream, s_corr = sync.values()
-        f_ts, f_id, f_start, f_pid, f_tid = flow.values()
+        r_kind = self.rng.lists["kind"]
+        s_ts, s_dur, s_pid, s_stream, s_corr = self.sync.lists.values()
+        f_ts, f_id, f_start, f_pid, f_tid = self.flow.lists.values()
         n_ph = 0
         for e in events:
             ph = e.ph
@@ -734,27 +735,31 @@ class _Loader:
                 pid = e.pid
                 if type(pid) is not int:
                     pid = ids(pid)
-                dur = e.dur
                 name = e.name
                 nid = name_ids.get(name)
                 if nid is None:
                     nid = name_ids[name] = intern(name if name is not None else "")
                 a = e.args
+                if code == _SYNC:
+                    # a device-side row: no thread, no name
+                    s_ts.append(ts)
+                    s_dur.append(e.dur)
+                    s_pid.append(pid)
+                    s_stream.append(a.stream if a is not None else None)
+                    s_corr.append(a.correlation if a is not None else None)
+                    continue
+                tid = e.tid
+                if type(tid) is not int:
+                    tid = ids(tid)
+                c_ts, c_dur, c_pid, c_tid, c_name = slices[code]
+                c_ts.append(ts)
+                c_dur.append(e.dur)
+                c_pid.append(pid)
+                c_tid.append(tid)
+                c_name.append(nid)
                 if code == _RT:
-                    rt_ts.append(ts)
-                    rt_dur.append(dur)
-                    rt_pid.append(pid)
-                    tid = e.tid
-                    rt_tid.append(tid if type(tid) is int else ids(tid))
-                    rt_name.append(nid)
                     rt_corr.append(a.correlation if a is not None else None)
                 elif code <= _MEMSET:
-                    a_ts.append(ts)
-                    a_dur.append(dur)
-                    a_pid.append(pid)
-                    tid = e.tid
-                    a_tid.append(tid if type(tid) is int else ids(tid))
-                    a_name.append(nid)
                     a_kind.append(code)
                     if a is not None:
                         a_dev.append(a.device)
@@ -764,30 +769,7 @@ class _Loader:
                         a_dev.append(None)
                         a_stream.append(None)
                         a_corr.append(None)
-                elif code == _PY:
-                    p_ts.append(ts)
-                    p_dur.append(dur)
-                    p_pid.append(pid)
-                    tid = e.tid
-                    p_tid.append(tid if type(tid) is int else ids(tid))
-                    p_name.append(nid)
-                elif code == _SYNC:
-                    s_ts.append(ts)
-                    s_dur.append(dur)
-                    s_pid.append(pid)
-                    if a is not None:
-                        s_stream.append(a.stream)
-                        s_corr.append(a.correlation)
-                    else:
-                        s_stream.append(None)
-                        s_corr.append(None)
-                else:
-                    r_ts.append(ts)
-                    r_dur.append(dur)
-                    r_pid.append(pid)
-                    tid = e.tid
-                    r_tid.append(tid if type(tid) is int else ids(tid))
-                    r_name.append(nid)
+                elif code != _PY:
                     r_kind.append(code)
             elif ph == "s" or ph == "f":
                 n_ph += 1
