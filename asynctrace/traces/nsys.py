@@ -366,8 +366,10 @@ class _Reader:
         dur = end - start
         negative = int(np.count_nonzero(dur < 0))
         if negative:
-            # A corrupt row; keep the event at its start rather than invent an end.
-            self.skipped[f"{what}_negative_duration_clamped"] = negative
+            # A corrupt row; keep the event at its start rather than invent an end. (Summed:
+            # the kernel, copy and memset tables all count as "activity".)
+            key = f"{what}_negative_duration_clamped"
+            self.skipped[key] = self.skipped.get(key, 0) + negative
             dur = np.maximum(dur, 0)
         return dur
 
