@@ -716,13 +716,11 @@ class _Loader:
         r_kind = self.rng.lists["kind"]
         s_ts, s_dur, s_pid, s_stream, s_corr = self.sync.lists.values()
         f_ts, f_id, f_start, f_pid, f_tid = self.flow.lists.values()
-        n_ph = 0
         for e in events:
             ph = e.ph
             if ph == "X":
-                n_ph += 1
                 cat = e.cat
-                code = cat_code(cat) if cat is not None else None
+                code = cat_code(cat)  # None for None too
                 ts = e.ts
                 if code is None or ts is None:
                     key = f"X cat={cat}" if ts is not None else "X without ts"
@@ -768,7 +766,6 @@ class _Loader:
                 elif code != _PY:
                     r_kind.append(code)
             elif ph == "s" or ph == "f":
-                n_ph += 1
                 cat = e.cat
                 if cat not in _LAUNCH_FLOW_CATS or e.ts is None:
                     key = f"flow cat={cat}"
@@ -782,8 +779,6 @@ class _Loader:
                 tid = e.tid
                 f_tid.append(tid if type(tid) is int else ids(tid))
             else:
-                if ph:
-                    n_ph += 1
                 key = f"ph={ph}" if ph else "no ph"
                 skipped[key] = skipped.get(key, 0) + 1
         if not self._flush():
@@ -791,7 +786,8 @@ class _Loader:
         for key, n in skipped.items():
             self.skipped[key] = self.skipped.get(key, 0) + n
         self.n_events += len(events)
-        self.n_with_ph += n_ph
+        # every event but those counted as "no ph" has one
+        self.n_with_ph += len(events) - skipped.get("no ph", 0)
         return True
 
     def _flush(self) -> bool:
