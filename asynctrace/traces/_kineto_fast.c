@@ -306,14 +306,21 @@ static int next_member(P *s, char close) {
     return -1;
 }
 
-static int skip_container(P *s, int depth, char close) {
-    if (depth > MAX_DEPTH) return BAIL;
+/* At an object's '{' or an array's '[': step inside. 1 when ``close`` follows at once (the
+ * container is empty; consumed too), else 0. */
+static inline int enter(P *s, char close) {
     s->p++;
     skip_ws(s);
     if (s->p < s->end && *s->p == close) {
         s->p++;
-        return 0;
+        return 1;
     }
+    return 0;
+}
+
+static int skip_container(P *s, int depth, char close) {
+    if (depth > MAX_DEPTH) return BAIL;
+    if (enter(s, close)) return 0;
     for (;;) {
         if (close == '}') {
             Str k;
@@ -410,12 +417,7 @@ static int key_of(const Str *k) {
 
 static int lex_args(P *s, Ev *ev) {
     /* at '{' */
-    s->p++;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == '}') {
-        s->p++;
-        return 0;
-    }
+    if (enter(s, '}')) return 0;
     int seen = 0;
     for (;;) {
         Str k;
@@ -456,12 +458,7 @@ static int lex_event(P *s, Ev *ev) {
     ev->corr.kind = ev->stream.kind = ev->device.kind = V_MISSING;
     ev->args_kind = V_MISSING;
     if (s->p >= s->end || *s->p != '{') return BAIL;
-    s->p++;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == '}') {
-        s->p++;
-        return 0;
-    }
+    if (enter(s, '}')) return 0;
     int seen = 0;
     for (;;) {
         Str k;

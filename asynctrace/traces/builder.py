@@ -6,13 +6,9 @@ answers. Times given here are already integer ns from the trace origin.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TypeVar
-
-import numpy as np
+from collections.abc import Mapping
 
 from asynctrace.traces.model import (
-    _DTYPES,
     Activities,
     ActivityKind,
     DeviceSyncs,
@@ -24,12 +20,9 @@ from asynctrace.traces.model import (
     RuntimeKind,
     StringTable,
     Trace,
-    _Table,
 )
 
 __all__ = ["TraceBuilder"]
-
-_T = TypeVar("_T", bound=_Table)
 
 
 class TraceBuilder:
@@ -126,12 +119,12 @@ class TraceBuilder:
             source=self.source,
             format=self.format,
             strings=self.strings.freeze(),
-            runtime=_columns(RuntimeCalls, self._rt).sorted_by_start(),
-            activities=_columns(Activities, self._act).sorted_by_start(),
-            ranges=_columns(HostRanges, self._rng).sorted_by_start(),
-            python_frames=_columns(PythonFrames, self._py).sorted_by_start(),
-            device_syncs=_columns(DeviceSyncs, self._dsync).sorted_by_start(),
-            flows=_columns(Flows, self._flows),
+            runtime=RuntimeCalls.from_rows(self._rt).sorted_by_start(),
+            activities=Activities.from_rows(self._act).sorted_by_start(),
+            ranges=HostRanges.from_rows(self._rng).sorted_by_start(),
+            python_frames=PythonFrames.from_rows(self._py).sorted_by_start(),
+            device_syncs=DeviceSyncs.from_rows(self._dsync).sorted_by_start(),
+            flows=Flows.from_rows(self._flows),
             device_name=device_name,
             rank=rank,
             world_size=world_size,
@@ -139,12 +132,3 @@ class TraceBuilder:
             metadata=dict(metadata or {}),
             skipped=dict(skipped or {}),
         )
-
-
-def _columns(cls: type[_T], rows: Sequence[tuple[int, ...]]) -> _T:
-    names = cls.__struct_fields__
-    if not rows:
-        return cls.empty()
-    arr = np.array(rows, dtype=np.int64)
-    cols = {n: arr[:, i].astype(_DTYPES.get(n, "int64"), copy=False) for i, n in enumerate(names)}
-    return cls(**cols)

@@ -25,32 +25,22 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
 from asynctrace.errors import TraceFormatError
+from asynctrace.traces import model
 from asynctrace.traces._apis import RUNTIME_CATEGORIES, classify_runtime
+from asynctrace.traces._columns import clamp_durations, distinct
 from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES, iter_blocks, prefetched
 
 try:
     from asynctrace.traces import _kineto_fast
 except ImportError:  # not compiled (an install without a C compiler): the Python path only
     _kineto_fast = None  # type: ignore[assignment]
-from asynctrace.traces.model import (
-    Activities,
-    ActivityKind,
-    DeviceSyncs,
-    Flows,
-    HostRanges,
-    PythonFrames,
-    RangeKind,
-    RuntimeCalls,
-    StringTable,
-    Trace,
-)
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "HAVE_ACCELERATOR", "load_kineto"]
 
@@ -98,7 +88,9 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    I64 = npt.NDArray[np.int64]
+    from asynctrace.traces.model import I64, U8
+
+    _T = TypeVar("_T", bound=model._Table)
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,30 +107,27 @@ class _Args(msgspec.Struct, gc=False):
     device: int | float | str | None = None
 
 
-class _Event(msgspec.Struct, gc=False):
+class _EventFields(msgspec.Struct, gc=False):
+    """The fields of an event but ``ts``, whose type differs between the two decoders."""
+
     ph: str = ""
     cat: str | None = None
     name: str | None = None
     pid: int | str | None = None
     tid: int | str | None = None
-    ts: int | float | None = None
     dur: int | float | None = None
     id: int | str | None = None
     args: _Args | None = None
 
 
-class _EventExactTs(msgspec.Struct, gc=False):
+class _Event(_EventFields, gc=False):
+    ts: int | float | None = None
+
+
+class _EventExactTs(_EventFields, gc=False):
     """Same as :class:`_Event` but ``ts`` kept as its JSON text, parsed exactly later."""
 
-    ph: str = ""
-    cat: str | None = None
-    name: str | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
     ts: msgspec.Raw = _RAW_NULL
-    dur: int | float | None = None
-    id: int | str | None = None
-    args: _Args | None = None
 
 
 class _DeviceProps(msgspec.Struct, gc=False):
@@ -192,15 +181,17 @@ _CAT_CODE.update(
     }
 )
 _ACT_KIND = {
-    _KERNEL: ActivityKind.KERNEL,
-    _MEMCPY: ActivityKind.MEMCPY,
-    _MEMSET: ActivityKind.MEMSET,
+    _KERNEL: model.ActivityKind.KERNEL,
+    _MEMCPY: model.ActivityKind.MEMCPY,
+    _MEMSET: model.ActivityKind.MEMSET,
 }
 _RANGE_KIND = {
-    _OP: RangeKind.OP,
-    _ANNOT: RangeKind.ANNOTATION,
-    _GPU_ANNOT: RangeKind.GPU_ANNOTATION,
+    _OP: model.RangeKind.OP,
+    _ANNOT: model.RangeKind.ANNOTATION,
+    _GPU_ANNOT: model.RangeKind.GPU_ANNOTATION,
 }
+#: the model's column names that our columns spell otherwise
+_COLUMN = {"start_ns": "ts", "dur_ns": "dur", "correlation": "corr"}
 
 #: CPU-to-device launch flows across generations; other flows (``fwdbwd``) are not launches.
 _LAUNCH_FLOW_CATS = frozenset({"ac2g", "async", "async_cpu_to_gpu"})
@@ -219,7 +210,7 @@ def load_kineto(
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     accelerate: bool = True,
-) -> Trace:
+) -> model.Trace:
     """Load a Kineto / Chrome-trace JSON file (``.json`` or ``.json.gz``) into a :class:`Trace`.
 
     Raises :class:`TraceFormatError` naming the file and the reason for anything that is not a
@@ -370,7 +361,7 @@ class _Loader:
         self.eof = False
         self.exact = False
         self.sniffed = False
-        self.strings = StringTable()
+        self.strings = model.StringTable()
         #: name -> string index, read without a method call in the hot loop
         self.name_ids: dict[str | None, int] = {}
         self.ids = _IdMap()
@@ -385,6 +376,9 @@ class _Loader:
         self.py = _Cols(("ts", "dur", "pid", "tid", "name"))
         self.sync = _Cols(("ts", "dur", "pid", "stream", "corr"))
         self.flow = _Cols(("ts", "id", "is_start", "pid", "tid"))
+        self.tables = (self.rt, self.act, self.rng, self.py, self.sync, self.flow)
+        #: negative durations read as 0, by table (filled by the build)
+        self.clamped: dict[str, int] = {}
 
     # -- errors --------------------------------------------------------------------------------
 
@@ -405,7 +399,7 @@ class _Loader:
 
     # -- top level -----------------------------------------------------------------------------
 
-    def run(self) -> Trace:
+    def run(self) -> model.Trace:
         self.fill(1 << 16)
         buf = self.buf
         i = 0
@@ -668,8 +662,7 @@ class _Loader:
 
         if self.fast is None:
             return
-        tables = (self.rt, self.act, self.rng, self.py, self.sync, self.flow)
-        for table, cols in zip(tables, self.fast.take_columns(self.fast_cache), strict=True):
+        for table, cols in zip(self.tables, self.fast.take_columns(self.fast_cache), strict=True):
             if cols is None:
                 continue
             for name, col in zip(table.names, cols, strict=True):
@@ -710,22 +703,24 @@ class _Loader:
         name_ids = self.name_ids
         intern = self.strings.intern
         skipped: dict[str, int] = {}
-        rt, act, rng, py, sync, flow = (
-            c.lists for c in (self.rt, self.act, self.rng, self.py, self.sync, self.flow)
+        # By category code, the lists of the columns every host or device slice has; the
+        # table's own columns follow in the loop
+        slices = [
+            tuple(t.lists[n] for n in ("ts", "dur", "pid", "tid", "name"))
+            for t in (self.rt, self.act, self.act, self.act, self.rng, self.rng, self.rng, self.py)
+        ]
+        rt_corr = self.rt.lists["corr"]
+        a_dev, a_stream, a_kind, a_corr = (
+            self.act.lists[n] for n in ("device", "stream", "kind", "corr")
         )
-        rt_ts, rt_dur, rt_pid, rt_tid, rt_name, rt_corr = rt.values()
-        a_ts, a_dur, a_pid, a_tid, a_dev, a_stream, a_name, a_kind, a_corr = act.values()
-        r_ts, r_dur, r_pid, r_tid, r_name, r_kind = rng.values()
-        p_ts, p_dur, p_pid, p_tid, p_name = py.values()
-        s_ts, s_dur, s_pid, s_stream, s_corr = sync.values()
-        f_ts, f_id, f_start, f_pid, f_tid = flow.values()
-        n_ph = 0
+        r_kind = self.rng.lists["kind"]
+        s_ts, s_dur, s_pid, s_stream, s_corr = self.sync.lists.values()
+        f_ts, f_id, f_start, f_pid, f_tid = self.flow.lists.values()
         for e in events:
             ph = e.ph
             if ph == "X":
-                n_ph += 1
                 cat = e.cat
-                code = cat_code(cat) if cat is not None else None
+                code = cat_code(cat)  # None for None too
                 ts = e.ts
                 if code is None or ts is None:
                     key = f"X cat={cat}" if ts is not None else "X without ts"
@@ -734,27 +729,31 @@ class _Loader:
                 pid = e.pid
                 if type(pid) is not int:
                     pid = ids(pid)
-                dur = e.dur
                 name = e.name
                 nid = name_ids.get(name)
                 if nid is None:
                     nid = name_ids[name] = intern(name if name is not None else "")
                 a = e.args
+                if code == _SYNC:
+                    # a device-side row: no thread, no name
+                    s_ts.append(ts)
+                    s_dur.append(e.dur)
+                    s_pid.append(pid)
+                    s_stream.append(a.stream if a is not None else None)
+                    s_corr.append(a.correlation if a is not None else None)
+                    continue
+                tid = e.tid
+                if type(tid) is not int:
+                    tid = ids(tid)
+                c_ts, c_dur, c_pid, c_tid, c_name = slices[code]
+                c_ts.append(ts)
+                c_dur.append(e.dur)
+                c_pid.append(pid)
+                c_tid.append(tid)
+                c_name.append(nid)
                 if code == _RT:
-                    rt_ts.append(ts)
-                    rt_dur.append(dur)
-                    rt_pid.append(pid)
-                    tid = e.tid
-                    rt_tid.append(tid if type(tid) is int else ids(tid))
-                    rt_name.append(nid)
                     rt_corr.append(a.correlation if a is not None else None)
                 elif code <= _MEMSET:
-                    a_ts.append(ts)
-                    a_dur.append(dur)
-                    a_pid.append(pid)
-                    tid = e.tid
-                    a_tid.append(tid if type(tid) is int else ids(tid))
-                    a_name.append(nid)
                     a_kind.append(code)
                     if a is not None:
                         a_dev.append(a.device)
@@ -764,33 +763,9 @@ class _Loader:
                         a_dev.append(None)
                         a_stream.append(None)
                         a_corr.append(None)
-                elif code == _PY:
-                    p_ts.append(ts)
-                    p_dur.append(dur)
-                    p_pid.append(pid)
-                    tid = e.tid
-                    p_tid.append(tid if type(tid) is int else ids(tid))
-                    p_name.append(nid)
-                elif code == _SYNC:
-                    s_ts.append(ts)
-                    s_dur.append(dur)
-                    s_pid.append(pid)
-                    if a is not None:
-                        s_stream.append(a.stream)
-                        s_corr.append(a.correlation)
-                    else:
-                        s_stream.append(None)
-                        s_corr.append(None)
-                else:
-                    r_ts.append(ts)
-                    r_dur.append(dur)
-                    r_pid.append(pid)
-                    tid = e.tid
-                    r_tid.append(tid if type(tid) is int else ids(tid))
-                    r_name.append(nid)
+                elif code != _PY:
                     r_kind.append(code)
             elif ph == "s" or ph == "f":
-                n_ph += 1
                 cat = e.cat
                 if cat not in _LAUNCH_FLOW_CATS or e.ts is None:
                     key = f"flow cat={cat}"
@@ -804,8 +779,6 @@ class _Loader:
                 tid = e.tid
                 f_tid.append(tid if type(tid) is int else ids(tid))
             else:
-                if ph:
-                    n_ph += 1
                 key = f"ph={ph}" if ph else "no ph"
                 skipped[key] = skipped.get(key, 0) + 1
         if not self._flush():
@@ -813,7 +786,8 @@ class _Loader:
         for key, n in skipped.items():
             self.skipped[key] = self.skipped.get(key, 0) + n
         self.n_events += len(events)
-        self.n_with_ph += n_ph
+        # every event but those counted as "no ph" has one
+        self.n_with_ph += len(events) - skipped.get("no ph", 0)
         return True
 
     def _flush(self) -> bool:
@@ -821,7 +795,7 @@ class _Loader:
         re-read exactly."""
         import numpy as np
 
-        tables = (self.rt, self.act, self.rng, self.py, self.sync, self.flow)
+        tables = self.tables
         ts_arrays: list[I64] = []
         for t in tables:
             ts = t.lists["ts"]
@@ -936,40 +910,10 @@ class _Loader:
         except RecursionError:
             raise self.fail(_TOO_DEEP_REASON) from None
 
-    def _build(self, env: _Envelope) -> Trace:
-        import numpy as np
-
+    def _build(self, env: _Envelope) -> model.Trace:
         self._take_fast()
-
-        def cat(cols: _Cols, name: str, dtype: Any = np.int64) -> npt.NDArray[Any]:
-            # Each column's parts are dropped as soon as they are joined, and each table is
-            # sorted as soon as it is built (its unsorted columns dropped): peak memory stays
-            # near the parts plus one table, not the parts, every joined column and every
-            # sorted table at once (400 MB trace: 294 -> 167 MB peak RSS, with the accelerator
-            # handing each column over whole).
-            parts = cols.parts.pop(name, [])
-            if not parts:
-                return np.empty(0, dtype=dtype)
-            # one part (every chunk filed by the accelerator): its buffer, as it is
-            arr = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            del parts
-            return arr.astype(dtype, copy=False)
-
-        clamped: dict[str, int] = {}
-
-        def dur(cols: _Cols, what: str) -> I64:
-            # A negative duration (a corrupt event): keep the event at its start, with length
-            # 0, and count it, as the Nsight Systems loader does; no end precedes its start.
-            d = cat(cols, "dur")
-            negative = int(np.count_nonzero(d < 0))
-            if negative:
-                clamped[f"{what}_negative_duration_clamped"] = negative
-                d = np.maximum(d, 0)
-            return d
-
-        starts = [
-            cat(c, "ts") for c in (self.rt, self.act, self.rng, self.py, self.sync, self.flow)
-        ]
+        # Each table is sorted as soon as it is built, its unsorted columns dropped (see _join).
+        starts = [_join(t, "ts") for t in self.tables]
         nonempty = [s for s in starts if len(s)]
         origin = min(int(s.min()) for s in nonempty) if nonempty else 0
         for column in nonempty:
@@ -977,118 +921,125 @@ class _Loader:
         rt_ts, a_ts, r_ts, p_ts, s_ts, f_ts = starts
         del starts, nonempty
         strings = self.strings.freeze()
+        runtime = self._runtime(rt_ts, strings)
+        del rt_ts
+        flows, unmatched_ends, ends = self._flows(f_ts)
+        del f_ts
+        activities = self._activities(a_ts, ends)
+        del a_ts, ends
+        ranges = self._ranges(r_ts, strings)
+        del r_ts
+        metadata, base_ns = self._metadata(env)
+        rank, world = _distributed(env.distributedInfo)
+        return model.Trace(
+            source=self.src,
+            format="kineto",
+            strings=strings,
+            runtime=runtime,
+            activities=activities,
+            ranges=ranges,
+            python_frames=self._table(model.PythonFrames, self.py, "python_frame", p_ts),
+            device_syncs=self._table(model.DeviceSyncs, self.sync, "device_sync", s_ts),
+            flows=flows,
+            device_name=_device_name(env.deviceProperties, activities),
+            rank=rank,
+            world_size=world,
+            origin_ns=origin + (base_ns or 0),
+            metadata=metadata,
+            # last: the tables above have counted their negative durations by now
+            skipped=self._skipped(unmatched_ends),
+        )
 
-        rt_name = cat(self.rt, "name", np.int32)
-        # per-name lookup tables indexed by string id: one pass over the rows, not one per name
+    def _table(
+        self, cls: type[_T], cols: _Cols, what: str, start: I64, **given: npt.NDArray[Any]
+    ) -> _T:
+        """Table ``cls`` of the rows in ``cols``, sorted by start: ``start`` (from the origin),
+        the columns ``given``, and every other one joined from its parts, a negative duration
+        read as 0 and counted."""
+        dur = clamp_durations(_join(cols, "dur"), what, self.clamped)
+        columns = {"start_ns": start, "dur_ns": dur, **given}
+        for field in cls.__struct_fields__:
+            if field not in columns:
+                dtype = model._DTYPES.get(field, "int64")
+                columns[field] = _join(cols, _COLUMN.get(field, field), dtype)
+        return cls(**columns).sorted_by_start()
+
+    def _runtime(self, ts: I64, strings: tuple[str, ...]) -> model.RuntimeCalls:
+        import numpy as np
+
+        name = _join(self.rt, "name", np.int32)
+        # per-name lookup table indexed by string id: one pass over the rows, not one per name
         kind_of = np.zeros(max(len(strings), 1), dtype=np.uint8)
-        for nid in _distinct(rt_name):
+        for nid in distinct(name):
             kind_of[nid] = int(classify_runtime(strings[nid]))
-        rt_kind = kind_of[rt_name]
-        runtime = RuntimeCalls(
-            start_ns=rt_ts,
-            dur_ns=dur(self.rt, "runtime"),
-            pid=cat(self.rt, "pid"),
-            tid=cat(self.rt, "tid"),
-            name=rt_name,
-            kind=rt_kind,
-            correlation=cat(self.rt, "corr"),
-        ).sorted_by_start()
-        del rt_ts, rt_name, rt_kind
+        kind = kind_of[name]
+        return self._table(model.RuntimeCalls, self.rt, "runtime", ts, name=name, kind=kind)
 
-        # flows: one row per end ('f') whose start ('s') is in the trace
-        f_id = cat(self.flow, "id")
-        f_start = cat(self.flow, "is_start", np.bool_)
-        f_pid, f_tid = cat(self.flow, "pid"), cat(self.flow, "tid")
+    def _flows(self, ts: I64) -> tuple[model.Flows, int, tuple[I64, I64, I64, I64]]:
+        """The launch flows, one row per end ('f') whose start ('s') is in the trace; how many
+        ends have no start; and every end's process, thread, time and id."""
+        import numpy as np
+
+        f_id = _join(self.flow, "id")
+        f_start = _join(self.flow, "is_start", np.bool_)
+        f_pid, f_tid = _join(self.flow, "pid"), _join(self.flow, "tid")
         s_mask = f_start & (f_id >= 0)
         e_mask = ~f_start & (f_id >= 0)
-        sid, sts = f_id[s_mask], f_ts[s_mask]
+        sid, sts = f_id[s_mask], ts[s_mask]
         order = np.argsort(sid, kind="stable")
         sid, sts = sid[order], sts[order]
-        eid, ets = f_id[e_mask], f_ts[e_mask]
+        eid, ets = f_id[e_mask], ts[e_mask]
         pos = np.searchsorted(sid, eid)
         pos_c = np.minimum(pos, max(len(sid) - 1, 0))
         matched = (pos < len(sid)) & (sid[pos_c] == eid) if len(sid) else np.zeros(len(eid), bool)
-        flows = Flows(id=eid[matched], start_ts_ns=sts[pos_c[matched]], end_ts_ns=ets[matched])
-        skipped = dict(self.skipped)
-        unmatched_ends = int((~matched).sum())
-        if unmatched_ends:
-            skipped["flow end without start"] = unmatched_ends
+        flows = model.Flows(
+            id=eid[matched], start_ts_ns=sts[pos_c[matched]], end_ts_ns=ets[matched]
+        )
+        return flows, int((~matched).sum()), (f_pid[e_mask], f_tid[e_mask], ets, eid)
 
-        a_corr = cat(self.act, "corr")
-        a_pid = cat(self.act, "pid")
-        missing = np.flatnonzero(a_corr < 0)
-        if len(missing) and int(e_mask.sum()):
+    def _activities(self, ts: I64, ends: tuple[I64, I64, I64, I64]) -> model.Activities:
+        import numpy as np
+
+        corr = _join(self.act, "corr")
+        pid = _join(self.act, "pid")
+        missing = np.flatnonzero(corr < 0)
+        e_pid, e_tid, e_ts, e_id = ends
+        if len(missing) and len(e_id):
             # Kineto binds a flow end to the slice starting at the same time on the same track.
-            a_tid = cat(self.act, "tid")
+            tid = _join(self.act, "tid")
             by_track = {
-                (int(p), int(t), int(ts)): int(i)
-                for p, t, ts, i in zip(f_pid[e_mask], f_tid[e_mask], ets, eid, strict=True)
+                (int(p), int(t), int(s)): int(i)
+                for p, t, s, i in zip(e_pid, e_tid, e_ts, e_id, strict=True)
             }
             for j in missing:
-                found = by_track.get((int(a_pid[j]), int(a_tid[j]), int(a_ts[j])))
+                found = by_track.get((int(pid[j]), int(tid[j]), int(ts[j])))
                 if found is not None:
-                    a_corr[j] = found
-        a_kind_code = cat(self.act, "kind")
-        a_kind = np.zeros(len(a_kind_code), dtype=np.uint8)
-        for code, kind in _ACT_KIND.items():
-            a_kind[a_kind_code == code] = int(kind)
-        activities = Activities(
-            start_ns=a_ts,
-            dur_ns=dur(self.act, "activity"),
-            pid=a_pid,
-            device=cat(self.act, "device", np.int32),
-            stream=cat(self.act, "stream"),
-            name=cat(self.act, "name", np.int32),
-            kind=a_kind,
-            correlation=a_corr,
-        ).sorted_by_start()
-        del a_ts, a_pid, a_corr, a_kind, a_kind_code, f_id, f_start, f_pid, f_tid, f_ts
+                    corr[j] = found
+        kind = _kinds(_join(self.act, "kind"), _ACT_KIND)
+        return self._table(
+            model.Activities, self.act, "activity", ts, pid=pid, kind=kind, correlation=corr
+        )
 
-        r_name = cat(self.rng, "name", np.int32)
-        r_code = cat(self.rng, "kind")
-        r_kind = np.zeros(len(r_code), dtype=np.uint8)
-        for code, rkind in _RANGE_KIND.items():
-            r_kind[r_code == code] = int(rkind)
-        r_step = np.full(len(r_name), -1, dtype=np.int64)
+    def _ranges(self, ts: I64, strings: tuple[str, ...]) -> model.HostRanges:
+        import numpy as np
+
+        name = _join(self.rng, "name", np.int32)
+        code = _join(self.rng, "kind")
+        kind = _kinds(code, _RANGE_KIND)
+        step = np.full(len(name), -1, dtype=np.int64)
         step_of = np.full(max(len(strings), 1), -1, dtype=np.int64)
-        for nid in _distinct(r_name):
+        for nid in distinct(name):
             m = _STEP_NAME.match(strings[nid])
             if m is not None and _is_i64_digits(m.group(1)):
                 step_of[nid] = int(m.group(1))
         if bool((step_of >= 0).any()):
-            rows = (step_of[r_name] >= 0) & (r_code != _GPU_ANNOT)
-            r_kind[rows] = int(RangeKind.STEP)
-            r_step[rows] = step_of[r_name[rows]]
-        ranges = HostRanges(
-            start_ns=r_ts,
-            dur_ns=dur(self.rng, "range"),
-            pid=cat(self.rng, "pid"),
-            tid=cat(self.rng, "tid"),
-            name=r_name,
-            kind=r_kind,
-            step=r_step,
-        ).sorted_by_start()
-        del r_ts, r_name, r_code, r_kind, r_step
-        python_frames = PythonFrames(
-            start_ns=p_ts,
-            dur_ns=dur(self.py, "python_frame"),
-            pid=cat(self.py, "pid"),
-            tid=cat(self.py, "tid"),
-            name=cat(self.py, "name", np.int32),
-        ).sorted_by_start()
-        device_syncs = DeviceSyncs(
-            start_ns=s_ts,
-            dur_ns=dur(self.sync, "device_sync"),
-            pid=cat(self.sync, "pid"),
-            stream=cat(self.sync, "stream"),
-            correlation=cat(self.sync, "corr"),
-        ).sorted_by_start()
-        skipped.update(clamped)
-        if self.int_clamped:
-            skipped["integer beyond int64 (read as -1)"] = self.int_clamped
-        if self.not_numeric:
-            skipped["non-numeric id or stream (read as -1)"] = self.not_numeric
+            rows = (step_of[name] >= 0) & (code != _GPU_ANNOT)
+            kind[rows] = int(model.RangeKind.STEP)
+            step[rows] = step_of[name[rows]]
+        return self._table(model.HostRanges, self.rng, "range", ts, name=name, kind=kind, step=step)
 
+    def _metadata(self, env: _Envelope) -> tuple[dict[str, str], int | None]:
+        """What the trace says about itself, and its ``baseTimeNanoseconds``."""
         metadata: dict[str, str] = {"timestamps": "exact decimal" if self.exact else "float64"}
         base_ns = _lenient(env.baseTimeNanoseconds, int)
         if base_ns is not None:
@@ -1105,24 +1056,46 @@ class _Loader:
                 import json
 
                 metadata["id_labels"] = json.dumps(labels, sort_keys=True)
-        rank, world = _distributed(env.distributedInfo)
-        return Trace(
-            source=self.src,
-            format="kineto",
-            strings=strings,
-            runtime=runtime,
-            activities=activities,
-            ranges=ranges,
-            python_frames=python_frames,
-            device_syncs=device_syncs,
-            flows=flows,
-            device_name=_device_name(env.deviceProperties, activities),
-            rank=rank,
-            world_size=world,
-            origin_ns=origin + (base_ns or 0),
-            metadata=metadata,
-            skipped=skipped,
-        )
+        return metadata, base_ns
+
+    def _skipped(self, unmatched_flow_ends: int) -> dict[str, int]:
+        skipped = dict(self.skipped)
+        if unmatched_flow_ends:
+            skipped["flow end without start"] = unmatched_flow_ends
+        skipped.update(self.clamped)
+        if self.int_clamped:
+            skipped["integer beyond int64 (read as -1)"] = self.int_clamped
+        if self.not_numeric:
+            skipped["non-numeric id or stream (read as -1)"] = self.not_numeric
+        return skipped
+
+
+def _join(cols: _Cols, name: str, dtype: Any = "int64") -> npt.NDArray[Any]:
+    """One column of a table, its parts joined (and dropped from ``cols``)."""
+    # Each column's parts are dropped as soon as they are joined, and each table is sorted as
+    # soon as it is built (its unsorted columns dropped): peak memory stays near the parts
+    # plus one table, not the parts, every joined column and every sorted table at once
+    # (400 MB trace: 294 -> 167 MB peak RSS, with the accelerator handing each column over
+    # whole).
+    import numpy as np
+
+    parts = cols.parts.pop(name, [])
+    if not parts:
+        return np.empty(0, dtype=dtype)
+    # one part (every chunk filed by the accelerator): its buffer, as it is
+    arr = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    del parts
+    return arr.astype(dtype, copy=False)
+
+
+def _kinds(codes: I64, kind_of: Mapping[int, int]) -> U8:
+    """Our category codes as the model's kinds."""
+    import numpy as np
+
+    kinds = np.zeros(len(codes), dtype=np.uint8)
+    for code, kind in kind_of.items():
+        kinds[codes == code] = int(kind)
+    return kinds
 
 
 _TOO_DEEP_REASON = "malformed JSON: values nested too deeply to decode"
@@ -1159,30 +1132,6 @@ def _rstrip_ws(buf: bytes | bytearray, start: int, end: int) -> int:
     while end > start and buf[end - 1] in b" \t\r\n":
         end -= 1
     return end
-
-
-@overload
-def _distinct(values: npt.NDArray[Any]) -> npt.NDArray[Any]: ...
-@overload
-def _distinct(
-    values: npt.NDArray[Any], *, counts: Literal[True]
-) -> tuple[npt.NDArray[Any], npt.NDArray[np.intp]]: ...
-def _distinct(
-    values: npt.NDArray[Any], *, counts: bool = False
-) -> npt.NDArray[Any] | tuple[npt.NDArray[Any], npt.NDArray[np.intp]]:
-    """Sorted distinct values (and how often each occurs), as ``np.unique`` gives them: by
-    sorting, because ``np.unique``'s hash path imports ``numpy.ma`` (~20 ms of a 0.2 s run)."""
-    import numpy as np
-
-    v = np.sort(values, kind="stable")
-    first = np.ones(len(v), dtype=np.bool_)
-    if len(v):
-        first[1:] = v[1:] != v[:-1]
-    uniq = v[first]
-    if not counts:
-        return uniq
-    starts = np.flatnonzero(first)
-    return uniq, np.diff(np.append(starts, len(v)))
 
 
 def _float_us_to_ns(arr: npt.NDArray[np.float64]) -> I64:
@@ -1273,7 +1222,7 @@ def _distributed(raw: msgspec.Raw) -> tuple[int | None, int | None]:
     return num("rank"), num("world_size")
 
 
-def _device_name(raw: msgspec.Raw, activities: Activities) -> str:
+def _device_name(raw: msgspec.Raw, activities: model.Activities) -> str:
     import numpy as np
 
     props = _lenient(raw, list[_DeviceProps]) or []
@@ -1281,7 +1230,7 @@ def _device_name(raw: msgspec.Raw, activities: Activities) -> str:
     if named:
         if len(activities):
             # the device this rank's activities ran on, when it is listed
-            devs, counts = _distinct(activities.device, counts=True)
+            devs, counts = distinct(activities.device, counts=True)
             main = int(devs[np.argmax(counts)])
             for p in named:
                 if p.id == main or (isinstance(p.id, str) and p.id.strip() == str(main)):

@@ -17,7 +17,7 @@ Conventions, fixed for every loader:
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import msgspec
@@ -112,6 +112,27 @@ class _Table(msgspec.Struct, frozen=True, eq=False):
         for name in cls.__struct_fields__:
             kwargs[name] = np.empty(0, dtype=_DTYPES.get(name, "int64"))
         return cls(**kwargs)
+
+    @classmethod
+    def from_rows(cls: type[_T], rows: Sequence[tuple[int, ...]]) -> _T:
+        """A table of integer rows, each a tuple of the columns in the order of the fields."""
+        import numpy as np
+
+        if not rows:
+            return cls.empty()
+        arr = np.array(rows, dtype=np.int64)
+        columns = enumerate(cls.__struct_fields__)
+        return cls(**{n: arr[:, i].astype(_DTYPES.get(n, "int64"), copy=False) for i, n in columns})
+
+    @classmethod
+    def concat(cls: type[_T], parts: Sequence[_T]) -> _T:
+        """The rows of ``parts``, one after the other."""
+        import numpy as np
+
+        if not parts:
+            return cls.empty()
+        names = cls.__struct_fields__
+        return cls(**{n: np.concatenate([getattr(p, n) for p in parts]) for n in names})
 
     def take(self: _T, index: npt.NDArray[Any]) -> _T:
         """A new table with the rows selected by ``index`` (indices or a boolean mask)."""

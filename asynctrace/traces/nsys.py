@@ -52,24 +52,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
+from typing import TypeVar
 
+import msgspec
 import numpy as np
-import numpy.typing as npt
 
 from asynctrace.errors import TraceFormatError
+from asynctrace.traces import model
 from asynctrace.traces._apis import classify_runtime
-from asynctrace.traces.model import (
-    Activities,
-    ActivityKind,
-    DeviceSyncs,
-    Flows,
-    HostRanges,
-    PythonFrames,
-    RangeKind,
-    RuntimeCalls,
-    StringTable,
-    Trace,
-)
+from asynctrace.traces._columns import clamp_durations, distinct
+from asynctrace.traces.model import I32, I64
 
 __all__ = [
     "DEFAULT_DEADLINE_S",
@@ -78,9 +70,7 @@ __all__ = [
     "load_nsys",
 ]
 
-I64 = npt.NDArray[np.int64]
-I32 = npt.NDArray[np.int32]
-U8 = npt.NDArray[np.uint8]
+_T = TypeVar("_T", model.RuntimeCalls, model.Activities, model.DeviceSyncs, model.HostRanges)
 
 #: NVTX domain whose ``step N`` ranges are an asynctrace session's steps. Kept equal to
 #: ``asynctrace.capture.ranges.DOMAIN`` by a test: loaders must not import the capture side.
@@ -132,7 +122,7 @@ DEFAULT_DEADLINE_S = 300.0
 _PROGRESS_STEPS = 20_000
 
 
-def load_nsys(path: str | os.PathLike[str], *, deadline_s: float | None = None) -> Trace:
+def load_nsys(path: str | os.PathLike[str], *, deadline_s: float | None = None) -> model.Trace:
     """Read an Nsight Systems SQLite export into the columnar trace model.
 
     Raises :class:`~asynctrace.errors.TraceFormatError` (never another exception) when the file
@@ -196,7 +186,7 @@ class _Reader:
     def __init__(self, path: str, conn: sqlite3.Connection) -> None:
         self.path = path
         self.conn = conn
-        self.strings = StringTable()
+        self.strings = model.StringTable()
         self.skipped: dict[str, int] = {}
         self.columns: dict[str, frozenset[str]] = {}
         self.views: set[str] = set()
@@ -265,7 +255,7 @@ class _Reader:
 
     # -- the whole file ----------------------------------------------------------------------
 
-    def read(self) -> Trace:
+    def read(self) -> model.Trace:
         for table, kind in self.conn.execute(
             "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')"
         ):
@@ -287,73 +277,32 @@ class _Reader:
                 "profile with `nsys profile -t cuda,nvtx ...`"
             )
 
-        runtime_raw = self._runtime()
-        activities_raw = self._activities()
-        syncs_raw = self._syncs()
-        ranges_raw = self._nvtx()
-
-        starts = [t[0] for t in (runtime_raw, activities_raw, syncs_raw, ranges_raw) if len(t[0])]
+        tables = self._runtime(), self._activities(), self._syncs(), self._nvtx()
+        starts = [t.start_ns for t in tables if len(t)]
         origin = int(min(int(s.min()) for s in starts)) if starts else 0
+        pid_of, encoding = _pid_mapping([t.pid for t in tables])
 
-        keys = [runtime_raw[2], activities_raw[2], syncs_raw[2], ranges_raw[2]]
-        pid_of, encoding = _pid_mapping(keys)
+        def rebased(table: _T) -> _T:
+            """Times from the origin, process keys as pids, sorted by start."""
+            moved = msgspec.structs.replace(
+                table, start_ns=table.start_ns - origin, pid=pid_of(table.pid)
+            )
+            return moved.sorted_by_start()
 
-        rt_start, rt_dur, rt_key, rt_tid, rt_name, rt_kind, rt_corr = runtime_raw
-        runtime = RuntimeCalls(
-            start_ns=rt_start - origin,
-            dur_ns=rt_dur,
-            pid=pid_of(rt_key),
-            tid=rt_tid,
-            name=rt_name,
-            kind=rt_kind,
-            correlation=rt_corr,
-        ).sorted_by_start()
-
-        a_start, a_dur, a_key, a_dev, a_stream, a_name, a_kind, a_corr = activities_raw
-        activities = Activities(
-            start_ns=a_start - origin,
-            dur_ns=a_dur,
-            pid=pid_of(a_key),
-            device=a_dev.astype(np.int32),
-            stream=a_stream,
-            name=a_name,
-            kind=a_kind,
-            correlation=a_corr,
-        ).sorted_by_start()
-
-        s_start, s_dur, s_key, s_stream, s_corr = syncs_raw
-        device_syncs = DeviceSyncs(
-            start_ns=s_start - origin,
-            dur_ns=s_dur,
-            pid=pid_of(s_key),
-            stream=s_stream,
-            correlation=s_corr,
-        ).sorted_by_start()
-
-        r_start, r_dur, r_key, r_tid, r_name, r_kind, r_step = ranges_raw
-        ranges = HostRanges(
-            start_ns=r_start - origin,
-            dur_ns=r_dur,
-            pid=pid_of(r_key),
-            tid=r_tid,
-            name=r_name,
-            kind=r_kind,
-            step=r_step,
-        ).sorted_by_start()
-
+        runtime, activities, device_syncs, ranges = tables
         metadata = self._metadata()
         metadata["pid_encoding"] = encoding
-        return Trace(
+        return model.Trace(
             source=self.path,
             format="nsys",
             strings=self.strings.freeze(),
-            runtime=runtime,
-            activities=activities,
-            ranges=ranges,
-            python_frames=PythonFrames.empty(),
-            device_syncs=device_syncs,
-            flows=Flows.empty(),
-            device_name=self._device_name(_distinct(a_dev).tolist()),
+            runtime=rebased(runtime),
+            activities=rebased(activities),
+            ranges=rebased(ranges),
+            python_frames=model.PythonFrames.empty(),
+            device_syncs=rebased(device_syncs),
+            flows=model.Flows.empty(),
+            device_name=self._device_name(distinct(activities.device).tolist()),
             rank=self._mpi_rank(),
             origin_ns=origin,
             metadata=metadata,
@@ -362,19 +311,10 @@ class _Reader:
 
     # -- tables --------------------------------------------------------------------------------
 
-    def _durations(self, start: I64, end: I64, what: str) -> I64:
-        dur = end - start
-        negative = int(np.count_nonzero(dur < 0))
-        if negative:
-            # A corrupt row; keep the event at its start rather than invent an end.
-            self.skipped[f"{what}_negative_duration_clamped"] = negative
-            dur = np.maximum(dur, 0)
-        return dur
-
-    def _runtime(self) -> tuple[I64, I64, I64, I64, I32, U8, I64]:
+    def _runtime(self) -> model.RuntimeCalls:
+        """Runtime and driver calls, one row per call: raw times, process keys as pids."""
         if not self._has(_RUNTIME):
-            e = np.empty(0, dtype=np.int64)
-            return e, e, e, e, np.empty(0, np.int32), np.empty(0, np.uint8), e
+            return model.RuntimeCalls.empty()
         t = _RUNTIME
         self._require(t, "start", "end", "nameId")
         rows = self._ints(
@@ -384,7 +324,6 @@ class _Reader:
             5,
         )
         start, end, gtid, corr, name_id = (rows[:, i] for i in range(5))
-        corr = np.where(corr > 0, corr, -1)
         # One name per distinct nameId: strip the ABI version suffix, then classify.
         uniq, inverse = np.unique(name_id, return_inverse=True)
         inverse = inverse.reshape(-1)
@@ -394,28 +333,32 @@ class _Reader:
             base = _VERSION_SUFFIX.sub("", self._string(sid))
             names[i] = self.strings.intern(base)
             kinds[i] = int(classify_runtime(base))
-        name = names[inverse]
-        kind = kinds[inverse]
-        key = np.where(gtid >= 0, gtid >> 24, -1)
-        tid = np.where(gtid >= 0, gtid & 0xFFFFFF, -1)
-        dur = self._durations(start, end, "runtime")
+        calls = model.RuntimeCalls(
+            start_ns=start,
+            dur_ns=clamp_durations(end - start, "runtime", self.skipped),
+            pid=_process_key(gtid),
+            tid=np.where(gtid >= 0, gtid & 0xFFFFFF, -1),
+            name=names[inverse],
+            kind=kinds[inverse],
+            correlation=_correlation(corr),
+        )
+        keep = _dedupe_runtime(calls.pid, calls.correlation, calls.name, calls.dur_ns)
+        self.skipped["duplicate_runtime_rows"] = len(calls) - len(keep)
+        return calls.take(keep)
 
-        keep = _dedupe_runtime(key, corr, name, dur)
-        self.skipped["duplicate_runtime_rows"] = len(start) - len(keep)
-        return start[keep], dur[keep], key[keep], tid[keep], name[keep], kind[keep], corr[keep]
-
-    def _activities(self) -> tuple[I64, I64, I64, I64, I64, I32, U8, I64]:
-        parts: list[tuple[I64, I64, I64, I64, I64, I32, U8, I64]] = []
+    def _activities(self) -> model.Activities:
+        """Kernels, copies and memsets, table by table: raw times, process keys as pids."""
+        parts: list[model.Activities] = []
         for table, kind in (
-            (_KERNEL, ActivityKind.KERNEL),
-            (_MEMCPY, ActivityKind.MEMCPY),
-            (_MEMSET, ActivityKind.MEMSET),
+            (_KERNEL, model.ActivityKind.KERNEL),
+            (_MEMCPY, model.ActivityKind.MEMCPY),
+            (_MEMSET, model.ActivityKind.MEMSET),
         ):
             if not self._has(table):
                 continue
             self._require(table, "start", "end")
             c = self._col
-            if kind is ActivityKind.KERNEL:
+            if kind is model.ActivityKind.KERNEL:
                 cols = self.columns[table]
                 if "demangledName" in cols and "shortName" in cols:
                     label = "ifnull(demangledName, shortName)"
@@ -423,7 +366,7 @@ class _Reader:
                     label = c(table, "demangledName" if "demangledName" in cols else "shortName")
                 else:
                     raise self._fail(f"table {table} has neither demangledName nor shortName")
-            elif kind is ActivityKind.MEMCPY:
+            elif kind is model.ActivityKind.MEMCPY:
                 label = c(table, "copyKind", "0")
             else:
                 label = "0"
@@ -434,36 +377,32 @@ class _Reader:
                 7,
             )
             start, end, gpid, dev, stream, corr, label_v = (rows[:, i] for i in range(7))
-            if kind is ActivityKind.KERNEL:
+            if kind is model.ActivityKind.KERNEL:
                 name = self._intern_ids(label_v)
-            elif kind is ActivityKind.MEMCPY:
+            elif kind is model.ActivityKind.MEMCPY:
                 name = self._intern_labels(
                     label_v, lambda k: f"Memcpy {_COPY_KINDS.get(k, 'unknown')}"
                 )
             else:
                 name = self._intern_labels(label_v, lambda _k: "Memset")
             parts.append(
-                (
-                    start,
-                    self._durations(start, end, "activity"),
-                    np.where(gpid >= 0, gpid >> 24, -1),
-                    dev,
-                    np.where(stream == _NO_STREAM, -1, stream),
-                    name,
-                    np.full(len(start), int(kind), dtype=np.uint8),
-                    np.where(corr > 0, corr, -1),
+                model.Activities(
+                    start_ns=start,
+                    dur_ns=clamp_durations(end - start, "activity", self.skipped),
+                    pid=_process_key(gpid),
+                    device=dev.astype(np.int32),
+                    stream=_stream(stream),
+                    name=name,
+                    kind=np.full(len(start), int(kind), dtype=np.uint8),
+                    correlation=_correlation(corr),
                 )
             )
-        if not parts:
-            e = np.empty(0, dtype=np.int64)
-            return e, e, e, e, e, np.empty(0, np.int32), np.empty(0, np.uint8), e
-        c0, c1, c2, c3, c4, c5, c6, c7 = (np.concatenate([p[i] for p in parts]) for i in range(8))
-        return c0, c1, c2, c3, c4, c5, c6, c7
+        return model.Activities.concat(parts)
 
-    def _syncs(self) -> tuple[I64, I64, I64, I64, I64]:
+    def _syncs(self) -> model.DeviceSyncs:
+        """Device-side synchronizations: raw times, process keys as pids."""
         if not self._has(_SYNC):
-            e = np.empty(0, dtype=np.int64)
-            return e, e, e, e, e
+            return model.DeviceSyncs.empty()
         t = _SYNC
         self._require(t, "start", "end")
         rows = self._ints(
@@ -473,26 +412,18 @@ class _Reader:
             5,
         )
         start, end, gpid, stream, corr = (rows[:, i] for i in range(5))
-        return (
-            start,
-            self._durations(start, end, "device_sync"),
-            np.where(gpid >= 0, gpid >> 24, -1),
-            np.where(stream == _NO_STREAM, -1, stream),
-            np.where(corr > 0, corr, -1),
+        return model.DeviceSyncs(
+            start_ns=start,
+            dur_ns=clamp_durations(end - start, "device_sync", self.skipped),
+            pid=_process_key(gpid),
+            stream=_stream(stream),
+            correlation=_correlation(corr),
         )
 
-    def _nvtx(self) -> tuple[I64, I64, I64, I64, I32, U8, I64]:
-        empty = (
-            np.empty(0, np.int64),
-            np.empty(0, np.int64),
-            np.empty(0, np.int64),
-            np.empty(0, np.int64),
-            np.empty(0, np.int32),
-            np.empty(0, np.uint8),
-            np.empty(0, np.int64),
-        )
+    def _nvtx(self) -> model.HostRanges:
+        """NVTX ranges that ended: raw times, process keys as pids."""
         if not self._has(_NVTX):
-            return empty
+            return model.HostRanges.empty()
         t = _NVTX
         self._require(t, "start", "eventType")
         cols = self.columns[t]
@@ -524,12 +455,12 @@ class _Reader:
                 unended += 1
                 continue
             key = g >> 24 if g >= 0 else -1
-            kind, step = RangeKind.NVTX, -1
+            kind, step = model.RangeKind.NVTX, -1
             match = _PROFILER_STEP_NAME.fullmatch(label)
             if match is None and domains.get((key, dom)) == NSYS_STEP_DOMAIN:
                 match = _STEP_NAME.fullmatch(label)
             if match is not None:
-                kind, step = RangeKind.STEP, int(match.group(1))
+                kind, step = model.RangeKind.STEP, int(match.group(1))
             out.append(
                 (
                     start,
@@ -542,18 +473,7 @@ class _Reader:
                 )
             )
         self.skipped["nvtx_unended"] = unended
-        if not out:
-            return empty
-        arr = np.array(out, dtype=np.int64)
-        return (
-            arr[:, 0],
-            arr[:, 1],
-            arr[:, 2],
-            arr[:, 3],
-            arr[:, 4].astype(np.int32),
-            arr[:, 5].astype(np.uint8),
-            arr[:, 6],
-        )
+        return model.HostRanges.from_rows(out)
 
     # -- descriptive -----------------------------------------------------------------------------
 
@@ -630,24 +550,26 @@ def _dedupe_runtime(key: I64, corr: I64, name: I32, dur: I64) -> I64:
     return np.sort(order[head])
 
 
-def _distinct(values: I64) -> I64:
-    """``np.unique(values)`` (sorted distinct values), by sorting: unique's default hash path
-    imports ``numpy.ma`` (~9 ms) the first time it runs."""
-    s = np.sort(values)
-    if len(s) == 0:
-        return s
-    keep = np.empty(len(s), dtype=bool)
-    keep[0] = True
-    np.not_equal(s[1:], s[:-1], out=keep[1:])
-    return s[keep]
+def _process_key(global_id: I64) -> I64:
+    """The process part (``>> 24``) of nsys's serialized ``globalTid`` / ``globalPid``."""
+    return np.where(global_id >= 0, global_id >> 24, -1)
+
+
+def _stream(stream: I64) -> I64:
+    return np.where(stream == _NO_STREAM, -1, stream)
+
+
+def _correlation(corr: I64) -> I64:
+    # ids are positive: 0, and a NULL (read as -1), mean none
+    return np.where(corr > 0, corr, -1)
 
 
 def _pid_mapping(keys: list[I64]) -> tuple[Callable[[I64], I64], str]:
     """How process keys become ``pid`` values: the OS pid where that is unambiguous."""
-    all_keys = _distinct(np.concatenate(keys)) if keys else np.empty(0, np.int64)
+    all_keys = distinct(np.concatenate(keys)) if keys else np.empty(0, np.int64)
     all_keys = all_keys[all_keys >= 0]
     os_pids = all_keys & 0xFFFFFF
-    if len(_distinct(os_pids)) == len(all_keys):
+    if len(distinct(os_pids)) == len(all_keys):
 
         def to_os(k: I64) -> I64:
             return np.where(k >= 0, k & 0xFFFFFF, -1)

@@ -604,3 +604,24 @@ def test_device_name_through_cuda_device_table(tmp_path: Path) -> None:
         },
     )
     assert load_nsys(db).device_name == "GPU two"
+
+
+def test_negative_durations_of_every_activity_table_are_counted(tmp_path: Path) -> None:
+    # kernels, copies and memsets all count as "activity": the counts add up (the last table's
+    # count used to replace the others')
+    gp = _gtid(4242, 0)
+    db = _make_db(
+        tmp_path / "negative.sqlite",
+        {
+            "StringIds": [(3, "kern")],
+            "CUPTI_ACTIVITY_KIND_KERNEL": [
+                (1000, 900, 0, 7, 10, gp, 3, 3),
+                (2000, 1500, 0, 7, 11, gp, 3, 3),
+            ],
+            "CUPTI_ACTIVITY_KIND_MEMCPY": [(3000, 2990, 0, 7, 12, gp, 1)],
+            "CUPTI_ACTIVITY_KIND_MEMSET": [(4000, 4010, 0, 7, 13, gp)],
+        },
+    )
+    t = load_nsys(db)
+    assert t.skipped["activity_negative_duration_clamped"] == 3
+    assert t.activities.dur_ns.tolist() == [0, 0, 0, 10]
