@@ -115,6 +115,7 @@ class Session(CaptureSession):
         if self._summary.end is not None:
             return self._summary.final(notes=self._sink_notes())
         assert self._header is not None
+        self.collect_batched()
         return session_report(
             self._summary.acc,
             header=self._header,
