@@ -156,7 +156,8 @@ class StepClock:
 
     def open_call(self) -> None:
         """A step that is one call (``train_step``) starts; one left open is dropped."""
-        self.discard_open()
+        if self.open:
+            self.discard_open()
         self.open_step(self.now(), self._record() if self.asynchronous else None)
 
     def close_call(self) -> None:

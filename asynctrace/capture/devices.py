@@ -94,10 +94,9 @@ class CpuDevice:
 
     def __init__(self, clock: Callable[[], int] = time.perf_counter_ns) -> None:
         self._clock = clock
+        #: the clock itself, not a method calling it: read at every step boundary
+        self.host_now_ns: Callable[[], int] = clock
         self.name = f"cpu ({platform.machine() or 'unknown'})"
-
-    def host_now_ns(self) -> int:
-        return self._clock()
 
     def align(self) -> ClockAlignment:
         return ClockAlignment(
@@ -133,6 +132,8 @@ class CudaDevice:
         self._torch = torch
         self._index = torch.cuda.current_device() if index is None else index
         self._clock = clock
+        #: the clock itself, not a method calling it: read at every step boundary
+        self.host_now_ns: Callable[[], int] = clock
         self.kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
         self.name = torch.cuda.get_device_name(self._index)
         # torch.cuda.Event is untyped for mypy; bound once, which also saves a look-up per record
@@ -145,9 +146,6 @@ class CudaDevice:
     def index(self) -> int:
         """The CUDA device index the markers are recorded on."""
         return self._index
-
-    def host_now_ns(self) -> int:
-        return self._clock()
 
     def align(self, rounds: int = 5) -> ClockAlignment:
         best: tuple[int, int, Any] | None = None

@@ -44,7 +44,6 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from threading import get_ident as _get_ident  # one lookup less per step()
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 
 from asynctrace.capture._clock import StepClock
@@ -319,12 +318,7 @@ class CaptureSession:
                     "profiler API is process-wide, so only one session at a time can use it"
                 )
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if self._pid != os.getpid():
             # a forked child leaving the block it inherited: the session is the parent's
             return
@@ -535,24 +529,26 @@ class CaptureSession:
                 self._foreign_steps += 1
             boundary()
 
-    def _at_boundary(self, boundary: Callable[[], None], *, step: bool = True) -> None:
+    def _at_boundary(self, boundary: Callable[[], None], *, step: bool = True) -> bool:
         """``boundary`` (a train_step's open or close, the batched records handed on) as
-        :meth:`step` runs its own."""
-        if threading.get_ident() == self._thread:
+        :meth:`step` runs its own; False, and nothing run, outside the session."""
+        if not self._active:
+            return False
+        if _get_ident() == self._thread:
             if self._busy:
                 # called back from inside this thread's boundary (by a sink): already serialized
                 boundary()
-                return
+                return True
             self._busy = True
             if not self._shared:
                 try:
                     boundary()
                 finally:
                     self._busy = False
-                return
+                return True
             self._busy = False
-        if self._active:
-            self._shared_boundary(boundary, step=step)
+        self._shared_boundary(boundary, step=step)
+        return True
 
     def steps(self, iterable: Iterable[_T]) -> Iterator[_T]:
         """Each item of ``iterable`` is one step; the time spent in its ``next()`` is the
@@ -600,37 +596,36 @@ class CaptureSession:
 
             @functools.wraps(fn)
             async def step_awaited(*args: Any, **kwargs: Any) -> Any:
-                if not self._active:
+                if not self._at_boundary(self._clock.open_call):
                     return await fn(*args, **kwargs)
-                self._at_boundary(self._clock.open_call)
                 try:
                     result = await fn(*args, **kwargs)
                 except BaseException:
-                    if self._active:
-                        self._clock.discard_open()
+                    self._drop_call_step()
                     raise
-                if self._active:
-                    self._at_boundary(self._clock.close_call)
+                self._at_boundary(self._clock.close_call)
                 return result
 
             return cast(Callable[_P, _R], step_awaited)
 
         @functools.wraps(fn)
         def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-            if not self._active:
+            if not self._at_boundary(self._clock.open_call):
                 return fn(*args, **kwargs)
-            self._at_boundary(self._clock.open_call)
             try:
                 result = fn(*args, **kwargs)
             except BaseException:
-                if self._active:
-                    self._clock.discard_open()
+                self._drop_call_step()
                 raise
-            if self._active:
-                self._at_boundary(self._clock.close_call)
+            self._at_boundary(self._clock.close_call)
             return result
 
         return wrapper
+
+    def _drop_call_step(self) -> None:
+        """A train_step call raised: not a complete step."""
+        if self._active:
+            self._clock.discard_open()
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         # torch's hook is process-wide: another thread's optimizer step belongs to that
@@ -715,8 +710,7 @@ class CaptureSession:
         Serialized with the steps of other threads as a boundary is: asked from another thread
         than the one that entered, it makes every later step take the lock, as a step from
         there does."""
-        if self._active:
-            self._at_boundary(self._deliver_batch, step=False)
+        if self._at_boundary(self._deliver_batch, step=False):
             return
         # ending (its thread holds the lock: a sink asking as the last steps are collected) or
         # ended (nothing left)
