@@ -13,7 +13,6 @@ import os
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
 from asynctrace.analysis.accumulate import SessionReport, session_report
@@ -143,12 +142,7 @@ class Session(CaptureSession):
         super().__enter__()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if self._pid != os.getpid():
             # a forked child leaving the block it inherited: nothing to end, nothing to print
             return
