@@ -10,8 +10,9 @@ device (the CPU backend) a step's work is done when the host returns: the record
 at once, without markers.
 
 This is the hot path of a session: everything here runs once per step, so the code is plain
-attribute access and no allocation beyond the record and, on an asynchronous device, the
-pending step (a C-built struct).
+attribute access and no allocation beyond the record, built once at the step's close and, on
+an asynchronous device, the pending step and the record's copy with its device figures (all
+three built in C).
 """
 
 from __future__ import annotations
@@ -36,42 +37,21 @@ __all__ = ["BATCH", "PendingStep", "StepClock"]
 #: records file, the summary): one call per batch instead of one per step and sink
 BATCH: Final = 256
 
+# a struct's copy with some fields changed, in C: a collected step's device figures
+_replace = msgspec.structs.replace
+
 
 class PendingStep(msgspec.Struct, gc=False):
-    """A closed step whose device figures wait for its end marker.
+    """A closed step whose device figures wait for its end marker: its record as the host
+    knows it, the markers and its host start and end (ns). A struct built in C (a Python
+    ``__init__`` costs several times as much, once a step); ``gc=False``: nothing it refers to
+    refers back to it."""
 
-    A struct built in C: a Python ``__init__`` taking these as keywords costs about five times
-    as much, once a step. ``gc=False``: nothing it refers to refers back to it."""
-
-    index: int
-    start_ns: int
-    frontend_ns: int
-    data_wait_ns: int
-    in_flight: int
-    sync_count: int
-    sync_wait_ns: int
-    mem: tuple[int, int] | None
+    record: StepRecord
     start_ev: Any
     end_ev: Any
+    start_ns: int
     end_ns: int
-
-    def record(
-        self, *, t0: int, device_ns: int | None, run_ahead_ns: int | None, in_flight: int
-    ) -> StepRecord:
-        mem = self.mem
-        return StepRecord(
-            step=self.index,
-            start_ns=self.start_ns - t0,
-            frontend_ns=self.frontend_ns,
-            data_wait_ns=self.data_wait_ns,
-            device_ns=device_ns,
-            run_ahead_ns=run_ahead_ns,
-            in_flight=in_flight,
-            sync_count=self.sync_count,
-            sync_wait_ns=self.sync_wait_ns,
-            mem_allocated_bytes=None if mem is None else mem[0],
-            mem_reserved_bytes=None if mem is None else mem[1],
-        )
 
 
 class StepClock:
@@ -210,39 +190,32 @@ class StepClock:
         index = self.index
         self.index = index + 1
         frontend_ns = now - self.start_ns
-        if not self.asynchronous:
+        asynchronous = self.asynchronous
+        # the step's record, built once, here: on an asynchronous device its device figures
+        # are filled in (replace(), in C) once its end marker is seen executed; one dropped
+        # without them goes as it is, with the in-flight count polled as it started
+        rec = StepRecord(
+            step=index,
+            start_ns=self.start_ns - self.t0,
+            frontend_ns=frontend_ns,
+            data_wait_ns=self.data_wait_ns,
+            device_ns=None if asynchronous else frontend_ns,
+            run_ahead_ns=None if asynchronous else 0,
+            in_flight=self._in_flight,
+            sync_count=self.sync_count,
+            sync_wait_ns=self.sync_wait_ns,
+            mem_allocated_bytes=None if mem is None else mem[0],
+            mem_reserved_bytes=None if mem is None else mem[1],
+        )
+        if not asynchronous:
             out = self.out
-            out.append(
-                StepRecord(
-                    step=index,
-                    start_ns=self.start_ns - self.t0,
-                    frontend_ns=frontend_ns,
-                    data_wait_ns=self.data_wait_ns,
-                    device_ns=frontend_ns,
-                    run_ahead_ns=0,
-                    in_flight=0,
-                    sync_count=self.sync_count,
-                    sync_wait_ns=self.sync_wait_ns,
-                    mem_allocated_bytes=None if mem is None else mem[0],
-                    mem_reserved_bytes=None if mem is None else mem[1],
-                )
-            )
+            out.append(rec)
             if self.eager or len(out) >= self.batch:
                 self.deliver()
             return
         self.pending.append(
             PendingStep(
-                index=index,
-                start_ns=self.start_ns,
-                frontend_ns=frontend_ns,
-                data_wait_ns=self.data_wait_ns,
-                in_flight=self._in_flight,
-                sync_count=self.sync_count,
-                sync_wait_ns=self.sync_wait_ns,
-                mem=mem,
-                start_ev=self._start_ev,
-                end_ev=ev,
-                end_ns=now,
+                record=rec, start_ev=self._start_ev, end_ev=ev, start_ns=self.start_ns, end_ns=now
             )
         )
         if len(self.pending) > self.max_pending:
@@ -257,32 +230,40 @@ class StepClock:
                 pop()
 
     # ------------------------------------------------------------------ collecting
-    def _write_async(self, step: PendingStep) -> None:
-        executed_at = self.device.executed_at_ns
-        end_dev = executed_at(step.end_ev)
-        sev = step.start_ev
-        start_dev = self._last_ev_ns if sev is self._last_ev else executed_at(sev)
-        self._last_ev = step.end_ev
-        self._last_ev_ns = end_dev
-        in_flight = step.in_flight
-        ends = self._ends
-        if ends is not None:
-            # exact, now that the earlier markers' execution times are known: the earlier steps
-            # whose end marker executed after this step started (beyond the marker latency)
-            limit = step.start_ns + self.latency_ns
-            while ends and ends[0] <= limit:
-                ends.popleft()
-            in_flight = len(ends)
-            ends.append(end_dev)
-        out = self.out
-        out.append(
-            step.record(
-                t0=self.t0,
+    def _write_async(self, step: PendingStep, *, measured: bool = True) -> None:
+        """Collect a pending step: with its device figures, its end marker having executed, or
+        (``measured=False``: dropped, or its marker failed) without them."""
+        rec = step.record
+        if measured:
+            executed_at = self.device.executed_at_ns
+            end_dev = executed_at(step.end_ev)
+            sev = step.start_ev
+            start_dev = self._last_ev_ns if sev is self._last_ev else executed_at(sev)
+            self._last_ev = step.end_ev
+            self._last_ev_ns = end_dev
+            in_flight = rec.in_flight
+            ends = self._ends
+            if ends is not None:
+                # exact, now that the earlier markers' execution times are known: the earlier
+                # steps whose end marker executed after this step started (beyond the marker
+                # latency)
+                limit = step.start_ns + self.latency_ns
+                while ends and ends[0] <= limit:
+                    ends.popleft()
+                in_flight = len(ends)
+                ends.append(end_dev)
+            rec = _replace(
+                rec,
                 device_ns=end_dev - start_dev,
                 run_ahead_ns=end_dev - step.end_ns,
                 in_flight=in_flight,
             )
-        )
+        else:
+            self._last_ev = None
+            # an end time is unknown from here on: fall back to the count polled at step start
+            self._ends = None
+        out = self.out
+        out.append(rec)
         if self.eager or len(out) >= self.batch:
             self.deliver()
 
@@ -291,15 +272,7 @@ class StepClock:
         step = self.pending.popleft()
         if overflow:
             self.dropped += 1
-        self._last_ev = None
-        # an end time is unknown from here on: fall back to the count polled at step start
-        self._ends = None
-        out = self.out
-        out.append(
-            step.record(t0=self.t0, device_ns=None, run_ahead_ns=None, in_flight=step.in_flight)
-        )
-        if self.eager or len(out) >= self.batch:
-            self.deliver()
+        self._write_async(step, measured=False)
 
     def drain(self) -> None:
         """Collect every pending step, waiting for its marker if needed (only ever at exit)."""
