@@ -113,16 +113,18 @@ class Session(CaptureSession):
         """The summary as it stands (TensorBoard's text at the end, ``summary()`` live)."""
         if self._summary.end is not None:
             return self._summary.final(notes=self._sink_notes())
-        assert self._header is not None
-        self.collect_batched()
-        return session_report(
-            self._summary.acc,
-            header=self._header,
-            wall_ns=self.elapsed_ns(),
-            collected_at_exit=0,
-            sync_sites=self.sync_sites(),
-            notes=[*self._clock.end_notes(), *self._sites.notes(), *self._sink_failures],
-            error=None,
+        header = self._header
+        assert header is not None
+        return self.read_collected(
+            lambda: session_report(
+                self._summary.acc,
+                header=header,
+                wall_ns=self.elapsed_ns(),
+                collected_at_exit=0,
+                sync_sites=self.sync_sites(),
+                notes=[*self._clock.end_notes(), *self._sites.notes(), *self._sink_failures],
+                error=None,
+            )
         )
 
     def _final_report(self) -> SessionReport:

@@ -220,7 +220,10 @@ class CaptureSession:
         self._clock = StepClock(
             self.device, max_pending=self.options.max_pending, deliver=self._deliver
         )
+        # the clock's boundaries, bound once: step() and train_step's calls use them every step
         self._boundary: Callable[[], None] = self._clock.boundary
+        self._open_call: Callable[[], None] = self._clock.open_call
+        self._close_call: Callable[[], None] = self._clock.close_call
         # see step(): whether another thread steps too, and whether ours is inside a boundary
         self._busy = False
         self._shared = False
@@ -596,28 +599,28 @@ class CaptureSession:
 
             @functools.wraps(fn)
             async def step_awaited(*args: Any, **kwargs: Any) -> Any:
-                if not self._at_boundary(self._clock.open_call):
+                if not self._at_boundary(self._open_call):
                     return await fn(*args, **kwargs)
                 try:
                     result = await fn(*args, **kwargs)
                 except BaseException:
                     self._drop_call_step()
                     raise
-                self._at_boundary(self._clock.close_call)
+                self._at_boundary(self._close_call)
                 return result
 
             return cast(Callable[_P, _R], step_awaited)
 
         @functools.wraps(fn)
         def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-            if not self._at_boundary(self._clock.open_call):
+            if not self._at_boundary(self._open_call):
                 return fn(*args, **kwargs)
             try:
                 result = fn(*args, **kwargs)
             except BaseException:
                 self._drop_call_step()
                 raise
-            self._at_boundary(self._clock.close_call)
+            self._at_boundary(self._close_call)
             return result
 
         return wrapper
@@ -705,17 +708,23 @@ class CaptureSession:
         if first is not None:
             raise first[0] from first[1]
 
-    def collect_batched(self) -> None:
-        """Hand the batched records to their sinks now (a live summary is about to read them).
-        Serialized with the steps of other threads as a boundary is: asked from another thread
-        than the one that entered, it makes every later step take the lock, as a step from
-        there does."""
-        if self._at_boundary(self._deliver_batch, step=False):
-            return
-        # ending (its thread holds the lock: a sink asking as the last steps are collected) or
-        # ended (nothing left)
-        with self._lock:
+    def read_collected(self, read: Callable[[], _T]) -> _T:
+        """``read()`` (a live summary of what the sinks hold) once the batched records are
+        handed on, serialized with the steps as a boundary is, so no step changes the sinks
+        while it reads. Called from another thread than the one that entered, it makes every
+        later step take the lock, as a step from there does."""
+        box: list[_T] = []
+
+        def collected() -> None:
             self._deliver_batch()
+            box.append(read())
+
+        if not self._at_boundary(collected, step=False) or not box:
+            # ending (its thread holds the lock: a sink asking as the last steps are collected)
+            # or ended (nothing left to hand on)
+            with self._lock:
+                collected()
+        return box[-1]
 
     def _dispatch(self, method: str, arg: Any) -> None:
         for sink in list(self._live_sinks):
