@@ -10,9 +10,8 @@ device (the CPU backend) a step's work is done when the host returns: the record
 at once, without markers.
 
 This is the hot path of a session: everything here runs once per step, so the code is plain
-attribute access and no allocation beyond the record, built once at the step's close and, on
-an asynchronous device, the pending step and the record's copy with its device figures (all
-three built in C).
+attribute access and no allocation beyond the record, built once, and on an asynchronous
+device the pending step (a tuple).
 """
 
 from __future__ import annotations
@@ -20,8 +19,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
-
-import msgspec
 
 from asynctrace.records import StepRecord
 
@@ -37,21 +34,13 @@ __all__ = ["BATCH", "PendingStep", "StepClock"]
 #: records file, the summary): one call per batch instead of one per step and sink
 BATCH: Final = 256
 
-# a struct's copy with some fields changed, in C: a collected step's device figures
-_replace = msgspec.structs.replace
-
-
-class PendingStep(msgspec.Struct, gc=False):
-    """A closed step whose device figures wait for its end marker: its record as the host
-    knows it, the markers and its host start and end (ns). A struct built in C (a Python
-    ``__init__`` costs several times as much, once a step); ``gc=False``: nothing it refers to
-    refers back to it."""
-
-    record: StepRecord
-    start_ev: Any
-    end_ev: Any
-    start_ns: int
-    end_ns: int
+#: A closed step whose device figures wait for its end marker: ``(index, start_ns,
+#: frontend_ns, data_wait_ns, in_flight, sync_count, sync_wait_ns, mem, start_ev, end_ev,
+#: end_ns)``, host times in ns, ``in_flight`` as polled when it started. A tuple, the cheapest
+#: thing to build once a step; its record is built once its device figures are known (a record
+#: built at the close and copied with them then cost a GPU's step 3 % more).
+PendingStep = tuple[int, int, int, int, int, int, int, "tuple[int, int] | None", Any, Any, int]
+_END_EV: Final = 9
 
 
 class StepClock:
@@ -119,36 +108,36 @@ class StepClock:
         """The session starts: step 0 opens now."""
         self.latency_ns = max(0, latency_ns)
         self.t0 = self.now()
-        self.open_step(self.t0, self._record() if self.asynchronous else None)
-
-    def boundary(self) -> None:
-        """End the open step (if any) and start the next."""
-        now = self.now()
-        if self.asynchronous:
-            ev = self._record()
-            if self.open:
-                self.close_step(now, ev)
-            self.open_step(now, ev)
-        else:
-            if self.open:
-                self.close_step(now, None)
-            self.open_step(now, None)
+        self.boundary(True, self.t0)
 
     def open_call(self) -> None:
         """A step that is one call (``train_step``) starts; one left open is dropped."""
-        if self.open:
-            self.discard_open()
-        self.open_step(self.now(), self._record() if self.asynchronous else None)
+        self.boundary(False)
 
     def close_call(self) -> None:
+        """The call returned: its step ends, and none starts."""
         if self.open:
-            self.close_step(self.now(), self._record() if self.asynchronous else None)
+            self._close(self.now(), self._record() if self.asynchronous else None)
 
-    def open_step(self, now: int, ev: Any) -> None:
+    def boundary(self, close: bool = True, now: int | None = None) -> None:
+        """End the open step (if any) and start the next, at ``now`` (the host clock's now by
+        default), with one device marker for both: the end of one step is the start of the
+        next. One call, not one per half: it runs every step.
+
+        ``close=False``: the open step is dropped instead (a ``train_step`` call starts: a step
+        left open is not one)."""
+        if now is None:
+            now = self.now()
+        ev = self._record() if self.asynchronous else None
+        if self.open:
+            if close:
+                self._close(now, ev)
+            else:
+                self.discard_open()
         if self.asynchronous:
             pending = self.pending
             query = self._query
-            while pending and query(pending[0].end_ev):
+            while pending and query(pending[0][_END_EV]):
                 self._write_async(pending.popleft())
             # one stream runs markers in order: every step behind the oldest unexecuted one is
             # still in flight
@@ -172,7 +161,8 @@ class StepClock:
         # open only once its range is pushed: whatever raised before leaves nothing to pop
         self.open = True
 
-    def close_step(self, now: int, ev: Any) -> None:
+    def _close(self, now: int, ev: Any) -> None:
+        """The open step ends at ``now`` (``ev``: its end marker)."""
         # read before the step counts as closed: if the device raises here, the session's exit
         # still finds the step open and pops its range
         mem = self._memory()
@@ -190,32 +180,34 @@ class StepClock:
         index = self.index
         self.index = index + 1
         frontend_ns = now - self.start_ns
-        asynchronous = self.asynchronous
-        # the step's record, built once, here: on an asynchronous device its device figures
-        # are filled in (replace(), in C) once its end marker is seen executed; one dropped
-        # without them goes as it is, with the in-flight count polled as it started
-        rec = StepRecord(
-            step=index,
-            start_ns=self.start_ns - self.t0,
-            frontend_ns=frontend_ns,
-            data_wait_ns=self.data_wait_ns,
-            device_ns=None if asynchronous else frontend_ns,
-            run_ahead_ns=None if asynchronous else 0,
-            in_flight=self._in_flight,
-            sync_count=self.sync_count,
-            sync_wait_ns=self.sync_wait_ns,
-            mem_allocated_bytes=None if mem is None else mem[0],
-            mem_reserved_bytes=None if mem is None else mem[1],
-        )
-        if not asynchronous:
-            out = self.out
-            out.append(rec)
-            if self.eager or len(out) >= self.batch:
-                self.deliver()
+        if not self.asynchronous:
+            # done when the host returns: the device's figures are the host's
+            self._collect(
+                index,
+                self.start_ns,
+                frontend_ns,
+                self.data_wait_ns,
+                self.sync_count,
+                self.sync_wait_ns,
+                mem,
+                frontend_ns,
+                0,
+                0,
+            )
             return
         self.pending.append(
-            PendingStep(
-                record=rec, start_ev=self._start_ev, end_ev=ev, start_ns=self.start_ns, end_ns=now
+            (
+                index,
+                self.start_ns,
+                frontend_ns,
+                self.data_wait_ns,
+                self._in_flight,
+                self.sync_count,
+                self.sync_wait_ns,
+                mem,
+                self._start_ev,
+                ev,
+                now,
             )
         )
         if len(self.pending) > self.max_pending:
@@ -230,49 +222,82 @@ class StepClock:
                 pop()
 
     # ------------------------------------------------------------------ collecting
-    def _write_async(self, step: PendingStep, *, measured: bool = True) -> None:
-        """Collect a pending step: with its device figures, its end marker having executed, or
-        (``measured=False``: dropped, or its marker failed) without them."""
-        rec = step.record
-        if measured:
-            executed_at = self.device.executed_at_ns
-            end_dev = executed_at(step.end_ev)
-            sev = step.start_ev
-            start_dev = self._last_ev_ns if sev is self._last_ev else executed_at(sev)
-            self._last_ev = step.end_ev
-            self._last_ev_ns = end_dev
-            in_flight = rec.in_flight
-            ends = self._ends
-            if ends is not None:
-                # exact, now that the earlier markers' execution times are known: the earlier
-                # steps whose end marker executed after this step started (beyond the marker
-                # latency)
-                limit = step.start_ns + self.latency_ns
-                while ends and ends[0] <= limit:
-                    ends.popleft()
-                in_flight = len(ends)
-                ends.append(end_dev)
-            rec = _replace(
-                rec,
-                device_ns=end_dev - start_dev,
-                run_ahead_ns=end_dev - step.end_ns,
-                in_flight=in_flight,
-            )
-        else:
-            self._last_ev = None
-            # an end time is unknown from here on: fall back to the count polled at step start
-            self._ends = None
-        out = self.out
-        out.append(rec)
-        if self.eager or len(out) >= self.batch:
-            self.deliver()
+    def _write_async(self, step: PendingStep) -> None:
+        """Collect a pending step whose end marker executed, with its device figures."""
+        index, start_ns, frontend_ns, data_wait_ns, in_flight, sc, sw, mem, sev, eev, end_ns = step
+        executed_at = self.device.executed_at_ns
+        end_dev = executed_at(eev)
+        start_dev = self._last_ev_ns if sev is self._last_ev else executed_at(sev)
+        self._last_ev = eev
+        self._last_ev_ns = end_dev
+        ends = self._ends
+        if ends is not None:
+            # exact, now that the earlier markers' execution times are known: the earlier steps
+            # whose end marker executed after this step started (beyond the marker latency)
+            limit = start_ns + self.latency_ns
+            while ends and ends[0] <= limit:
+                ends.popleft()
+            in_flight = len(ends)
+            ends.append(end_dev)
+        self._collect(
+            index,
+            start_ns,
+            frontend_ns,
+            data_wait_ns,
+            sc,
+            sw,
+            mem,
+            end_dev - start_dev,
+            end_dev - end_ns,
+            in_flight,
+        )
 
     def _drop_oldest(self, *, overflow: bool = True) -> None:
         """Write the oldest pending step without device figures."""
-        step = self.pending.popleft()
+        index, start_ns, frontend_ns, data_wait_ns, in_flight, sc, sw, mem, *_ = (
+            self.pending.popleft()
+        )
         if overflow:
             self.dropped += 1
-        self._write_async(step, measured=False)
+        self._last_ev = None
+        # an end time is unknown from here on: fall back to the count polled at step start
+        self._ends = None
+        self._collect(
+            index, start_ns, frontend_ns, data_wait_ns, sc, sw, mem, None, None, in_flight
+        )
+
+    def _collect(
+        self,
+        index: int,
+        start_ns: int,
+        frontend_ns: int,
+        data_wait_ns: int,
+        sync_count: int,
+        sync_wait_ns: int,
+        mem: tuple[int, int] | None,
+        device_ns: int | None,
+        run_ahead_ns: int | None,
+        in_flight: int,
+    ) -> None:
+        """A step's record goes out, with its device figures (the one place it is built)."""
+        out = self.out
+        out.append(
+            StepRecord(
+                step=index,
+                start_ns=start_ns - self.t0,
+                frontend_ns=frontend_ns,
+                data_wait_ns=data_wait_ns,
+                device_ns=device_ns,
+                run_ahead_ns=run_ahead_ns,
+                in_flight=in_flight,
+                sync_count=sync_count,
+                sync_wait_ns=sync_wait_ns,
+                mem_allocated_bytes=None if mem is None else mem[0],
+                mem_reserved_bytes=None if mem is None else mem[1],
+            )
+        )
+        if self.eager or len(out) >= self.batch:
+            self.deliver()
 
     def drain(self) -> None:
         """Collect every pending step, waiting for its marker if needed (only ever at exit)."""
@@ -286,8 +311,8 @@ class StepClock:
             while pending:
                 step = pending[0]
                 try:
-                    if not self._query(step.end_ev):
-                        self.device.wait(step.end_ev)
+                    if not self._query(step[_END_EV]):
+                        self.device.wait(step[_END_EV])
                 except Exception:
                     # a device error (for example the one that ended the session): the figures
                     # cannot be collected, but the host-side ones are still true
