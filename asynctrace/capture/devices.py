@@ -19,6 +19,7 @@ it happens before the first step.
 
 from __future__ import annotations
 
+import itertools
 import platform
 import shlex
 import time
@@ -96,6 +97,9 @@ class CpuDevice:
         self._clock = clock
         #: the clock itself, not a method calling it: read at every step boundary
         self.host_now_ns: Callable[[], int] = clock
+        #: no memory figures on the CPU backend: a C callable that always gives None (asked at
+        #: every step's close; a method returning None would be a Python call)
+        self.memory: Callable[[], tuple[int, int] | None] = itertools.repeat(None).__next__
         self.name = f"cpu ({platform.machine() or 'unknown'})"
 
     def align(self) -> ClockAlignment:
@@ -114,9 +118,6 @@ class CpuDevice:
 
     def executed_at_ns(self, event: Any) -> int:
         return int(event)
-
-    def memory(self) -> tuple[int, int] | None:
-        return None
 
 
 class CudaDevice:
