@@ -13,7 +13,6 @@ import os
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from asynctrace.analysis.accumulate import SessionReport, session_report
@@ -117,15 +116,18 @@ class Session(CaptureSession):
         """The summary as it stands (TensorBoard's text at the end, ``summary()`` live)."""
         if self._summary.end is not None:
             return self._summary.final(notes=self._sink_notes())
-        assert self._header is not None
-        return session_report(
-            self._summary.acc,
-            header=self._header,
-            wall_ns=self.elapsed_ns(),
-            collected_at_exit=0,
-            sync_sites=self.sync_sites(),
-            notes=[*self._clock.end_notes(), *self._sites.notes(), *self._sink_failures],
-            error=None,
+        header = self._header
+        assert header is not None
+        return self.read_collected(
+            lambda: session_report(
+                self._summary.acc,
+                header=header,
+                wall_ns=self.elapsed_ns(),
+                collected_at_exit=0,
+                sync_sites=self.sync_sites(),
+                notes=[*self._clock.end_notes(), *self._sites.notes(), *self._sink_failures],
+                error=None,
+            )
         )
 
     def _final_report(self) -> SessionReport:
@@ -147,12 +149,7 @@ class Session(CaptureSession):
         super().__enter__()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if self._pid != os.getpid():
             # a forked child leaving the block it inherited: nothing to end, nothing to print
             return

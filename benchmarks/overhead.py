@@ -147,16 +147,23 @@ def range_costs(number: int = 200_000, repeat: int = 7) -> dict[str, float]:
     }
 
 
-def session_step_cost(out: str, n: int = 20_000, repeat: int = 5) -> float:
+def session_step_cost(out: str, n: int = 20_000, repeat: int = 5, *, device: str = "cpu") -> float:
     """ns per step of ``session.steps`` + one range, with nothing in the step: the absolute
-    cost asynctrace adds to every step. Best of ``repeat``, each minus the bare loop."""
+    cost asynctrace adds to every step. Best of ``repeat``, each minus the bare loop.
+
+    ``device="fake"``: an asynchronous device whose markers have executed by the next
+    boundary (a :class:`~asynctrace.capture.devices.FakeDevice` on a clock that stands still),
+    so every step takes the path of a GPU's: a marker, a pending step, its collection."""
+    from asynctrace.capture.devices import FakeClock, FakeDevice
+
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter_ns()
         for _ in range(n):
             pass
         bare = time.perf_counter_ns() - t0
-        with asynctrace.trace("cost", dir=out, device="cpu", print_summary=False) as s:
+        dev: Any = FakeDevice(FakeClock(), lambda i, t: t) if device == "fake" else device
+        with asynctrace.trace("cost", dir=out, device=dev, print_summary=False) as s:
             t0 = time.perf_counter_ns()
             for _ in s.steps(range(n)):
                 with asynctrace.range("train_step"):

@@ -3,19 +3,22 @@
 One device marker per boundary serves as the end of one step and the start of the next. A
 closed step waits as a :class:`PendingStep` until its end marker is seen executed (a
 non-blocking ``query()`` at each later boundary); then its :class:`~asynctrace.records.
-StepRecord` goes to ``emit``, in step order. Only :meth:`StepClock.drain`, at the session's end,
-waits for markers. On a synchronous device (the CPU backend) a step's work is done when the
-host returns: the record is emitted at once, without markers.
+StepRecord` is appended to :attr:`StepClock.out`, in step order, and ``deliver`` is called
+when a sink wants each record the moment it is known (``eager``) or once :data:`BATCH` of them
+wait. Only :meth:`StepClock.drain`, at the session's end, waits for markers. On a synchronous
+device (the CPU backend) a step's work is done when the host returns: the record is collected
+at once, without markers.
 
 This is the hot path of a session: everything here runs once per step, so the code is plain
-attribute access and no allocation beyond the record itself.
+attribute access and no allocation beyond the record, built once, and on an asynchronous
+device the pending step (a tuple).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from asynctrace.records import Note, StepRecord
 
@@ -25,85 +28,38 @@ if TYPE_CHECKING:
     from asynctrace.capture.profiler import DeepProfiler
     from asynctrace.capture.syncs import SyncDetector
 
-__all__ = ["PendingStep", "StepClock"]
+__all__ = ["BATCH", "PendingStep", "StepClock"]
 
+#: records collected before they are delivered to the sinks that take them in batches (the
+#: records file, the summary): one call per batch instead of one per step and sink
+BATCH: Final = 256
 
-class PendingStep:
-    """A closed step whose device figures wait for its end marker."""
-
-    __slots__ = (
-        "data_wait_ns",
-        "end_ev",
-        "end_ns",
-        "frontend_ns",
-        "in_flight",
-        "index",
-        "mem",
-        "start_ev",
-        "start_ns",
-        "sync_count",
-        "sync_wait_ns",
-    )
-
-    def __init__(
-        self,
-        *,
-        index: int,
-        start_ns: int,
-        frontend_ns: int,
-        data_wait_ns: int,
-        in_flight: int,
-        sync_count: int,
-        sync_wait_ns: int,
-        mem: tuple[int, int] | None,
-        start_ev: Any,
-        end_ev: Any,
-        end_ns: int,
-    ) -> None:
-        self.index = index
-        self.start_ns = start_ns
-        self.frontend_ns = frontend_ns
-        self.data_wait_ns = data_wait_ns
-        self.in_flight = in_flight
-        self.sync_count = sync_count
-        self.sync_wait_ns = sync_wait_ns
-        self.mem = mem
-        self.start_ev = start_ev
-        self.end_ev = end_ev
-        self.end_ns = end_ns
-
-    def record(
-        self, *, t0: int, device_ns: int | None, run_ahead_ns: int | None, in_flight: int
-    ) -> StepRecord:
-        mem = self.mem
-        return StepRecord(
-            step=self.index,
-            start_ns=self.start_ns - t0,
-            frontend_ns=self.frontend_ns,
-            data_wait_ns=self.data_wait_ns,
-            device_ns=device_ns,
-            run_ahead_ns=run_ahead_ns,
-            in_flight=in_flight,
-            sync_count=self.sync_count,
-            sync_wait_ns=self.sync_wait_ns,
-            mem_allocated_bytes=None if mem is None else mem[0],
-            mem_reserved_bytes=None if mem is None else mem[1],
-        )
+#: A closed step whose device figures wait for its end marker: ``(index, start_ns,
+#: frontend_ns, data_wait_ns, in_flight, sync_count, sync_wait_ns, mem, start_ev, end_ev,
+#: end_ns)``, host times in ns, ``in_flight`` as polled when it started. A tuple, the cheapest
+#: thing to build once a step; its record is built once its device figures are known (a record
+#: built at the close and copied with them then cost a GPU's step 3 % more).
+PendingStep = tuple[int, int, int, int, int, int, int, "tuple[int, int] | None", Any, Any, int]
+_END_EV: Final = 9
 
 
 class StepClock:
-    """Opens and closes steps on ``device`` and emits each step's record when it is known.
+    """Opens and closes steps on ``device`` and collects each step's record when it is known.
 
     The parts a boundary drives (NVTX push/pop, the nsys capture window, the deep-mode
     profiler) are attributes set by the session before :meth:`start`; each is optional.
     """
 
-    def __init__(
-        self, device: Device, *, max_pending: int, emit: Callable[[StepRecord], None]
-    ) -> None:
+    def __init__(self, device: Device, *, max_pending: int, deliver: Callable[[], None]) -> None:
         self.device = device
         self.max_pending = max_pending
-        self.emit = emit
+        #: the records collected and not yet delivered, in step order (``deliver`` takes them)
+        self.out: list[StepRecord] = []
+        #: whether ``deliver`` runs after every record (a sink wants each as it is known), not
+        #: only once ``batch`` (:data:`BATCH`) records wait
+        self.eager = False
+        self.batch = BATCH
+        self.deliver = deliver
         self.now: Callable[[], int] = device.host_now_ns
         self._record: Callable[[], Any] = device.record
         self._query: Callable[[Any], bool] = device.query
@@ -152,35 +108,36 @@ class StepClock:
         """The session starts: step 0 opens now."""
         self.latency_ns = max(0, latency_ns)
         self.t0 = self.now()
-        self.open_step(self.t0, self._record() if self.asynchronous else None)
-
-    def boundary(self) -> None:
-        """End the open step (if any) and start the next."""
-        now = self.now()
-        if self.asynchronous:
-            ev = self._record()
-            if self.open:
-                self.close_step(now, ev)
-            self.open_step(now, ev)
-        else:
-            if self.open:
-                self.close_step(now, None)
-            self.open_step(now, None)
+        self.boundary(True, self.t0)
 
     def open_call(self) -> None:
         """A step that is one call (``train_step``) starts; one left open is dropped."""
-        self.discard_open()
-        self.open_step(self.now(), self._record() if self.asynchronous else None)
+        self.boundary(False)
 
     def close_call(self) -> None:
+        """The call returned: its step ends, and none starts."""
         if self.open:
-            self.close_step(self.now(), self._record() if self.asynchronous else None)
+            self._close(self.now(), self._record() if self.asynchronous else None)
 
-    def open_step(self, now: int, ev: Any) -> None:
+    def boundary(self, close: bool = True, now: int | None = None) -> None:
+        """End the open step (if any) and start the next, at ``now`` (the host clock's now by
+        default), with one device marker for both: the end of one step is the start of the
+        next. One call, not one per half: it runs every step.
+
+        ``close=False``: the open step is dropped instead (a ``train_step`` call starts: a step
+        left open is not one)."""
+        if now is None:
+            now = self.now()
+        ev = self._record() if self.asynchronous else None
+        if self.open:
+            if close:
+                self._close(now, ev)
+            else:
+                self.discard_open()
         if self.asynchronous:
             pending = self.pending
             query = self._query
-            while pending and query(pending[0].end_ev):
+            while pending and query(pending[0][_END_EV]):
                 self._write_async(pending.popleft())
             # one stream runs markers in order: every step behind the oldest unexecuted one is
             # still in flight
@@ -204,7 +161,8 @@ class StepClock:
         # open only once its range is pushed: whatever raised before leaves nothing to pop
         self.open = True
 
-    def close_step(self, now: int, ev: Any) -> None:
+    def _close(self, now: int, ev: Any) -> None:
+        """The open step ends at ``now`` (``ev``: its end marker)."""
         # read before the step counts as closed: if the device raises here, the session's exit
         # still finds the step open and pops its range
         mem = self._memory()
@@ -223,35 +181,33 @@ class StepClock:
         self.index = index + 1
         frontend_ns = now - self.start_ns
         if not self.asynchronous:
-            self.emit(
-                StepRecord(
-                    step=index,
-                    start_ns=self.start_ns - self.t0,
-                    frontend_ns=frontend_ns,
-                    data_wait_ns=self.data_wait_ns,
-                    device_ns=frontend_ns,
-                    run_ahead_ns=0,
-                    in_flight=0,
-                    sync_count=self.sync_count,
-                    sync_wait_ns=self.sync_wait_ns,
-                    mem_allocated_bytes=None if mem is None else mem[0],
-                    mem_reserved_bytes=None if mem is None else mem[1],
-                )
+            # done when the host returns: the device's figures are the host's
+            self._collect(
+                index,
+                self.start_ns,
+                frontend_ns,
+                self.data_wait_ns,
+                self.sync_count,
+                self.sync_wait_ns,
+                mem,
+                frontend_ns,
+                0,
+                0,
             )
             return
         self.pending.append(
-            PendingStep(
-                index=index,
-                start_ns=self.start_ns,
-                frontend_ns=frontend_ns,
-                data_wait_ns=self.data_wait_ns,
-                in_flight=self._in_flight,
-                sync_count=self.sync_count,
-                sync_wait_ns=self.sync_wait_ns,
-                mem=mem,
-                start_ev=self._start_ev,
-                end_ev=ev,
-                end_ns=now,
+            (
+                index,
+                self.start_ns,
+                frontend_ns,
+                self.data_wait_ns,
+                self._in_flight,
+                self.sync_count,
+                self.sync_wait_ns,
+                mem,
+                self._start_ev,
+                ev,
+                now,
             )
         )
         if len(self.pending) > self.max_pending:
@@ -267,42 +223,81 @@ class StepClock:
 
     # ------------------------------------------------------------------ collecting
     def _write_async(self, step: PendingStep) -> None:
+        """Collect a pending step whose end marker executed, with its device figures."""
+        index, start_ns, frontend_ns, data_wait_ns, in_flight, sc, sw, mem, sev, eev, end_ns = step
         executed_at = self.device.executed_at_ns
-        end_dev = executed_at(step.end_ev)
-        sev = step.start_ev
+        end_dev = executed_at(eev)
         start_dev = self._last_ev_ns if sev is self._last_ev else executed_at(sev)
-        self._last_ev = step.end_ev
+        self._last_ev = eev
         self._last_ev_ns = end_dev
-        in_flight = step.in_flight
         ends = self._ends
         if ends is not None:
             # exact, now that the earlier markers' execution times are known: the earlier steps
             # whose end marker executed after this step started (beyond the marker latency)
-            limit = step.start_ns + self.latency_ns
+            limit = start_ns + self.latency_ns
             while ends and ends[0] <= limit:
                 ends.popleft()
             in_flight = len(ends)
             ends.append(end_dev)
-        self.emit(
-            step.record(
-                t0=self.t0,
-                device_ns=end_dev - start_dev,
-                run_ahead_ns=end_dev - step.end_ns,
-                in_flight=in_flight,
-            )
+        self._collect(
+            index,
+            start_ns,
+            frontend_ns,
+            data_wait_ns,
+            sc,
+            sw,
+            mem,
+            end_dev - start_dev,
+            end_dev - end_ns,
+            in_flight,
         )
 
     def _drop_oldest(self, *, overflow: bool = True) -> None:
         """Write the oldest pending step without device figures."""
-        step = self.pending.popleft()
+        index, start_ns, frontend_ns, data_wait_ns, in_flight, sc, sw, mem, *_ = (
+            self.pending.popleft()
+        )
         if overflow:
             self.dropped += 1
         self._last_ev = None
         # an end time is unknown from here on: fall back to the count polled at step start
         self._ends = None
-        self.emit(
-            step.record(t0=self.t0, device_ns=None, run_ahead_ns=None, in_flight=step.in_flight)
+        self._collect(
+            index, start_ns, frontend_ns, data_wait_ns, sc, sw, mem, None, None, in_flight
         )
+
+    def _collect(
+        self,
+        index: int,
+        start_ns: int,
+        frontend_ns: int,
+        data_wait_ns: int,
+        sync_count: int,
+        sync_wait_ns: int,
+        mem: tuple[int, int] | None,
+        device_ns: int | None,
+        run_ahead_ns: int | None,
+        in_flight: int,
+    ) -> None:
+        """A step's record goes out, with its device figures (the one place it is built)."""
+        out = self.out
+        out.append(
+            StepRecord(
+                step=index,
+                start_ns=start_ns - self.t0,
+                frontend_ns=frontend_ns,
+                data_wait_ns=data_wait_ns,
+                device_ns=device_ns,
+                run_ahead_ns=run_ahead_ns,
+                in_flight=in_flight,
+                sync_count=sync_count,
+                sync_wait_ns=sync_wait_ns,
+                mem_allocated_bytes=None if mem is None else mem[0],
+                mem_reserved_bytes=None if mem is None else mem[1],
+            )
+        )
+        if self.eager or len(out) >= self.batch:
+            self.deliver()
 
     def drain(self) -> None:
         """Collect every pending step, waiting for its marker if needed (only ever at exit)."""
@@ -316,8 +311,8 @@ class StepClock:
             while pending:
                 step = pending[0]
                 try:
-                    if not self._query(step.end_ev):
-                        self.device.wait(step.end_ev)
+                    if not self._query(step[_END_EV]):
+                        self.device.wait(step[_END_EV])
                 except Exception:
                     # a device error (for example the one that ended the session): the figures
                     # cannot be collected, but the host-side ones are still true

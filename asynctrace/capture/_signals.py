@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 from collections.abc import Collection
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any
 
 __all__ = ["deferred_signals"]
@@ -62,12 +62,7 @@ class deferred_signals:
             self._saved[sig] = handler
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         saved, self._saved = self._saved, {}
         for sig, handler in saved.items():
             signal.signal(sig, handler)

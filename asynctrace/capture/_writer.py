@@ -2,7 +2,8 @@
 
 The session writes every step as it completes, so memory stays flat however long the run;
 records are batched and encoded a block at a time (``encode_lines``), one ``write(2)`` per
-block, which keeps the per-step cost to a list append and a fraction of a µs of encoding.
+block (the session hands its steps over a batch at a time, :meth:`RecordsWriter.write_all`),
+which keeps the per-step cost to a fraction of a µs of encoding.
 The file is written as ``<final>.tmp`` and renamed into place by :meth:`finish`, so a file
 without the ``.tmp`` suffix is always complete. :meth:`RecordsWriter.open` claims a name
 (creates the ``.tmp`` exclusively, then checks that no final file has it), so two sessions that
@@ -16,6 +17,7 @@ import errno
 import os
 import re
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -96,6 +98,11 @@ class RecordsWriter:
         batch.append(record)
         if len(batch) >= _BATCH:
             self.flush()
+
+    def write_all(self, records: Iterable[msgspec.Struct]) -> None:
+        """Append record lines and write them out (a batch of the session's steps)."""
+        self._batch.extend(records)
+        self.flush()
 
     def flush(self) -> None:
         f = self._file

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import sys
 from dataclasses import asdict, dataclass
-from types import TracebackType
-from typing import Any, TextIO
+from typing import Any, Generic, TextIO, TypeVar, overload
 
 from asynctrace.capture.devices import Device, get_device
 from asynctrace.errors import CaptureError
 
 __all__ = ["Benchmark", "BenchmarkResult"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,26 @@ class BenchmarkResult:
         return asdict(self)
 
 
+class _Figure(Generic[_T]):
+    """A figure of :attr:`Benchmark.result`, read on the benchmark itself (``b.done_ns``): a
+    :class:`CaptureError` until the block has completed."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _Figure[_T]: ...
+
+    @overload
+    def __get__(self, obj: Benchmark, owner: type) -> _T: ...
+
+    def __get__(self, obj: Benchmark | None, owner: type) -> _Figure[_T] | _T:
+        if obj is None:
+            return self
+        value: _T = getattr(obj._need(), self._name)
+        return value
+
+
 class Benchmark:
     """Drop-in for ``d2l.Benchmark`` that also reports when the device finished the work.
 
@@ -90,12 +111,7 @@ class Benchmark:
         self._ev0 = dev.record()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         dev = self.device
         t1 = dev.host_now_ns()
         if exc_type is not None:
@@ -129,18 +145,7 @@ class Benchmark:
             raise CaptureError("Benchmark figures exist once its `with` block has completed")
         return self.result
 
-    @property
-    def returned_ns(self) -> int:
-        return self._need().returned_ns
-
-    @property
-    def done_ns(self) -> int:
-        return self._need().done_ns
-
-    @property
-    def returned_s(self) -> float:
-        return self._need().returned_s
-
-    @property
-    def done_s(self) -> float:
-        return self._need().done_s
+    returned_ns = _Figure[int]()
+    done_ns = _Figure[int]()
+    returned_s = _Figure[float]()
+    done_s = _Figure[float]()

@@ -19,6 +19,7 @@ it happens before the first step.
 
 from __future__ import annotations
 
+import itertools
 import platform
 import shlex
 import time
@@ -94,10 +95,12 @@ class CpuDevice:
 
     def __init__(self, clock: Callable[[], int] = time.perf_counter_ns) -> None:
         self._clock = clock
+        #: the clock itself, not a method calling it: read at every step boundary
+        self.host_now_ns: Callable[[], int] = clock
+        #: no memory figures on the CPU backend: a C callable that always gives None (asked at
+        #: every step's close; a method returning None would be a Python call)
+        self.memory: Callable[[], tuple[int, int] | None] = itertools.repeat(None).__next__
         self.name = f"cpu ({platform.machine() or 'unknown'})"
-
-    def host_now_ns(self) -> int:
-        return self._clock()
 
     def align(self) -> ClockAlignment:
         return ClockAlignment(
@@ -116,9 +119,6 @@ class CpuDevice:
     def executed_at_ns(self, event: Any) -> int:
         return int(event)
 
-    def memory(self) -> tuple[int, int] | None:
-        return None
-
 
 class CudaDevice:
     """CUDA (and ROCm, through torch's HIP-backed ``torch.cuda``) timing events."""
@@ -133,6 +133,8 @@ class CudaDevice:
         self._torch = torch
         self._index = torch.cuda.current_device() if index is None else index
         self._clock = clock
+        #: the clock itself, not a method calling it: read at every step boundary
+        self.host_now_ns: Callable[[], int] = clock
         self.kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
         self.name = torch.cuda.get_device_name(self._index)
         # torch.cuda.Event is untyped for mypy; bound once, which also saves a look-up per record
@@ -145,9 +147,6 @@ class CudaDevice:
     def index(self) -> int:
         """The CUDA device index the markers are recorded on."""
         return self._index
-
-    def host_now_ns(self) -> int:
-        return self._clock()
 
     def align(self, rounds: int = 5) -> ClockAlignment:
         best: tuple[int, int, Any] | None = None

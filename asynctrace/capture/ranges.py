@@ -25,7 +25,6 @@ import inspect
 import threading
 import zlib
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 import torch
@@ -212,19 +211,14 @@ class Range:
         s.depth += 1
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         try:
             _pop()
         finally:
             self._open -= 1
             rfs = self._rf
             if rfs and rfs[-1][0] == self._open:
-                rfs.pop()[1].__exit__(exc_type, exc, tb)
+                rfs.pop()[1].__exit__(*exc_info)
 
     def __call__(self, fn: Callable[_P, _R]) -> Callable[_P, _R]:
         if (

@@ -19,7 +19,10 @@ How it stays cheap and non-blocking:
 * device figures are collected lazily: at each boundary the oldest pending markers are polled
   with a non-blocking ``query()`` and finished steps are emitted in order; only at exit does the
   session wait for what is still pending (``collected_at_exit``);
-* every piece of per-run state is bounded: pending markers (``max_pending``), the sync sites.
+* the records file and the summary take the records a batch (256) at a time, so a step costs
+  them a list append; only a sink that wants each record as it is known is called per step;
+* every piece of per-run state is bounded: pending markers (``max_pending``), the sync sites,
+  the batch.
 
 On a synchronous device (the CPU backend) a step's work is done when the host returns, so its
 device time is its frontend time and run-ahead and in-flight are zero; the session records them
@@ -40,7 +43,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
+from threading import get_ident as _get_ident  # one lookup less per step()
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 
 from asynctrace.capture._clock import StepClock
@@ -193,8 +196,9 @@ class CaptureSession:
         self._pid = 0
         self._run = 0
         # step boundaries and the end are serialized: two threads stepping at once would
-        # interleave one boundary's reads and writes (steps were lost)
-        self._lock = threading.Lock()
+        # interleave one boundary's reads and writes (steps were lost); re-entrant, for a sink
+        # that asks for the live summary from inside a boundary
+        self._lock = threading.RLock()
         self._reset_run_state()
 
     @property
@@ -216,8 +220,13 @@ class CaptureSession:
 
     # ------------------------------------------------------------------ per-run state
     def _reset_run_state(self) -> None:
-        self._clock = StepClock(self.device, max_pending=self.options.max_pending, emit=self._emit)
+        self._clock = StepClock(
+            self.device, max_pending=self.options.max_pending, deliver=self._deliver
+        )
+        # the clock's boundaries, bound once: step() and train_step's calls use them every step
         self._boundary: Callable[[], None] = self._clock.boundary
+        self._open_call: Callable[[], None] = self._clock.open_call
+        self._close_call: Callable[[], None] = self._clock.close_call
         # see step(): whether another thread steps too, and whether ours is inside a boundary
         self._busy = False
         self._shared = False
@@ -236,8 +245,10 @@ class CaptureSession:
         self._traces: list[str] = []
         self._error: str | None = None
         self._live_sinks: list[Sink] = []
-        # each live sink with its step method, looked up once (a sink may bind it in start())
+        # each live sink with its step (or step_batch) method, looked up once, after start():
+        # a sink may bind it there
         self._step_fns: list[tuple[Sink, Callable[[StepRecord], Any]]] = []
+        self._batch_fns: list[tuple[Sink, Callable[[list[StepRecord]], Any]]] = []
         self._sink_failures: list[Note] = []
         self._detector: SyncDetector | None = None
         self._held_steps = 0
@@ -265,7 +276,7 @@ class CaptureSession:
         started = False
         try:
             self._dispatch("start", self._header)
-            self._step_fns = [(sink, sink.step) for sink in self._live_sinks]
+            self._bind_step_fns()
             self._start_parts()
             _active.append(self)
             self._active = True
@@ -313,12 +324,7 @@ class CaptureSession:
                     "profiler API is process-wide, so only one session at a time can use it"
                 )
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if self._pid != os.getpid():
             # a forked child leaving the block it inherited: the session is the parent's
             return
@@ -368,6 +374,9 @@ class CaptureSession:
         lock, and waits for the end."""
         self._shared = True
         self._end_failure = None
+        # ended from another thread: a boundary of the entering thread in progress ends first
+        while self._busy and threading.get_ident() != self._thread:
+            time.sleep(0)
         with self._lock, deferred_signals(keep=(signal.SIGINT,)):
             self._end_failure = self._end_run(exc)
 
@@ -385,6 +394,12 @@ class CaptureSession:
                 part()
             except BaseException as e:
                 failure = _worse(failure, e)
+        try:
+            # the records still batched: bounded work, which a Ctrl-C waits for
+            with deferred_signals():
+                self._deliver_batch()
+        except BaseException as e:
+            failure = _worse(failure, e)
         if failure is not None and self._error is None:
             self._error = _describe_exit(failure)
         try:
@@ -499,7 +514,7 @@ class CaptureSession:
         # whole step) until another thread steps too: that one first sets _shared, then waits
         # for a boundary of ours in progress (_busy) to end, then everyone takes the lock.
         # Ours sets _busy before it reads _shared, so one of the two always sees the other.
-        if threading.get_ident() == self._thread:
+        if _get_ident() == self._thread:
             self._busy = True
             if not self._shared:
                 try:
@@ -510,32 +525,43 @@ class CaptureSession:
             self._busy = False
         self._shared_boundary(self._boundary)
 
-    def _shared_boundary(self, boundary: Callable[[], None]) -> None:
-        """A boundary once several threads step (or the session ends): under the lock."""
+    def _shared_boundary(self, boundary: Callable[[], None], *, step: bool = True) -> None:
+        """A boundary once several threads step (or the session ends): under the lock.
+        ``step=False``: not a step of its own (the batched records handed on), and nothing to
+        do once the session ended."""
         own = threading.get_ident() == self._thread
         self._shared = True
         while not own and self._busy:
             time.sleep(0)
         with self._lock:
             if not self._active:  # ended by another thread while this one waited
+                if not step:
+                    return
                 raise CaptureError("step() called after the session ended")
-            if not own:
+            if step and not own:
                 self._foreign_steps += 1
             boundary()
 
-    def _at_boundary(self, boundary: Callable[[], None]) -> None:
-        """``boundary`` (a train_step's open or close) as :meth:`step` runs its own."""
-        if threading.get_ident() == self._thread:
+    def _at_boundary(self, boundary: Callable[[], None], *, step: bool = True) -> bool:
+        """``boundary`` (a train_step's open or close, the batched records handed on) as
+        :meth:`step` runs its own; False, and nothing run, outside the session."""
+        if not self._active:
+            return False
+        if _get_ident() == self._thread:
+            if self._busy:
+                # called back from inside this thread's boundary (by a sink): already serialized
+                boundary()
+                return True
             self._busy = True
             if not self._shared:
                 try:
                     boundary()
                 finally:
                     self._busy = False
-                return
+                return True
             self._busy = False
-        if self._active:
-            self._shared_boundary(boundary)
+        self._shared_boundary(boundary, step=step)
+        return True
 
     def steps(self, iterable: Iterable[_T]) -> Iterator[_T]:
         """Each item of ``iterable`` is one step; the time spent in its ``next()`` is the
@@ -583,37 +609,36 @@ class CaptureSession:
 
             @functools.wraps(fn)
             async def step_awaited(*args: Any, **kwargs: Any) -> Any:
-                if not self._active:
+                if not self._at_boundary(self._open_call):
                     return await fn(*args, **kwargs)
-                self._at_boundary(self._clock.open_call)
                 try:
                     result = await fn(*args, **kwargs)
                 except BaseException:
-                    if self._active:
-                        self._clock.discard_open()
+                    self._drop_call_step()
                     raise
-                if self._active:
-                    self._at_boundary(self._clock.close_call)
+                self._at_boundary(self._close_call)
                 return result
 
             return cast(Callable[_P, _R], step_awaited)
 
         @functools.wraps(fn)
         def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-            if not self._active:
+            if not self._at_boundary(self._open_call):
                 return fn(*args, **kwargs)
-            self._at_boundary(self._clock.open_call)
             try:
                 result = fn(*args, **kwargs)
             except BaseException:
-                if self._active:
-                    self._clock.discard_open()
+                self._drop_call_step()
                 raise
-            if self._active:
-                self._at_boundary(self._clock.close_call)
+            self._at_boundary(self._close_call)
             return result
 
         return wrapper
+
+    def _drop_call_step(self) -> None:
+        """A train_step call raised: not a complete step."""
+        if self._active:
+            self._clock.discard_open()
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         # torch's hook is process-wide: another thread's optimizer step belongs to that
@@ -640,20 +665,76 @@ class CaptureSession:
         self.sinks = []
         self._live_sinks = []
         self._step_fns = []
+        self._batch_fns = []
+        self._clock.out = []
         self._profiler = None
         self._nsys = None
 
     # ------------------------------------------------------------------ sinks
-    def _emit(self, rec: StepRecord) -> None:
-        """The clock's callback: a step's record is known."""
-        self._steps_emitted += 1
-        for sink, step in self._step_fns:
+    def _bind_step_fns(self) -> None:
+        """Which sinks take each record as it is known (``step``) and which in batches
+        (``step_batch``); the clock calls :meth:`_deliver` after every record only for the
+        first kind."""
+        self._step_fns = []
+        self._batch_fns = []
+        for sink in self._live_sinks:
+            batch = getattr(sink, "step_batch", None)
+            if callable(batch):
+                self._batch_fns.append((sink, batch))
+            else:
+                self._step_fns.append((sink, sink.step))
+        self._clock.eager = bool(self._step_fns)
+
+    def _deliver(self) -> None:
+        """The clock's callback: a record was collected (``eager``), or a batch is full."""
+        out = self._clock.out
+        if self._step_fns:
+            rec = out[-1]
+            for sink, step in self._step_fns:
+                try:
+                    step(rec)
+                except Exception as e:
+                    err = self._sink_failed(sink, "step", e, raising=True)
+                    if err is not None:
+                        raise err from e
+        if len(out) >= self._clock.batch:
+            self._deliver_batch()
+
+    def _deliver_batch(self) -> None:
+        """The records collected so far, to the sinks that take them in batches."""
+        records, self._clock.out = self._clock.out, []
+        if not records:
+            return
+        self._steps_emitted += len(records)
+        # under strict, the first failure is raised once every other sink has the batch
+        first: tuple[CaptureError, Exception] | None = None
+        for sink, step_batch in self._batch_fns:
             try:
-                step(rec)
+                step_batch(records)
             except Exception as e:
-                err = self._sink_failed(sink, "step", e, raising=True)
-                if err is not None:
-                    raise err from e
+                err = self._sink_failed(sink, "step_batch", e, raising=True)
+                if err is not None and first is None:
+                    first = (err, e)
+        if first is not None:
+            raise first[0] from first[1]
+
+    def read_collected(self, read: Callable[[], _T]) -> _T:
+        """``read()`` (a live summary of what the sinks hold) once the batched records are
+        handed on, serialized with the steps as a boundary is, so no step changes the sinks
+        while it reads. Called from another thread than the one that entered, it makes every
+        later step take the lock, as a step from there does."""
+        box: list[_T] = []
+
+        def collected() -> None:
+            self._deliver_batch()
+            box.append(read())
+
+        if not self._at_boundary(collected, step=False) or not box:
+            # ending (its thread holds the lock: a sink asking as the last steps are collected)
+            # or ended (nothing left to hand on)
+            with self._lock:
+                collected()
+        return box[-1]
 
     def _dispatch(self, method: str, arg: Any) -> None:
         for sink in list(self._live_sinks):
@@ -673,6 +754,8 @@ class CaptureSession:
         # one, so the sinks after the failed one still get this step
         self._live_sinks = [s for s in self._live_sinks if s is not sink]
         self._step_fns = [(s, f) for s, f in self._step_fns if s is not sink]
+        self._batch_fns = [(s, f) for s, f in self._batch_fns if s is not sink]
+        self._clock.eager = bool(self._step_fns)
         describe = getattr(sink, "describe_failure", None)
         text = describe(error) if describe is not None else None
         if text is None:

@@ -12,9 +12,14 @@ callable, which gets each step record::
         ...
 
 A sink runs inside the training loop (``step`` is called from ``session.step()``), so it must
-be quick. A sink that raises is reported once as an :class:`~asynctrace.AsyncTraceWarning`
-and gets nothing more; the training loop never sees its exception (``strict=True`` raises it
-as a :class:`~asynctrace.CaptureError` instead).
+be quick. A sink that needs no record the moment it is known (a file, a summary) can have
+``step_batch(records)`` instead: it is then given the records in step order, up to 256 at a
+time (a list of its own), and every record before the session's ``summary()`` reads its
+figures and before ``finish``; each batch costs the loop one call instead of one per step.
+
+A sink that raises is reported once as an :class:`~asynctrace.AsyncTraceWarning` and gets
+nothing more; the training loop never sees its exception (``strict=True`` raises it as a
+:class:`~asynctrace.CaptureError` instead).
 """
 
 from __future__ import annotations
@@ -62,7 +67,8 @@ class Sink(Protocol):
         """The session started (before its first step)."""
 
     def step(self, record: StepRecord) -> None:
-        """One step was collected (in step order)."""
+        """One step was collected (in step order); not called where the sink has a
+        ``step_batch(records: list[StepRecord])`` method, which gets them instead."""
 
     def trace_written(self, path: Path) -> None:
         """Deep mode wrote a profiler trace."""
@@ -100,12 +106,18 @@ class StepCallback(BaseSink):
         return f"StepCallback({getattr(self.fn, '__qualname__', self.fn)!r})"
 
 
+#: what a session calls on a sink (``step_batch``, where a sink has it, instead of ``step``)
+_METHODS = ("start", "step", "step_batch", "trace_written", "finish")
+#: what an object needs to be a sink as it is (else the missing ones do nothing)
+_PROTOCOL = frozenset(("start", "step", "trace_written", "finish"))
+
+
 class _Partial(BaseSink):
     """A user object with only some of the methods: the missing ones do nothing."""
 
     def __init__(self, obj: Any) -> None:
         self.obj = obj
-        for name in ("start", "step", "trace_written", "finish"):
+        for name in _METHODS:
             method = getattr(obj, name, None)
             if callable(method):
                 setattr(self, name, method)
@@ -118,11 +130,9 @@ def as_sink(obj: Any) -> Sink:
     """``obj`` as a :class:`Sink`: a sink as it is, a callable as a :class:`StepCallback`."""
     if isinstance(obj, BaseSink):
         return obj
-    methods = [
-        n for n in ("start", "step", "trace_written", "finish") if callable(getattr(obj, n, None))
-    ]
+    methods = [n for n in _METHODS if callable(getattr(obj, n, None))]
     if methods:
-        return obj if len(methods) == 4 else _Partial(obj)
+        return obj if _PROTOCOL.issubset(methods) else _Partial(obj)
     if callable(obj):
         return StepCallback(obj)
     from asynctrace.errors import OptionError

@@ -44,7 +44,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any, Literal, ParamSpec, TypeVar, cast
 
 from asynctrace._frames import is_user_file, short_path
@@ -323,17 +323,22 @@ class _Hub:
                 group.remove(det)
             self._release(kind)
 
+    def _check_lint_thread(self, done: str) -> None:
+        """The lint's mode is on one thread's dispatch-mode stack: only that one can take it off
+        or put it back (``done``: "suspended", "resumed")."""
+        if threading.get_ident() != self._lint_thread:
+            raise CaptureError(
+                f"lint sync detection is {done} in the thread that started it (torch's "
+                "dispatch-mode stack is per thread)"
+            )
+
     def suspend(self, det: SyncDetector) -> None:
         """Take the lint's mode off the dispatch stack until :meth:`resume` (see
         :meth:`SyncDetector.suspend`)."""
         with self._lock:
             if det in self.suspended or det not in self.lint:
                 return
-            if threading.get_ident() != self._lint_thread:
-                raise CaptureError(
-                    "lint sync detection is suspended in the thread that started it (torch's "
-                    "dispatch-mode stack is per thread)"
-                )
+            self._check_lint_thread("suspended")
             self.suspended.append(det)
             if len(self.suspended) == 1 and self._lint_mode is not None:
                 mode, self._lint_mode = self._lint_mode, None
@@ -343,11 +348,7 @@ class _Hub:
         with self._lock:
             if det not in self.suspended:
                 return
-            if threading.get_ident() != self._lint_thread:
-                raise CaptureError(
-                    "lint sync detection is resumed in the thread that started it (torch's "
-                    "dispatch-mode stack is per thread)"
-                )
+            self._check_lint_thread("resumed")
             self.suspended.remove(det)
             # a detector resumed on its way out (stop) needs no mode; the others still do
             if (
@@ -806,12 +807,7 @@ class SyncDetector:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
 
@@ -896,12 +892,7 @@ class ExpectSyncs:
         self._entries().append((guard, det))
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         guard, det = self._entries().pop()
         det.stop()
         if exc_type is not None:

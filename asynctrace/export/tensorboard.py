@@ -31,7 +31,6 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from asynctrace.analysis.accumulate import SessionReport
@@ -465,12 +464,7 @@ class TensorBoardWriter:
     def __enter__(self) -> TensorBoardWriter:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 

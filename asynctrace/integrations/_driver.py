@@ -22,7 +22,7 @@ import os
 import threading
 import weakref
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from asynctrace.errors import OptionError
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from asynctrace.capture.ranges import Range
     from asynctrace.session import Session
 
-__all__ = ["SessionDriver"]
+__all__ = ["DrivingCallback", "SessionDriver"]
 
 #: trace() options a callback cannot take: the callback makes each training batch a step, and
 #: names the records folder itself
@@ -158,3 +158,35 @@ class SessionDriver:
                 assert self.session is not None
                 tb: TracebackType | None = None if exc is None else exc.__traceback__
                 self.session.__exit__(None if exc is None else type(exc), exc, tb)
+
+
+class DrivingCallback:
+    """What both trainer callbacks are built from: their options and the session they drive.
+
+    A base to list first, before the trainer's own callback class (whose ``__init__`` it
+    calls). ``name`` defaults to the class's :attr:`default_name`.
+    """
+
+    #: the records file's name where none is given
+    default_name: ClassVar[str] = "session"
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        dir: str | os.PathLike[str] = "traces",
+        ranges: bool = True,
+        **trace_options: Any,
+    ) -> None:
+        super().__init__()
+        self._driver = SessionDriver(
+            self.default_name if name is None else name,
+            dir=dir,
+            ranges=ranges,
+            trace_options=trace_options,
+        )
+
+    @property
+    def session(self) -> Session | None:
+        """The session of the current or last training run (None before the first)."""
+        return self._driver.session

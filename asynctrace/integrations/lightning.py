@@ -13,13 +13,9 @@ package name is used where ``lightning`` is not installed.
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from asynctrace.integrations._driver import SessionDriver
-
-if TYPE_CHECKING:
-    from asynctrace.session import Session
+from asynctrace.integrations._driver import DrivingCallback
 
 try:
     from lightning.pytorch.callbacks import Callback
@@ -34,33 +30,19 @@ except ImportError:  # pragma: no cover - depends on what the user installed
 __all__ = ["AsyncTraceCallback"]
 
 
-class AsyncTraceCallback(Callback):  # type: ignore[misc]
+class AsyncTraceCallback(DrivingCallback, Callback):  # type: ignore[misc]
     """A Lightning callback that runs each ``fit`` in an asynctrace session.
 
-    ``name`` and ``dir`` name the records file (``<dir>/<name>.<host>.<pid>[.rank<N>]...``);
-    ``ranges=False`` turns off the per-hook NVTX ranges; every other option of
-    :func:`asynctrace.trace` (:class:`~asynctrace.TraceOptions`: ``device``, ``detect_syncs``,
-    ``profile``, ``tensorboard``, ``live``, ``nsys_capture``, ...) goes to the session, with
-    steps counted in training batches, except ``optimizer_steps`` (each batch already is a
-    step). After ``fit`` returns, :attr:`session` holds the session:
+    ``name`` (default ``"lightning"``) and ``dir`` name the records file
+    (``<dir>/<name>.<host>.<pid>[.rank<N>]...``); ``ranges=False`` turns off the per-hook NVTX
+    ranges; every other option of :func:`asynctrace.trace` (:class:`~asynctrace.TraceOptions`:
+    ``device``, ``detect_syncs``, ``profile``, ``tensorboard``, ``live``, ``nsys_capture``, ...)
+    goes to the session, with steps counted in training batches, except ``optimizer_steps``
+    (each batch already is a step). After ``fit`` returns, :attr:`session` holds the session:
     ``callback.session.summary()`` and ``callback.session.records_path``.
     """
 
-    def __init__(
-        self,
-        name: str = "lightning",
-        *,
-        dir: str | os.PathLike[str] = "traces",
-        ranges: bool = True,
-        **trace_options: Any,
-    ) -> None:
-        super().__init__()
-        self._driver = SessionDriver(name, dir=dir, ranges=ranges, trace_options=trace_options)
-
-    @property
-    def session(self) -> Session | None:
-        """The session of the current or last ``fit`` (None before the first)."""
-        return self._driver.session
+    default_name = "lightning"
 
     @property
     def state_key(self) -> str:

@@ -19,14 +19,9 @@ Needs ``transformers`` and ``accelerate`` (``pip install 'asynctrace[transformer
 
 from __future__ import annotations
 
-import os
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from asynctrace.integrations._driver import SessionDriver
-
-if TYPE_CHECKING:
-    from asynctrace.session import Session
+from asynctrace.integrations._driver import DrivingCallback
 
 try:
     from transformers import TrainerCallback
@@ -39,31 +34,18 @@ except ImportError:  # pragma: no cover - depends on what the user installed
 __all__ = ["AsyncTraceCallback"]
 
 
-class AsyncTraceCallback(TrainerCallback):  # type: ignore[misc]
+class AsyncTraceCallback(DrivingCallback, TrainerCallback):  # type: ignore[misc]
     """A ``transformers.TrainerCallback`` that runs each ``train()`` in an asynctrace session.
 
-    ``name`` and ``dir`` name the records file; ``ranges=False`` turns off the NVTX hook
-    ranges; every other option of :func:`asynctrace.trace` (:class:`~asynctrace.TraceOptions`:
-    ``device``, ``detect_syncs``, ``profile``, ``tensorboard``, ``live``, ``nsys_capture``, ...)
-    goes to the session, with steps counted in the Trainer's optimizer steps, except
-    ``optimizer_steps`` (each step already is one). After ``train()``,
-    :attr:`session` holds the session (``.summary()``, ``.records_path``).
+    ``name`` (default ``"transformers"``) and ``dir`` name the records file; ``ranges=False``
+    turns off the NVTX hook ranges; every other option of :func:`asynctrace.trace`
+    (:class:`~asynctrace.TraceOptions`: ``device``, ``detect_syncs``, ``profile``,
+    ``tensorboard``, ``live``, ``nsys_capture``, ...) goes to the session, with steps counted in
+    the Trainer's optimizer steps, except ``optimizer_steps`` (each step already is one). After
+    ``train()``, :attr:`session` holds the session (``.summary()``, ``.records_path``).
     """
 
-    def __init__(
-        self,
-        name: str = "transformers",
-        *,
-        dir: str | os.PathLike[str] = "traces",
-        ranges: bool = True,
-        **trace_options: Any,
-    ) -> None:
-        self._driver = SessionDriver(name, dir=dir, ranges=ranges, trace_options=trace_options)
-
-    @property
-    def session(self) -> Session | None:
-        """The session of the current or last ``train()`` (None before the first)."""
-        return self._driver.session
+    default_name = "transformers"
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._driver.begin()
@@ -92,10 +74,5 @@ class AsyncTraceCallback(TrainerCallback):  # type: ignore[misc]
     def __enter__(self) -> AsyncTraceCallback:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self._driver.close(exc)

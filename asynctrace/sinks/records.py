@@ -70,15 +70,16 @@ class RecordsSink(BaseSink):
             writer.flush()
         except OSError as e:
             raise self._failed(e) from None
-        # the writer's own method takes each step: one call less in the user's loop (an
-        # OSError of it reaches the session, which asks describe_failure what to say)
-        self.step = writer.write  # type: ignore[method-assign,assignment]
 
     def step(self, record: StepRecord) -> None:
+        self.step_batch([record])
+
+    def step_batch(self, records: list[StepRecord]) -> None:
+        """The session's steps, a batch at a time: encoded and written at once."""
         w = self._writer
         if w is not None:
             try:
-                w.write(record)
+                w.write_all(records)
             except OSError as e:
                 raise self._failed(e) from None
 
@@ -138,9 +139,6 @@ class RecordsSink(BaseSink):
         return error
 
     def describe_failure(self, error: BaseException) -> str:
-        if isinstance(error, OSError) and self._writer is not None:
-            # raised by the writer itself (bound as this sink's step): give it up here
-            self._failed(error)
         where = getattr(self, "_where", self.dir)
         reason = error.strerror if isinstance(error, OSError) and error.strerror else error
         return (

@@ -23,7 +23,7 @@ import torch
 import torch.optim.optimizer as torch_optimizer
 from torch.utils.data import DataLoader
 
-from asynctrace.capture import _writer, ranges
+from asynctrace.capture import _clock, _writer, ranges
 from asynctrace.capture import session as session_module
 from asynctrace.capture._writer import RecordsWriter
 from asynctrace.capture.devices import FakeClock, FakeDevice
@@ -445,6 +445,8 @@ def disk_room(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
             self._file = _FullDisk(self._file, room)  # type: ignore[assignment]
 
         monkeypatch.setattr(RecordsWriter, "open", open_on_small_disk)
+        # the session hands its steps on, and the writer writes them, 4 at a time
+        monkeypatch.setattr(_clock, "BATCH", 4)
         monkeypatch.setattr(_writer, "_BATCH", 4)
 
     return set_room

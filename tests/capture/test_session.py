@@ -21,7 +21,7 @@ import torch.optim.optimizer as torch_optimizer
 
 import asynctrace
 from asynctrace.analysis.accumulate import SessionReport
-from asynctrace.capture import _writer, ranges
+from asynctrace.capture import _clock, _writer, ranges
 from asynctrace.capture._writer import RecordsWriter, records_file_name, sanitize_name
 from asynctrace.capture.devices import FakeClock, FakeDevice
 from asynctrace.capture.options import TraceOptions
@@ -825,7 +825,9 @@ def test_disk_full_mid_run_warns_and_keeps_measuring(
         real_flush(self)
 
     monkeypatch.setattr(RecordsWriter, "flush", flaky_flush)
-    monkeypatch.setattr(_writer, "_BATCH", 1)  # every line goes straight to the disk
+    # every step goes straight to the disk
+    monkeypatch.setattr(_clock, "BATCH", 1)
+    monkeypatch.setattr(_writer, "_BATCH", 1)
 
     def train() -> None:
         with s:
