@@ -141,7 +141,7 @@ def test_a_failing_batch_sink_warns_once_and_the_others_go_on(
     assert len([w for w in caught if issubclass(w.category, AsyncTraceWarning)]) == 1
     assert [i for b in after.batches for i in b] == list(range(13))
     assert s.summary().steps == 13
-    assert any("batch broke" in n for n in s.summary().notes)
+    assert any("batch broke" in n.text for n in s.summary().notes)
 
 
 def test_a_failing_batch_sink_under_strict_raises_after_the_others_have_the_batch(
