@@ -11,7 +11,7 @@ at once, without markers.
 
 This is the hot path of a session: everything here runs once per step, so the code is plain
 attribute access and no allocation beyond the record, built once, and on an asynchronous
-device the pending step (a tuple).
+device the pending step (a C-built struct).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 from asynctrace.records import Note, StepRecord
 
@@ -34,13 +36,27 @@ __all__ = ["BATCH", "PendingStep", "StepClock"]
 #: records file, the summary): one call per batch instead of one per step and sink
 BATCH: Final = 256
 
-#: A closed step whose device figures wait for its end marker: ``(index, start_ns,
-#: frontend_ns, data_wait_ns, in_flight, sync_count, sync_wait_ns, mem, start_ev, end_ev,
-#: end_ns)``, host times in ns, ``in_flight`` as polled when it started. A tuple, the cheapest
-#: thing to build once a step; its record is built once its device figures are known (a record
-#: built at the close and copied with them then cost a GPU's step 3 % more).
-PendingStep = tuple[int, int, int, int, int, int, int, "tuple[int, int] | None", Any, Any, int]
-_END_EV: Final = 9
+
+class PendingStep(msgspec.Struct, gc=False):
+    """A closed step whose device figures wait for its end marker; host times in ns.
+
+    Built in C, positionally, once a step (no keyword parsing, no GC tracking: about a tuple's
+    cost), and read by name; its record is built once its device figures are known (a record
+    built at the close and copied with them then cost a GPU's step 3 % more)."""
+
+    index: int
+    start_ns: int
+    frontend_ns: int
+    data_wait_ns: int
+    #: as polled when the step started (exact once the earlier markers' times are known)
+    in_flight: int
+    sync_count: int
+    sync_wait_ns: int
+    mem: tuple[int, int] | None
+    start_ev: Any
+    end_ev: Any
+    #: host time of the step's end
+    end_ns: int
 
 
 class StepClock:
@@ -137,7 +153,7 @@ class StepClock:
         if self.asynchronous:
             pending = self.pending
             query = self._query
-            while pending and query(pending[0][_END_EV]):
+            while pending and query(pending[0].end_ev):
                 self._write_async(pending.popleft())
             # one stream runs markers in order: every step behind the oldest unexecuted one is
             # still in flight
@@ -196,7 +212,7 @@ class StepClock:
             )
             return
         self.pending.append(
-            (
+            PendingStep(
                 index,
                 self.start_ns,
                 frontend_ns,
@@ -224,46 +240,48 @@ class StepClock:
     # ------------------------------------------------------------------ collecting
     def _write_async(self, step: PendingStep) -> None:
         """Collect a pending step whose end marker executed, with its device figures."""
-        index, start_ns, frontend_ns, data_wait_ns, in_flight, sc, sw, mem, sev, eev, end_ns = step
         executed_at = self.device.executed_at_ns
+        eev, sev = step.end_ev, step.start_ev
         end_dev = executed_at(eev)
         start_dev = self._last_ev_ns if sev is self._last_ev else executed_at(sev)
         self._last_ev = eev
         self._last_ev_ns = end_dev
+        in_flight = step.in_flight
         ends = self._ends
         if ends is not None:
             # exact, now that the earlier markers' execution times are known: the earlier steps
             # whose end marker executed after this step started (beyond the marker latency)
-            limit = start_ns + self.latency_ns
+            limit = step.start_ns + self.latency_ns
             while ends and ends[0] <= limit:
                 ends.popleft()
             in_flight = len(ends)
             ends.append(end_dev)
-        self._collect(
-            index,
-            start_ns,
-            frontend_ns,
-            data_wait_ns,
-            sc,
-            sw,
-            mem,
-            end_dev - start_dev,
-            end_dev - end_ns,
-            in_flight,
-        )
+        self._collect_pending(step, end_dev - start_dev, end_dev - step.end_ns, in_flight)
 
     def _drop_oldest(self, *, overflow: bool = True) -> None:
         """Write the oldest pending step without device figures."""
-        index, start_ns, frontend_ns, data_wait_ns, in_flight, sc, sw, mem, *_ = (
-            self.pending.popleft()
-        )
+        step = self.pending.popleft()
         if overflow:
             self.dropped += 1
         self._last_ev = None
         # an end time is unknown from here on: fall back to the count polled at step start
         self._ends = None
+        self._collect_pending(step, None, None, step.in_flight)
+
+    def _collect_pending(
+        self, p: PendingStep, device_ns: int | None, run_ahead_ns: int | None, in_flight: int
+    ) -> None:
         self._collect(
-            index, start_ns, frontend_ns, data_wait_ns, sc, sw, mem, None, None, in_flight
+            p.index,
+            p.start_ns,
+            p.frontend_ns,
+            p.data_wait_ns,
+            p.sync_count,
+            p.sync_wait_ns,
+            p.mem,
+            device_ns,
+            run_ahead_ns,
+            in_flight,
         )
 
     def _collect(
@@ -311,8 +329,8 @@ class StepClock:
             while pending:
                 step = pending[0]
                 try:
-                    if not self._query(step[_END_EV]):
-                        self.device.wait(step[_END_EV])
+                    if not self._query(step.end_ev):
+                        self.device.wait(step.end_ev)
                 except Exception:
                     # a device error (for example the one that ended the session): the figures
                     # cannot be collected, but the host-side ones are still true
