@@ -32,7 +32,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -322,6 +322,39 @@ def _dask_map(
             client.close()
 
 
+_T = TypeVar("_T")
+
+
+def _map_files(
+    paths: Iterable[str | os.PathLike[str]],
+    task: Callable[..., _Result],
+    task_args: tuple[Any, ...],
+    result_type: type[_T],
+    *,
+    workers: int | None,
+    scheduler: Any,
+    on_file: Callable[[FileRun], None] | None,
+) -> tuple[list[_T], list[FileRun]]:
+    """The map of one task over the files: each worker's result decoded (msgpack) as
+    ``result_type``, in the order of ``paths``, and every file's run (failures included);
+    ``on_file`` as each file is done."""
+    sources = [os.fspath(p) for p in paths]
+    sizes = [file_size(p) for p in sources]
+    runs: list[FileRun | None] = [None] * len(sources)
+    decoded: list[_T | None] = [None] * len(sources)
+
+    def done(i: int, result: _Result | None, lost: str | None) -> None:
+        run = runs[i] = _file_run(sources[i], sizes[i], result, lost)
+        if result is not None and run.ok:
+            assert isinstance(result[1], bytes)
+            decoded[i] = msgspec.msgpack.decode(result[1], type=result_type)
+        if on_file is not None:
+            on_file(run)
+
+    _map(sources, task, task_args, workers=workers, scheduler=scheduler, done=done)
+    return [d for d in decoded if d is not None], [r for r in runs if r is not None]
+
+
 def _map(
     sources: Sequence[str],
     task: Callable[..., _Result],
@@ -389,32 +422,23 @@ def analyze_many(
     :attr:`ManyReports.files` (``ok=False``) and the others go on; any other exception in a
     worker is raised here, as it would be in one process.
     """
-    sources = [os.fspath(p) for p in paths]
-    task_args = (queue_cap, keep_sync_calls)
-    sizes = [file_size(p) for p in sources]
-    runs: list[FileRun | None] = [None] * len(sources)
-    decoded: list[Report | None] = [None] * len(sources)
-
-    from asynctrace.analysis.report import Report
-
-    def done(i: int, result: _Result | None, lost: str | None) -> None:
-        run = runs[i] = _file_run(sources[i], sizes[i], result, lost)
-        if result is not None and run.ok:
-            assert isinstance(result[1], bytes)
-            decoded[i] = msgspec.msgpack.decode(result[1], type=Report)
-        if on_file is not None:
-            on_file(run)
-
-    _map(sources, _analyze_one, task_args, workers=workers, scheduler=scheduler, done=done)
-
     from asynctrace.analysis.many import cross_rank
     from asynctrace.analysis.ranks import compare_ranks
+    from asynctrace.analysis.report import Report
 
-    reports = [r for r in decoded if r is not None]
+    reports, files = _map_files(
+        paths,
+        _analyze_one,
+        (queue_cap, keep_sync_calls),
+        Report,
+        workers=workers,
+        scheduler=scheduler,
+        on_file=on_file,
+    )
     several = len(reports) > 1
     return ManyReports(
         reports=reports,
-        files=[r for r in runs if r is not None],
+        files=files,
         ranks=compare_ranks(reports) if several else None,
         cross_rank=cross_rank(reports) if several else None,
     )
@@ -467,19 +491,12 @@ def export_many(
     (with a cluster, ``outdir`` must be on a file system the workers share). Returns what was
     written, in the order of ``paths``, and every file's run (failures included)."""
     require("pyarrow", extra="parquet", what="Parquet export", packages="pyarrow")
-    sources = [os.fspath(p) for p in paths]
-    sizes = [file_size(p) for p in sources]
-    runs: list[FileRun | None] = [None] * len(sources)
-    exported: list[ExportedFile | None] = [None] * len(sources)
-
-    def done(i: int, result: _Result | None, lost: str | None) -> None:
-        run = runs[i] = _file_run(sources[i], sizes[i], result, lost)
-        if result is not None and run.ok:
-            assert isinstance(result[1], bytes)
-            exported[i] = msgspec.msgpack.decode(result[1], type=ExportedFile)
-        if on_file is not None:
-            on_file(run)
-
-    task_args = (os.fspath(outdir), queue_cap)
-    _map(sources, _export_one, task_args, workers=workers, scheduler=scheduler, done=done)
-    return [e for e in exported if e is not None], [r for r in runs if r is not None]
+    return _map_files(
+        paths,
+        _export_one,
+        (os.fspath(outdir), queue_cap),
+        ExportedFile,
+        workers=workers,
+        scheduler=scheduler,
+        on_file=on_file,
+    )

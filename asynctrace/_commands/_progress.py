@@ -7,7 +7,6 @@ stdout, so the report itself is the same with or without it.
 from __future__ import annotations
 
 import sys
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -58,11 +57,6 @@ class FileProgress:
         if self._progress is not None:
             self._progress.update(self._task, advance=run.size_bytes, done=self._done)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if self._progress is not None:
             self._progress.stop()
