@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 import numpy as np
@@ -95,6 +95,24 @@ def _row(r: Report, mean_ns: float, slowest: bool) -> RankRow:
     )
 
 
+_R = TypeVar("_R")
+
+
+@dataclass(frozen=True)
+class _Spread(Generic[_R]):
+    lo: int
+    hi: int
+    slowest: _R
+    fastest: _R
+
+
+def _spread(times: Sequence[int], ranks: Sequence[_R]) -> _Spread[_R]:
+    """A step's times on several ranks (in rank order): the skew of the step is ``hi − lo``,
+    the one definition of both views; ties go to the first rank, so it is deterministic."""
+    hi, lo = max(times), min(times)
+    return _Spread(lo, hi, ranks[times.index(hi)], ranks[times.index(lo)])
+
+
 def compare_ranks(reports: Sequence[Report]) -> RankComparison:
     """Compare reports of one job's ranks (pure); ordered by rank, unknown ranks last."""
     ordered = order_ranks(reports)
@@ -110,16 +128,15 @@ def compare_ranks(reports: Sequence[Report]) -> RankComparison:
         vals = by_step[step]
         if len(vals) < 2:
             continue
-        lo = min(v for v, _ in vals)
-        hi, hi_rank = max(vals, key=lambda x: x[0])
+        k = _spread([v for v, _ in vals], [r for _, r in vals])
         skew.append(
             StepSkew(
                 step=step,
                 ranks=len(vals),
-                min_frontend_ns=lo,
-                max_frontend_ns=hi,
-                skew_ns=hi - lo,
-                slowest_rank=hi_rank,
+                min_frontend_ns=k.lo,
+                max_frontend_ns=k.hi,
+                skew_ns=k.hi - k.lo,
+                slowest_rank=k.slowest,
             )
         )
     return RankComparison(
@@ -228,15 +245,15 @@ def rank_table(
     slowest_count = dict.fromkeys(ranks, 0)
     for step in sorted(common):
         values = tuple(times[r][step] for r in ranks)
-        hi = max(values)
-        lo = min(values)
-        # ties go to the lowest rank, so the table is deterministic
-        slow = ranks[values.index(hi)]
-        fast = ranks[values.index(lo)]
-        slowest_count[slow] += 1
+        k = _spread(values, ranks)
+        slowest_count[k.slowest] += 1
         rows.append(
             RankStep(
-                step=step, time_ns=values, slowest_rank=slow, fastest_rank=fast, skew_ns=hi - lo
+                step=step,
+                time_ns=values,
+                slowest_rank=k.slowest,
+                fastest_rank=k.fastest,
+                skew_ns=k.hi - k.lo,
             )
         )
     skews = [row.skew_ns for row in rows]
