@@ -112,22 +112,26 @@ def kineto_trace(tdev: torch.device, out: Path, width: int, batch: int, steps: i
 def trace_figures(path: str) -> dict[str, Any]:
     """What ``asynctrace report`` reads from the trace: the analysis of our own capture."""
     from asynctrace.analysis.report import analyze
-    from asynctrace.traces.load import load
+    from asynctrace.sources import load_source
 
-    r = analyze(load(path))
+    r = analyze(load_source(path))
+    t = r.trace
+    assert t is not None  # a trace file
     return {
-        "device": r.trace.device,
-        "activities": r.activities.total,
-        "per_kind": r.activities.per_kind,
-        "streams": len(r.activities.per_stream),
-        "launch_matched": r.launch.matched,
-        "launch_unmatched": r.launch.unmatched,
-        "queue_delay_p50_ns": r.launch.queue_delay_ns.p50,
-        "launch_to_start_p50_ns": r.launch.launch_to_start_ns.p50,
-        "queue_max": max((q.max for q in r.queue.values()), default=0),
+        "device": r.source.device,
+        "activities": t.activities.total,
+        "per_kind": t.activities.per_kind,
+        "streams": len(t.activities.per_stream),
+        "launch_matched": t.launch.matched,
+        "launch_unmatched": t.launch.unmatched,
+        "queue_delay_p50_ns": t.launch.queue_delay_ns.p50,
+        "launch_to_start_p50_ns": t.launch.launch_to_start_ns.p50,
+        "queue_max": max((q.max for q in t.queue.values()), default=0),
         "steps": [s.step for s in r.steps],
-        "step_source": r.step_source,
-        "syncs": r.syncs.count,
+        "step_source": t.step_source,
+        "syncs": t.syncs.count,
+        # what bounds the traced loop, to hold against the live session's label of it
+        "bound": r.bound.label if r.bound is not None else None,
     }
 
 

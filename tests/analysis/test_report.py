@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 
+import msgspec
 import pytest
 
 from asynctrace.analysis.report import Report, analyze, rank_from_name
@@ -182,4 +183,7 @@ def test_a_schema_2_report_reads_back_as_the_same_report() -> None:
 
     saved = Path(__file__).parent / "data" / "hta_sampled_rank0.schema2.report.json"
     old = Report.from_json(saved.read_bytes())
-    assert old == analyze(load_source(shared_trace("kineto", "hta_sampled_rank0.json.gz")))
+    new = analyze(load_source(shared_trace("kineto", "hta_sampled_rank0.json.gz")))
+    # the same figures; the path is where the trace was when the report was saved
+    assert old.source.path.endswith("/hta_sampled_rank0.json.gz")
+    assert msgspec.structs.replace(old, source=new.source) == new
