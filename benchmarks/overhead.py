@@ -12,7 +12,8 @@ core). Three ways, interleaved in one process so drifts in machine load hit all 
 * ``profiler``    — ``torch.profiler.profile(activities=[CPU])`` with ``prof.step()`` per step;
 * ``bare again``  — the bare loop once more: its ratio to bare is the noise floor.
 
-Each round runs every mode for ``--steps`` steps, in an order that rotates between rounds. The
+Each round runs every mode for ``--steps`` steps, in an order that rotates between rounds, each
+after a ``gc.collect()`` (outside the timed loop). The
 figure per mode is the median over rounds of (loop time / steps); the loop is timed inside the
 context (set-up and tear-down are reported separately). Ratios to bare: of the medians, the
 median of per-round (paired) ratios, and of the minima.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import platform
@@ -198,6 +200,10 @@ def main(argv: list[str] | None = None) -> int:
         if r % 2:
             order.reverse()
         for m in order:
+            # every mode starts with the collector's counts at zero: a full collection of what
+            # the previous mode left (torch.profiler's events, ~0.1 s here) otherwise lands in
+            # whichever loop happens to be running then, 100 steps' worth of time
+            gc.collect()
             loop_ns, other_ns = MODES[m](step, data, args.steps, out)
             per_step[m].append(loop_ns / args.steps)
             setup[m].append(other_ns)
