@@ -13,6 +13,7 @@ from asynctrace.traces.load import load
 from asynctrace.traces.model import RangeKind
 from tests.analysis._reference import reference_step_figures
 from tests.conftest import shared_trace
+from tests.export._records import steps_ms as _steps
 
 
 def _rank(rank: int, durations: list[int]) -> TraceBuilder:
@@ -76,7 +77,7 @@ def test_two_real_ranks_match_independent_reading() -> None:
 
 def test_ranks_of_sessions_compare_like_traces() -> None:
     # one step record type: a session's records go through the same rank comparison
-    from asynctrace.records import Records, SessionHeader, StepRecord
+    from asynctrace.records import Records, SessionHeader
 
     def records(rank: int, durations: list[int]) -> Records:
         header = SessionHeader(
@@ -109,18 +110,6 @@ def test_ranks_of_sessions_compare_like_traces() -> None:
     ]
     assert c.ranks[0].gpu_busy_ns_mean is None  # a session measures no device timeline
     assert [(k.step, k.skew_ns, k.slowest_rank) for k in c.step_skew] == [(0, 0, 0), (1, 200, 1)]
-
-
-def _steps(*frontend_ms: float, first: int = 0, device: bool = False) -> list[StepRecord]:
-    return [
-        StepRecord(
-            step=first + i,
-            start_ns=0,
-            frontend_ns=int(ms * 1e6),
-            device_ns=int(ms * 2e6) if device else None,
-        )
-        for i, ms in enumerate(frontend_ms)
-    ]
 
 
 def test_rank_table_known_answer() -> None:

@@ -21,19 +21,8 @@ import pytest
 
 from asynctrace.capture._distributed import rank_and_world, rank_tag, tail_steps
 from asynctrace.errors import AsyncTraceError
-from asynctrace.records import StepRecord, read_records
-
-
-def _steps(*frontend_ms: float, first: int = 0, device: bool = False) -> list[StepRecord]:
-    return [
-        StepRecord(
-            step=first + i,
-            start_ns=0,
-            frontend_ns=int(ms * 1e6),
-            device_ns=int(ms * 2e6) if device else None,
-        )
-        for i, ms in enumerate(frontend_ms)
-    ]
+from asynctrace.records import read_records
+from tests.export._records import steps_ms as _steps
 
 
 def test_rank_helpers(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -78,3 +78,16 @@ def write_records_file(
     lines.append(enc.encode(summary))
     path.write_bytes(b"\n".join(lines) + b"\n")
     return path
+
+
+def steps_ms(*frontend_ms: float, first: int = 0, device: bool = False) -> list[StepRecord]:
+    """Step records with these frontend times (ms), device twice that if ``device``."""
+    return [
+        StepRecord(
+            step=first + i,
+            start_ns=0,
+            frontend_ns=int(ms * 1e6),
+            device_ns=int(ms * 2e6) if device else None,
+        )
+        for i, ms in enumerate(frontend_ms)
+    ]
