@@ -16,6 +16,8 @@ __all__ = [
     "StepBound",
     "SyncCost",
     "WaitedOn",
+    "WarmUp",
+    "WarmUpItem",
 ]
 
 #: idle causes, in the order ties are broken
@@ -60,6 +62,9 @@ class SyncCost(msgspec.Struct, frozen=True, kw_only=True):
     #: idle device time of the sync gaps that began while the host was in one of its calls
     idle_ns: int
     cost_ns: int
+    #: "sync" (a synchronize call, ``.item()`` and friends) or "blocking-copy" (a copy to or
+    #: from pageable memory, or to the CPU, that holds the host until it ends)
+    kind: str = "sync"
 
 
 class KernelTime(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,6 +107,9 @@ class BoundEvidence(msgspec.Struct, frozen=True, kw_only=True):
     sync_sites: list[SyncCost] = msgspec.field(default_factory=list)
     top_kernels: list[KernelTime] = msgspec.field(default_factory=list)
     waited_on: list[WaitedOn] = msgspec.field(default_factory=list)
+    #: the share (%) of host-attributed idle that ``host_frames`` cover; None where the source
+    #: has no host events to measure it from
+    host_explained_pct: float | None = None
     #: True for live-session records: figures estimated from per-step totals, no timeline
     estimated: bool = False
     notes: list[str] = msgspec.field(default_factory=list)
@@ -139,3 +147,29 @@ class ReportWarning(msgspec.Struct, frozen=True, kw_only=True):
     #: "clock-mismatch", "missing-activity", "activity-before-launch"
     code: str
     message: str
+
+
+class WarmUpItem(msgspec.Struct, frozen=True, kw_only=True):
+    """One piece of start-up work outside the steady state."""
+
+    #: "context" (CUDA context, first allocation, stream creation), "compile" (torch.compile,
+    #: Triton), "autotune" (cuDNN benchmark), "lead-in" (before the first kernel of a whole
+    #: program), "first-steps" (a session's leading steps)
+    kind: str
+    #: the runtime call, op or range that did it ("cudaMalloc", "Torch-Compiled Region", ...)
+    name: str
+    count: int
+    dur_ns: int
+
+
+class WarmUp(msgspec.Struct, frozen=True, kw_only=True):
+    """Start-up work before the steady state; the bound label describes what follows
+    ``end_ns``."""
+
+    #: where the steady state begins (the trace's host clock), or the first steady step's start
+    end_ns: int
+    #: time from the start of the source to ``end_ns``
+    span_ns: int
+    #: leading steps left out of the steady state (0 where warm-up ends inside the first step)
+    steps: int = 0
+    items: list[WarmUpItem] = msgspec.field(default_factory=list)

@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from asynctrace.analysis._bound_model import StepBound
+from asynctrace.analysis._bound_model import StepBound, WarmUp
 from asynctrace.analysis.accumulate import FigureStats, StepAccumulator
 from asynctrace.analysis.bound import (
     Bound,
@@ -33,6 +33,7 @@ from asynctrace.analysis.bound import (
     bound_of_records,
     bound_of_trace,
 )
+from asynctrace.analysis.diagnosis import Finding
 from asynctrace.analysis.launches import LaunchLinks, LaunchStats, launch_stats, link_launches
 from asynctrace.analysis.queue import (
     DEFAULT_QUEUE_CAP,
@@ -156,8 +157,12 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     #: sync sites of syncs made inside steps
     sync_sites: list[SyncSite] = msgspec.field(default_factory=list)
     verdict: VerdictInfo
-    #: what bounds the run
+    #: what bounds the run (in the steady state)
     bound: Bound | None = None
+    #: the findings, costliest first; ``diagnosis[0]`` is the headline every view shows first
+    diagnosis: list[Finding] = msgspec.field(default_factory=list)
+    #: start-up work left out of the steady state; None where none was found
+    warmup: WarmUp | None = None
     #: consistency warnings: figures that the input itself makes unreliable
     warnings: list[ReportWarning] = msgspec.field(default_factory=list)
     #: what the session said of its own figures (its records' summary line); [] for a trace

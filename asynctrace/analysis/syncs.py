@@ -35,6 +35,9 @@ class SyncCall(msgspec.Struct, frozen=True, kw_only=True):
     step: int | None
     #: "file.py:123", "" when the trace has no user frame for it
     site: str
+    #: "sync" (a synchronize call, ``.item()`` and friends) or "blocking-copy" (a copy to or
+    #: from pageable memory, or to the CPU, that holds the host until it ends)
+    kind: str = "sync"
 
 
 class SyncSiteStats(msgspec.Struct, frozen=True, kw_only=True):
