@@ -86,10 +86,20 @@ _LAZY: dict[str, str] = {
 }
 
 
+# the names that run torch code: where torch is absent, one error says so with the install line
+_NEEDS_TORCH = frozenset(
+    {"Benchmark", "Session", "current_session", "expect_syncs", "range", "trace"}
+)
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'asynctrace' has no attribute {name!r}")
+    if name in _NEEDS_TORCH:
+        from asynctrace._extras import require_torch
+
+        require_torch()
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

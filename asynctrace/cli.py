@@ -42,6 +42,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 #: ``asynctrace report`` 20-50 ms on 2 cores (docs/performance.md).
 ANALYSIS_ONLY = frozenset({"report", "annotate", "plot", "compare", "export"})
 
+#: the commands that run torch code (capture): where torch is absent they say so in one line
+NEEDS_TORCH = frozenset({"demo", "check", "run"})
+
 
 def _help_width() -> int:
     """What argparse's formatter computes through ``shutil.get_terminal_size`` (COLUMNS, else
@@ -111,6 +114,10 @@ def main(argv: Sequence[str] | None = None, *, owns_process: bool = False) -> in
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     prog = f"asynctrace {command}" if command else "asynctrace"
     try:
+        if command in NEEDS_TORCH:
+            from asynctrace._extras import require_torch
+
+            require_torch()
         # building the parser imports the command's module: Ctrl-C may land there too
         parser = _parser(command)
         args, extra = parser.parse_known_args(argv)
