@@ -107,7 +107,8 @@ def test_escape_sequences_in_a_skipped_name_are_shown_escaped(
     (folder / "bad\x1b]0;TITLE\x07\x1b[2J.json").write_text("{}")
     assert main(["export", str(folder), "--parquet", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
-    assert "\x1b" not in err and "\x07" not in err
+    assert "\x1b" not in err
+    assert "\x07" not in err
     assert "bad\\x1b]0;TITLE\\x07\\x1b[2J.json" in err
 
 
@@ -130,7 +131,8 @@ def test_a_link_planted_at_a_tmp_name_is_never_written_through(
     assert victim.read_text() == "precious\n"
     for table in ("steps", "activities", "syncs", "sync_sites", "ranks"):
         written = out / table / "rank=0" / table_file_name(trace)
-        assert written.is_file() and not written.is_symlink()
+        assert written.is_file()
+        assert not written.is_symlink()
 
 
 def _limited_export(args: list[str], limit: int) -> subprocess.CompletedProcess[str]:
