@@ -222,4 +222,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    sys.stdout.flush()
+    # the in-process TensorBoard's server thread never ends: leave without waiting for it
+    os._exit(status)

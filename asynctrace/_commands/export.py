@@ -17,7 +17,7 @@ from pathlib import Path
 
 from asynctrace._commands.report import _at_least, add_queue_cap
 from asynctrace._text import printable
-from asynctrace.errors import TraceFormatError
+from asynctrace.errors import AsyncTraceError, TraceFormatError
 
 __all__ = ["add_arguments", "run"]
 
@@ -129,6 +129,11 @@ def run(args: argparse.Namespace) -> int:
     require("pyarrow", extra="parquet", what="--parquet", packages="pyarrow")
     if args.scheduler is not None:
         require("distributed", extra="dask", what="--scheduler", packages="dask distributed")
+    if not _is_utf8(args.parquet):
+        # the workers report the files they wrote as msgpack, whose strings are UTF-8
+        raise AsyncTraceError(
+            f"--parquet {_shown(args.parquet)}: the name is not UTF-8; choose another folder"
+        )
     failed: list[str] = []
     traces, records = _inputs(args.paths, failed)
     outdir = output_folder(args.parquet, option="--parquet")
@@ -149,7 +154,9 @@ def run(args: argparse.Namespace) -> int:
     for local in _export_records(records, outdir, failed):
         written.append({k: (os.fspath(f), n) for k, (f, n) in local.items()})
     if not written:
-        raise TraceFormatError(", ".join(args.paths), f"nothing readable ({'; '.join(failed)})")
+        raise TraceFormatError(
+            _shown(", ".join(args.paths)), f"nothing readable ({_shown('; '.join(failed))})"
+        )
     rows: dict[str, int] = {}
     for tables in written:
         for table, (_, n) in tables.items():

@@ -208,6 +208,10 @@ class _Loaded:
             tab.nbytes()
             for tab in (t.runtime, t.activities, t.ranges, t.python_frames, t.device_syncs)
         )
+        if self.timeline is not None:
+            at = self.timeline
+            n += sum(a.nbytes for a in at.end_max.values())
+            n += at.launching.nbytes + at.syncing.nbytes + at.ops.nbytes + at.matched.nbytes
         return n + sum(len(x) for x in t.strings)
 
 

@@ -217,3 +217,15 @@ def test_a_records_file_alone_is_exported(
     assert main(["export", str(records), "--parquet", str(out)]) == 0
     assert "wrote 1 rank(s)" in capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == ["steps", "sync_sites"]
+
+
+def test_an_output_folder_whose_name_is_not_utf8_is_refused_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = _write(tmp_path / "rank0.json", _trace(0))
+    out = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"out-\xff"))
+    assert main(["export", str(trace), "--parquet", out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "out-\\xff: the name is not UTF-8" in err
+    assert not os.path.exists(out)
