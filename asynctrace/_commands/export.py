@@ -75,8 +75,7 @@ def _is_utf8(text: str) -> bool:
 def _inputs(paths: list[str], skipped: list[str]) -> tuple[list[Path], list[Path]]:
     """The traces and the session records to export; a file whose name is not UTF-8 goes to
     ``skipped`` (Parquet strings are UTF-8: its ``source`` column could not name it)."""
-    from asynctrace.records import is_records_name
-    from asynctrace.sources import find_sources
+    from asynctrace.sources import find_sources, source_kind
 
     traces: list[Path] = []
     records: list[Path] = []
@@ -88,7 +87,7 @@ def _inputs(paths: list[str], skipped: list[str]) -> tuple[list[Path], list[Path
             found = find_sources(p)
             candidates = [(q, False) for q in found.traces] + [(q, True) for q in found.records]
         else:
-            candidates = [(p, is_records_name(p.name))]
+            candidates = [(p, source_kind(p.name) == "records")]
         for q, is_records in candidates:
             if not _is_utf8(str(q)):
                 skipped.append(
