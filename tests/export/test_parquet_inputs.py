@@ -209,14 +209,23 @@ def test_session_records_are_exported_beside_traces(
     assert sites == sorted((s.site, s.op, s.count, s.wait_ns) for s in want.sync_sites)
 
 
-def test_a_records_file_alone_is_exported(
+def test_a_records_file_alone_and_a_folder_of_records_are_exported(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    records = sorted(DEMO.glob("*.records.jsonl"))[0]
+    records = sorted(DEMO.glob("*.records.jsonl"))
     out = tmp_path / "out"
-    assert main(["export", str(records), "--parquet", str(out)]) == 0
+    # was: "malformed JSON … trailing characters"
+    assert main(["export", str(records[0]), "--parquet", str(out)]) == 0
     assert "wrote 1 rank(s)" in capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == ["steps", "sync_sites"]
+    # was: "no trace files" (a folder of records only, as traces/ of a checkout)
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    for r in records:
+        (folder / r.name).write_bytes(r.read_bytes())
+    assert main(["export", str(folder), "--parquet", str(tmp_path / "out2")]) == 0
+    assert f"wrote {len(records)} rank(s)" in capsys.readouterr().out
+    assert len(_files(tmp_path / "out2", "steps")) == len(records)
 
 
 def test_an_output_folder_whose_name_is_not_utf8_is_refused_first(

@@ -17,7 +17,7 @@ import pytest
 
 from asynctrace.tb_plugin._data import PluginData
 from tests.conftest import ROOT, SHARED_TRACES
-from tests.tb_plugin.test_tb_plugin import _get, _tensorboard
+from tests.tb_plugin._server import _get, _tensorboard
 
 DEMO = ROOT / "traces" / "cpu-demo"
 TRACE = next((DEMO / "demo-profiled").glob("*.pt.trace.json.gz"))
@@ -223,6 +223,7 @@ def test_windows_hold_exactly_the_events_that_overlap_them() -> None:
 # ------------------------------------------------------------------ through a real tensorboard
 
 
+@pytest.mark.slow
 def test_a_real_tensorboard_answers_json_for_every_hostile_entry(
     hostile: Path, tmp_path: Path
 ) -> None:
