@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     require("pyarrow", extra="parquet", what="--parquet", packages="pyarrow")
     if args.scheduler is not None:
         require("distributed", extra="dask", what="--scheduler", packages="dask distributed")
-    if not _is_utf8(args.parquet):
+    if not _is_utf8(os.path.abspath(args.parquet)):
         # the workers report the files they wrote as msgpack, whose strings are UTF-8
         raise AsyncTraceError(
             f"--parquet {_shown(args.parquet)}: the name is not UTF-8; choose another folder"
