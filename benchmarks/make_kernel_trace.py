@@ -41,8 +41,9 @@ def write_trace(path: Path, *, kernels: int, steps: int, seed: int = 1) -> int:
             for k in range(per_step):
                 corr += 1
                 stream = 7 if k % 3 else 13
+                args = {"correlation": corr}
                 emit({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
-                      "tid": 1, "ts": host, "dur": launch_us, "args": {"correlation": corr}})  # fmt: skip
+                      "tid": 1, "ts": host, "dur": launch_us, "args": args})  # fmt: skip
                 start = max(device_free[stream], host + launch_us + 2)
                 dur = durs[(corr + seed) % len(durs)]
                 emit({"ph": "X", "cat": "kernel", "name": f"kernel_{k % 97}", "pid": 0,
