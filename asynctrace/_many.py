@@ -467,7 +467,7 @@ def _export_one(path: str, shown: str, outdir: str, queue_cap: int) -> _Result:
     report = analyze(trace, queue_cap=queue_cap, keep_sync_calls=True)
     rows = activity_rows(trace)
     del trace
-    written = write_rank_tables(outdir, report=report, activities=rows)
+    written = write_rank_tables(outdir, report=report, activities=rows, input_path=path)
     done = ExportedFile(
         source=report.source.path,
         rank=report.source.rank,

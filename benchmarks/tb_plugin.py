@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import socket
@@ -105,9 +106,13 @@ def bench_large(large: Path, scratch: Path, repeat: int) -> dict[str, Any]:
         )  # fmt: skip
     logdir = scratch / "large"
     (logdir / "big").mkdir(parents=True)
-    # the plugin reads *.pt.trace.json / *.json.gz: link the file under such a name
+    # the plugin reads *.pt.trace.json / *.json.gz: the file under such a name, hard-linked
+    # (the plugin refuses a symbolic link out of its logdir), copied across file systems
     name = "rank0.pt.trace.json" if large.suffix == ".json" else "rank0.json.gz"
-    (logdir / "big" / name).symlink_to(large.resolve())
+    try:
+        os.link(large.resolve(), logdir / "big" / name)
+    except OSError:
+        shutil.copy(large, logdir / "big" / name)
     rel = f"big/{name}"
     base = start_tensorboard(logdir)
     report, t_report = _plugin(base, "report", path=rel)
@@ -122,8 +127,11 @@ def bench_large(large: Path, scratch: Path, repeat: int) -> dict[str, Any]:
         assert w["step"] == step, w
         times.append(t)
         sizes.append(w["counts"]["device_shown"] + w["counts"]["host_shown"])
+    activities = report["report"]["trace"]["activities"]
     return {
         "file_mb": large.stat().st_size / 1e6,
+        "activities": activities["total"],
+        "kernels": activities["per_kind"].get("kernel", 0),
         "steps": len(steps),
         "first_report_s": t_report,
         "first_window_s": t_first,
@@ -214,4 +222,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    sys.stdout.flush()
+    # the in-process TensorBoard's server thread never ends: leave without waiting for it
+    os._exit(status)

@@ -8,8 +8,11 @@ duration. Two views:
   stalls, or the operators where nothing was launched), the device lane(s) (one per stream),
   queued→executed links (launch call end → activity start) and each stream's queue depth over
   the window. Clipped to the window and capped at ``max_events`` per lane kind (the longest
-  events are kept; ``notes`` says so), so that one step of a 400 MB trace stays a small answer.
-  The TensorBoard plugin serves it as JSON (``/step_window``) and draws it with SVG.
+  events are kept; ``notes`` says so; ``max_events`` is at most :data:`MAX_EVENTS`), so that
+  one step of a 400 MB trace stays a small answer. Its cost is that of the window, not of the
+  trace: the per-trace arrays it slices (:class:`TimelineIndex`) are made once per analysis
+  and each window is found in them by binary search. The TensorBoard plugin serves it as JSON
+  (``/step_window``) and draws it with SVG.
 * :func:`step_bars` — per step of any report (a trace's or a session's), the parts of the host
   bar and of the device bar (a trace's busy and idle by cause, a session's device time), and
   the run-ahead / in-flight / queue series.
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_EVENTS",
     "DEFAULT_MAX_STEPS",
+    "MAX_EVENTS",
     "BarPart",
     "DeviceActivity",
     "HostCall",
@@ -41,14 +45,19 @@ __all__ = [
     "QueueTrack",
     "StepBar",
     "StepBars",
+    "TimelineIndex",
     "TimelineWindow",
     "WindowCounts",
     "step_bars",
+    "timeline_index",
     "timeline_window",
 ]
 
 #: events per lane kind (host calls, device activities) one window holds at most
 DEFAULT_MAX_EVENTS = 4000
+#: the most ``max_events`` may be (a larger one is taken as this): a window's answer stays
+#: a few MB, whatever is asked
+MAX_EVENTS = 50_000
 #: steps the per-step bars hold at most (every k-th step beyond: real steps, not averages)
 DEFAULT_MAX_STEPS = 2000
 #: queued→executed links one window holds at most (evenly sampled beyond)
@@ -152,11 +161,72 @@ def _name(trace: Trace, index: int) -> str:
     return s if len(s) <= _MAX_NAME else s[: _MAX_NAME - 1] + "…"
 
 
-def _overlapping(start: npt.NDArray[np.int64], dur: npt.NDArray[np.int64], w0: int, w1: int) -> Any:
-    """Indices of rows [start, start+dur) that overlap [w0, w1); ``start`` is sorted."""
+class TimelineIndex(msgspec.Struct, frozen=True, kw_only=True, eq=False):
+    """The arrays of a trace that every step window slices, made once per analysis
+    (:func:`timeline_index`): for each event table, the running maximum of its events' ends
+    (so that a window's first overlapping row is a binary search away), and the masks that
+    would otherwise be rebuilt over the whole trace for every window."""
+
+    #: per table ("runtime", "ranges", "activities"): max(end) over rows [0, i]
+    end_max: dict[str, npt.NDArray[np.int64]]
+    #: runtime rows that launch device work, and those that synchronize
+    launching: npt.NDArray[np.bool_]
+    syncing: npt.NDArray[np.bool_]
+    #: range rows that are operators
+    ops: npt.NDArray[np.bool_]
+    #: activities joined to a launch call
+    matched: npt.NDArray[np.bool_]
+
+
+def _end_max(start: npt.NDArray[np.int64], dur: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    ends = start + np.maximum(dur, 0)
+    out: npt.NDArray[np.int64] = np.maximum.accumulate(ends) if len(ends) else ends
+    return out
+
+
+def timeline_index(detail: TraceDetail) -> TimelineIndex:
+    """The :class:`TimelineIndex` of a trace's analysis detail (linear in the trace; keep it
+    beside the analysis and pass it to every :func:`timeline_window`)."""
+    from asynctrace.analysis.launches import LAUNCHING_KINDS
+    from asynctrace.analysis.steps import SYNC_KINDS
+    from asynctrace.traces.model import RangeKind
+
+    t = detail.trace
+    rt, hr, act = t.runtime, t.ranges, t.activities
+    return TimelineIndex(
+        end_max={
+            "runtime": _end_max(rt.start_ns, rt.dur_ns),
+            "ranges": _end_max(hr.start_ns, hr.dur_ns),
+            "activities": _end_max(act.start_ns, act.dur_ns),
+        },
+        launching=np.isin(rt.kind, np.array([int(k) for k in LAUNCHING_KINDS], dtype=np.uint8)),
+        syncing=np.isin(rt.kind, np.array([int(k) for k in SYNC_KINDS], dtype=np.uint8)),
+        ops=hr.kind == int(RangeKind.OP),
+        matched=detail.links.matched,
+    )
+
+
+def _overlapping(
+    start: npt.NDArray[np.int64],
+    dur: npt.NDArray[np.int64],
+    end_max: npt.NDArray[np.int64],
+    w0: int,
+    w1: int,
+) -> Any:
+    """Indices of rows [start, start+dur) that overlap [w0, w1); ``start`` is sorted and
+    ``end_max`` is the running maximum of the rows' ends. Only the rows between the first that
+    may reach into the window and the last that starts before its end are looked at."""
     i1 = int(np.searchsorted(start, w1, side="left"))
-    # (a zero-length event at or after the window's start is inside it)
-    return np.flatnonzero((start[:i1] + np.maximum(dur[:i1], 0) > w0) | (start[:i1] >= w0))
+    # rows before i0 end at or before w0 and start before it (a zero-length event at or after
+    # the window's start is inside it)
+    i0 = min(
+        int(np.searchsorted(end_max, w0, side="right")),
+        int(np.searchsorted(start, w0, side="left")),
+    )
+    if i0 >= i1:
+        return np.empty(0, dtype=np.intp)
+    s, d = start[i0:i1], dur[i0:i1]
+    return i0 + np.flatnonzero((s + np.maximum(d, 0) > w0) | (s >= w0))
 
 
 def _keep_longest(idx: Any, dur: npt.NDArray[np.int64], cap: int) -> Any:
@@ -193,33 +263,27 @@ class _Window(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _host_calls(
-    trace: Trace, win: _Window, max_events: int
+    trace: Trace, at: TimelineIndex, win: _Window, max_events: int
 ) -> tuple[list[HostCall], int, npt.NDArray[np.intp]]:
     """The host calls in the window (launch calls and syncs; the operators the host ran where
     nothing was launched), the longest ``max_events``; how many there were; the runtime rows
     of the launch and sync calls kept."""
-    from asynctrace.analysis.launches import LAUNCHING_KINDS
-    from asynctrace.analysis.steps import SYNC_KINDS
-    from asynctrace.traces.model import RangeKind
-
     rt = trace.runtime
-    launching = np.array([int(k) for k in LAUNCHING_KINDS], dtype=np.uint8)
-    syncing = np.array([int(k) for k in SYNC_KINDS], dtype=np.uint8)
-    r_idx = _overlapping(rt.start_ns, rt.dur_ns, win.w0, win.w1)
-    r_idx = r_idx[np.isin(rt.kind[r_idx], launching) | np.isin(rt.kind[r_idx], syncing)]
+    r_idx = _overlapping(rt.start_ns, rt.dur_ns, at.end_max["runtime"], win.w0, win.w1)
+    r_idx = r_idx[at.launching[r_idx] | at.syncing[r_idx]]
     host: list[HostCall] = []
     n_host = len(r_idx)
-    if not np.isin(rt.kind[r_idx], launching).any():
+    if not at.launching[r_idx].any():
         # nothing was launched to a device here (a CPU-only trace): the host ran the operators
         # itself, so show those rather than an empty host lane
         hr = trace.ranges
-        o_idx = _overlapping(hr.start_ns, hr.dur_ns, win.w0, win.w1)
-        o_idx = o_idx[hr.kind[o_idx] == int(RangeKind.OP)]
+        o_idx = _overlapping(hr.start_ns, hr.dur_ns, at.end_max["ranges"], win.w0, win.w1)
+        o_idx = o_idx[at.ops[o_idx]]
         n_host += len(o_idx)
         for i in _keep_longest(o_idx, hr.dur_ns, max_events).tolist():
             host.append(_host_call(trace, hr, i, "op"))
     r_shown = _keep_longest(r_idx, rt.dur_ns, max(max_events - len(host), 0))
-    shown_sync = np.isin(rt.kind[r_shown], syncing).tolist()
+    shown_sync = at.syncing[r_shown].tolist()
     for i, is_sync in zip(r_shown.tolist(), shown_sync, strict=True):
         host.append(_host_call(trace, rt, i, "sync" if is_sync else "launch"))
     host.sort(key=lambda h: h.start_ns)
@@ -238,9 +302,14 @@ def _host_call(trace: Trace, table: Any, i: int, kind: str) -> HostCall:
 
 
 def _device_activities(
-    detail: TraceDetail, win: _Window, a_idx: npt.NDArray[np.intp], shown_launch: set[int]
+    detail: TraceDetail,
+    at: TimelineIndex,
+    win: _Window,
+    a_idx: npt.NDArray[np.intp],
+    shown_launch: set[int],
 ) -> tuple[list[DeviceActivity], list[LaunchLink]]:
-    """The window's device activities, and the links from their launch calls shown."""
+    """The window's device activities, and the links from their launch calls shown (each
+    read from the per-trace arrays at its own row: the cost is the window's)."""
     trace, links = detail.trace, detail.links
     act, rt = trace.activities, trace.runtime
     device: list[DeviceActivity] = []
@@ -248,7 +317,7 @@ def _device_activities(
     for i in a_idx.tolist():
         lane = f"device:{detail.stream_keys[detail.stream_of[i]]}"
         launch_start = int(links.launch_start_ns[i])
-        matched = bool(links.matched[i])
+        matched = bool(at.matched[i])
         kind = int(act.kind[i])
         device.append(
             DeviceActivity(
@@ -306,25 +375,34 @@ def _notes(counts: WindowCounts) -> list[str]:
 
 
 def timeline_window(
-    analysis: Analysis, index: int, *, max_events: int = DEFAULT_MAX_EVENTS
+    analysis: Analysis,
+    index: int,
+    *,
+    max_events: int = DEFAULT_MAX_EVENTS,
+    at: TimelineIndex | None = None,
 ) -> TimelineWindow:
     """The window of a trace's ``index``-th step (``analysis.report.steps[index]``) — see the
     module doc. Draws from the analysis' detail (the trace, its launch links and queue
-    series); raises ValueError for a session's records, which hold no events."""
+    series) and ``at``, its :func:`timeline_index` (made here when not given: pass it to draw
+    several windows of one trace); ``max_events`` is taken within 1 to :data:`MAX_EVENTS`.
+    Raises ValueError for a session's records, which hold no events."""
     detail = analysis.trace
     figures = analysis.report.trace
     if detail is None or figures is None:
         raise ValueError("step windows are drawn from traces, not records")
+    max_events = min(max(max_events, 1), MAX_EVENTS)
+    if at is None:
+        at = timeline_index(detail)
     step, extra = analysis.report.steps[index], figures.steps[index]
     s0, s1 = step.start_ns, extra.end_ns
     w0 = min(s0, extra.device_start_ns or s0)
     win = _Window(s0=s0, s1=s1, w0=w0, w1=max(s1, extra.device_end_ns or s1, w0 + 1))
     act = detail.trace.activities
-    a_idx = _overlapping(act.start_ns, act.dur_ns, win.w0, win.w1)
+    a_idx = _overlapping(act.start_ns, act.dur_ns, at.end_max["activities"], win.w0, win.w1)
     n_device = len(a_idx)
-    host, n_host, r_shown = _host_calls(detail.trace, win, max_events)
+    host, n_host, r_shown = _host_calls(detail.trace, at, win, max_events)
     device, links = _device_activities(
-        detail, win, _keep_longest(a_idx, act.dur_ns, max_events), set(r_shown.tolist())
+        detail, at, win, _keep_longest(a_idx, act.dur_ns, max_events), set(r_shown.tolist())
     )
     n_links = len(links)
     if n_links > _MAX_LINKS:

@@ -14,6 +14,13 @@ the logdir; a file directly in the logdir is a run by itself. A run's files are 
 (ranks, a session's records beside its deep-mode traces). Annotated copies and summaries that
 asynctrace writes beside a trace are not sources (:data:`asynctrace.traces.load.DERIVED_SUFFIXES`).
 
+Only what lies inside the logdir is listed or served: every path is resolved (links followed)
+and checked against the logdir's real path, so a link to ``/etc/passwd`` or to a folder
+outside is refused with a JSON error and nothing of its target. A name that is not UTF-8
+(JSON cannot hold it) is not listed; ``/runs`` notes it, escaped. A name the file system
+refuses (too long) or a folder tree of any depth is a refused request or a skipped entry, never
+an HTTP error.
+
 Loaded files are kept in a bounded LRU cache keyed by (path, mtime, size): the second request
 for a step window of a 400 MB trace reads nothing and parses nothing.
 """
@@ -31,13 +38,15 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from asynctrace._output import utf8
 from asynctrace.errors import TraceFormatError
 from asynctrace.render.legend import LegendEntry, legend
-from asynctrace.render.views import DEFAULT_MAX_EVENTS, StepBars
+from asynctrace.render.views import DEFAULT_MAX_EVENTS, MAX_EVENTS, StepBars
 from asynctrace.sources import source_kind
 
 if TYPE_CHECKING:
     from asynctrace.analysis.report import Analysis
+    from asynctrace.render.views import TimelineIndex
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -59,6 +68,54 @@ DEFAULT_CACHE_ENTRIES = 6
 DEFAULT_CACHE_BYTES = 2 << 30
 #: how long is_active() trusts its last walk of the logdir
 _ACTIVE_TTL_S = 10.0
+#: entries /runs says it left out, at most (then how many more)
+_MAX_NOTED = 20
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _escaped(text: str) -> str:
+    """A name that is not UTF-8 with its odd bytes as ``\\xNN`` (for a note in JSON)."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raw = text.encode("utf-8", "backslashreplace")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def _utf8_fields(obj: object) -> object:
+    """``obj`` with "?" for what UTF-8 cannot hold in every string of it (Structs, lists,
+    dicts; ``msgspec.Raw`` is JSON already)."""
+    if isinstance(obj, str):
+        return utf8(obj)
+    if isinstance(obj, list):
+        return [_utf8_fields(v) for v in obj]
+    if isinstance(obj, dict):
+        return {_utf8_fields(k): _utf8_fields(v) for k, v in obj.items()}
+    if isinstance(obj, msgspec.Struct):
+        return msgspec.structs.replace(
+            obj, **{f: _utf8_fields(getattr(obj, f)) for f in obj.__struct_fields__}
+        )
+    return obj
+
+
+def _encode(obj: object) -> bytes:
+    """``obj`` as JSON; a file name that is not UTF-8 (a logdir's, in a message) shows "?" for
+    its odd bytes rather than fail the answer."""
+    try:
+        return msgspec.json.encode(obj)
+    except UnicodeEncodeError:
+        return msgspec.json.encode(_utf8_fields(obj))
+
+
+def _inside(real: str, real_root: str) -> bool:
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
 class SourceEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -136,6 +193,8 @@ class _Loaded:
     analysis: Analysis
     #: step number -> its index in the report's steps (what a step window is asked by)
     index: dict[int, int]
+    #: the trace's arrays every step window slices (made on the first window, then kept)
+    timeline: TimelineIndex | None = None
 
     @property
     def nbytes(self) -> int:
@@ -149,6 +208,10 @@ class _Loaded:
             tab.nbytes()
             for tab in (t.runtime, t.activities, t.ranges, t.python_frames, t.device_syncs)
         )
+        if self.timeline is not None:
+            at = self.timeline
+            n += sum(a.nbytes for a in at.end_max.values())
+            n += at.launching.nbytes + at.syncing.nbytes + at.ops.nbytes + at.matched.nbytes
         return n + sum(len(x) for x in t.strings)
 
 
@@ -178,7 +241,7 @@ def _load(path: Path) -> _Loaded:
     analysis = analyze_detail(load_source(path), keep_sync_calls=False)
     report = analysis.report
     return _Loaded(
-        report_json=msgspec.json.encode(report),
+        report_json=_encode(report),
         verdict_line=report.verdict.line,
         bars=step_bars(report),
         analysis=analysis,
@@ -276,19 +339,64 @@ class PluginData:
 
     # ------------------------------------------------------------------ listing
 
-    def _walk(self) -> Iterator[tuple[str, str, Path]]:
-        """(run, kind, path) of every source under the logdir, in a stable order."""
+    def _real_root(self) -> str | None:
+        """The logdir's real path (links resolved), None without a logdir folder."""
         root = self.logdir
-        if root is None or not root.is_dir():
+        if root is None:
+            return None
+        real = os.path.realpath(root)
+        return real if os.path.isdir(real) else None
+
+    def _walk(self, left_out: list[str] | None = None) -> Iterator[tuple[str, str, str, Path]]:
+        """(run, kind, path relative to the logdir, real path) of every source under the
+        logdir, in a stable order (a folder's files, then its folders, by name).
+
+        A loop over a stack, not recursion: a tree of any depth is walked. Folder links are not
+        followed (as ``os.walk``); a file link is listed only where it resolves inside the
+        logdir. A name that is not UTF-8, a link out of the logdir and a folder that cannot be
+        read are left out; the first two are said in ``left_out``.
+        """
+        root, real_root = self.logdir, self._real_root()
+        if root is None or real_root is None:
             return
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")))
-            rel = Path(dirpath).relative_to(root).as_posix()
-            for name in sorted(filenames):
-                kind = source_kind(name)
-                if kind is None:
-                    continue
-                yield (name if rel == "." else rel), kind, Path(dirpath) / name
+        stack: list[tuple[str, str]] = [(os.fspath(root), "")]
+        while stack:
+            folder, rel = stack.pop()
+            try:
+                with os.scandir(folder) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+            except OSError:
+                continue  # unreadable, gone, or a path too long to open
+            subfolders: list[tuple[str, str]] = []
+            for entry in entries:
+                name = entry.name
+                entry_rel = f"{rel}/{name}" if rel else name
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if not name.startswith((".", "__")):
+                            if _is_utf8(name):
+                                subfolders.append((entry.path, entry_rel))
+                            elif left_out is not None:
+                                left_out.append(f"{_escaped(entry_rel)}/: not UTF-8")
+                        continue
+                    kind = source_kind(name)
+                    if kind is None:
+                        continue
+                    if not _is_utf8(name):
+                        if left_out is not None:
+                            left_out.append(f"{_escaped(entry_rel)}: the name is not UTF-8")
+                        continue
+                    real = os.path.realpath(entry.path)
+                    if not _inside(real, real_root):
+                        if left_out is not None:
+                            left_out.append(f"{entry_rel}: a link to outside the logdir")
+                        continue
+                    if not os.path.isfile(real):
+                        continue
+                except OSError:
+                    continue  # a name the file system refuses, a file gone meanwhile
+                yield (rel or name), kind, entry_rel, Path(real)
+            stack.extend(reversed(subfolders))
 
     def is_active(self) -> bool:
         now = time.monotonic()
@@ -303,60 +411,78 @@ class PluginData:
         notes: list[str] = []
         if root is None:
             notes.append("TensorBoard was started without --logdir: nothing to list")
-        elif not root.is_dir():
-            notes.append(f"{root}: not a directory")
+        elif self._real_root() is None:
+            notes.append(f"{_escaped(str(root))}: not a directory")
         runs: dict[str, list[SourceEntry]] = {}
-        for run, kind, path in self._walk():
-            assert root is not None
+        left_out: list[str] = []
+        for run, kind, rel, real in self._walk(left_out):
             try:
-                st = path.stat()
+                st = real.stat()
             except OSError:
                 continue
             runs.setdefault(run, []).append(
                 SourceEntry(
-                    path=path.relative_to(root).as_posix(),
+                    path=rel,
                     run=run,
                     kind=kind,
                     size_bytes=st.st_size,
                     mtime_ns=st.st_mtime_ns,
-                    error=self.cache.known_error(path),
+                    error=self.cache.known_error(real),
                 )
             )
+        for why in left_out[:_MAX_NOTED]:
+            notes.append(f"not listed: {why}")
+        if len(left_out) > _MAX_NOTED:
+            notes.append(f"not listed: {len(left_out) - _MAX_NOTED} more")
         return RunListing(
-            logdir=str(root) if root is not None else "",
+            logdir=_escaped(str(root)) if root is not None else "",
             runs=[RunEntry(run=r, sources=s) for r, s in runs.items()],
             legend=legend(),
             notes=notes,
         )
 
+    def runs_json(self) -> bytes:
+        """``/runs`` as JSON."""
+        return _encode(self.runs())
+
     # ------------------------------------------------------------------ one source
 
     def resolve(self, rel: str) -> tuple[Path, str, str]:
-        """(path, kind, run) of a source named by its path relative to the logdir; refuses
-        anything outside the logdir or not a source."""
-        root = self.logdir
-        if root is None:
+        """(real path, kind, run) of a source named by its path relative to the logdir;
+        refuses anything outside the logdir (through a link too), in a folder the listing
+        leaves out, or not a source."""
+        root, real_root = self.logdir, self._real_root()
+        if root is None or real_root is None:
             raise TraceFormatError(rel, "no logdir")
         parts = Path(rel).parts
-        if not rel or Path(rel).is_absolute() or ".." in parts:
+        if not rel or "\x00" in rel or Path(rel).is_absolute() or ".." in parts:
             raise TraceFormatError(rel, "not a path inside the logdir")
+        if any(part.startswith((".", "__")) for part in parts[:-1]):
+            raise TraceFormatError(rel, "not a records file or trace in the logdir")
         path = root / rel
         kind = source_kind(path.name)
-        if kind is None or not path.is_file():
+        try:
+            real = os.path.realpath(path)
+        except OSError as e:  # a name too long, a loop of links
+            raise TraceFormatError(rel, f"cannot open: {e.strerror or e}") from None
+        if not _inside(real, real_root):
+            raise TraceFormatError(rel, "a link to outside the logdir: not served")
+        is_file = os.path.isfile(real)  # False for a name the file system refuses
+        if kind is None or not is_file:
             raise TraceFormatError(rel, "not a records file or trace in the logdir")
-        parent = path.parent.relative_to(root).as_posix()
-        return path, kind, (path.name if parent == "." else parent)
+        parent = Path(rel).parent.as_posix()
+        return Path(real), kind, (path.name if parent == "." else parent)
 
     def report(self, rel: str) -> bytes:
         try:
             path, kind, run = self.resolve(rel)
         except TraceFormatError as e:
-            return msgspec.json.encode(ErrorAnswer(error=str(e)))
+            return _encode(ErrorAnswer(error=str(e)))
         try:
             got = self.cache.get(path)
         except TraceFormatError as e:
             answer = ReportAnswer(path=rel, run=run, kind=kind, ok=False, error=str(e))
-            return msgspec.json.encode(answer)
+            return _encode(answer)
         report = got.analysis.report
         extras = report.trace.steps if report.trace is not None else []
         windows = [
@@ -372,20 +498,23 @@ class PluginData:
             bars=got.bars,
             windows=windows,
         )
-        return msgspec.json.encode(answer)
+        return _encode(answer)
 
     def step_window(
         self, rel: str, step: int | None, *, max_events: int = DEFAULT_MAX_EVENTS
     ) -> bytes:
         """The :class:`~asynctrace.render.views.TimelineWindow` of one step of a trace (the
-        first step when ``step`` is None)."""
-        from asynctrace.render.views import timeline_window
+        first step when ``step`` is None), at most ``max_events`` (1 to
+        :data:`~asynctrace.render.views.MAX_EVENTS`) events per lane kind."""
+        from asynctrace.render.views import timeline_index, timeline_window
 
+        if not 1 <= max_events <= MAX_EVENTS:
+            return _encode(ErrorAnswer(error=f"max_events={max_events}: give 1 to {MAX_EVENTS}"))
         try:
             path, _kind, _run = self.resolve(rel)
             got = self.cache.get(path)
         except TraceFormatError as e:
-            return msgspec.json.encode(ErrorAnswer(error=str(e)))
+            return _encode(ErrorAnswer(error=str(e)))
         if got.analysis.trace is None:
             error = f"{rel}: step windows are drawn from traces, not records"
         elif not got.index:
@@ -395,9 +524,12 @@ class PluginData:
             error = f"{rel}: no step {step} (steps {have[0]} to {have[-1]})"
         else:
             index = 0 if step is None else got.index[step]
-            window = timeline_window(got.analysis, index, max_events=max(1, max_events))
-            return msgspec.json.encode(window)
-        return msgspec.json.encode(ErrorAnswer(error=error))
+            if got.timeline is None:
+                # two first requests at once may both make it: the same arrays, one kept
+                got.timeline = timeline_index(got.analysis.trace)
+            window = timeline_window(got.analysis, index, max_events=max_events, at=got.timeline)
+            return _encode(window)
+        return _encode(ErrorAnswer(error=error))
 
     def compare(self, a: str, b: str) -> bytes:
         """Two sources of any kinds compared (:func:`~asynctrace.analysis.compare.compare` of
@@ -408,14 +540,14 @@ class PluginData:
             (pa, _, _), (pb, _, _) = self.resolve(a), self.resolve(b)
             la, lb = self.cache.get(pa), self.cache.get(pb)
         except TraceFormatError as e:
-            return msgspec.json.encode(CompareAnswer(ok=False, a=a, b=b, error=str(e)))
+            return _encode(CompareAnswer(ok=False, a=a, b=b, error=str(e)))
         comparison = compare(la.analysis.report, lb.analysis.report)
         answer = CompareAnswer(
             ok=True,
             a=a,
             b=b,
-            comparison=msgspec.Raw(msgspec.json.encode(comparison)),
+            comparison=msgspec.Raw(_encode(comparison)),
             verdict_line_a=comparison.verdict_a.line,
             verdict_line_b=comparison.verdict_b.line,
         )
-        return msgspec.json.encode(answer)
+        return _encode(answer)

@@ -7,7 +7,8 @@ Routes, under ``/data/plugin/asynctrace/``:
 ``/style.css``                         imports ``index.js`` and calls its ``render()``)
 ``/runs``                              the runs of the logdir and their sources, the legend
 ``/report?path=P``                     one source's report, step bars and steps
-``/step_window?path=P&step=N``         one step's timeline window (``&max_events=K``)
+``/step_window?path=P&step=N``         one step's timeline window (``&max_events=K``, at most
+                                       ``MAX_EVENTS``)
 ``/compare?a=P&b=Q``                   two sources compared, with the verdicts
 =====================================  ======================================================
 
@@ -89,7 +90,7 @@ class AsyncTracePlugin(base_plugin.TBPlugin):  # type: ignore[misc]
         return _respond(request, _static(path), content_type)
 
     def _serve_runs(self, request: wrappers.Request) -> wrappers.Response:
-        return _respond(request, msgspec.json.encode(self._data.runs()), _JSON)
+        return _respond(request, self._data.runs_json(), _JSON)
 
     def _serve_report(self, request: wrappers.Request) -> wrappers.Response:
         return _respond(request, self._data.report(request.args.get("path", "")), _JSON)
