@@ -200,8 +200,10 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True):
     bound: BoundChange
     #: the few parts that cover most of the step's change, largest first
     top: list[ExplainItem] = msgspec.field(default_factory=list)
-    #: the share (%) of the step's change that ``top`` covers; None when the step did not change
+    #: the share (%) of the step's change that ``top`` covers; None when the step did not change.
+    #: Over 100 % where other parts went the other way: ``against`` names the largest
     covered_pct: float | None = None
+    against: list[ExplainItem] = msgspec.field(default_factory=list)
     #: what the explanation could not use
     notes: list[str] = msgspec.field(default_factory=list)
 
@@ -763,10 +765,13 @@ _COVER = 0.8
 _TOP_ITEMS = 3
 
 
-def _top(items: list[ExplainItem], change: float) -> tuple[list[ExplainItem], float | None]:
-    """The few parts, in the direction of the change, that cover most of it."""
+def _top(
+    items: list[ExplainItem], change: float
+) -> tuple[list[ExplainItem], float | None, list[ExplainItem]]:
+    """The few parts, in the direction of the change, that cover most of it; and the largest
+    part against it, where the top parts cover more than all of it."""
     if change == 0:
-        return [], None
+        return [], None, []
     with_change = sorted(
         (i for i in items if i.delta_ns_per_step * change > 0),
         key=lambda i: -abs(i.delta_ns_per_step),
@@ -778,7 +783,12 @@ def _top(items: list[ExplainItem], change: float) -> tuple[list[ExplainItem], fl
         covered += item.delta_ns_per_step
         if covered / change >= _COVER:
             break
-    return top, 100.0 * covered / change
+    against = sorted(
+        (i for i in items if i.delta_ns_per_step * change < 0),
+        key=lambda i: -abs(i.delta_ns_per_step),
+    )[:1]
+    pct = 100.0 * covered / change
+    return top, pct, against if pct > 100.0 else []
 
 
 def explain(a: Report, b: Report, *, min_effect: float = 0.02) -> Explanation:
@@ -833,7 +843,7 @@ def explain(a: Report, b: Report, *, min_effect: float = 0.02) -> Explanation:
         msgspec.structs.replace(i, share_pct=100.0 * i.delta_ns_per_step / change if change else 0)
         for i in items
     ]
-    top, covered = _top(items, change)
+    top, covered, against = _top(items, change)
     return Explanation(
         a_steps=na,
         b_steps=nb,
@@ -847,6 +857,7 @@ def explain(a: Report, b: Report, *, min_effect: float = 0.02) -> Explanation:
         bound=_bound_change(a, b),
         top=top,
         covered_pct=covered,
+        against=against,
         notes=[n for n in notes if n],
     )
 

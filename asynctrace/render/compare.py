@@ -30,6 +30,11 @@ def _signed_ns(ns: float) -> str:
     return ("+" if ns > 0 else "−" if ns < 0 else "±") + format_ns(abs(ns))
 
 
+def _short(name: str, limit: int = 70) -> str:
+    """A kernel's name cut to ``limit`` characters (C++ names run to hundreds)."""
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
 def _step(c: Comparison) -> FigureDelta:
     return next(f for f in c.figures if f.figure == "step time")
 
@@ -69,15 +74,24 @@ def explained_line(e: Explanation) -> str:
         return "explained by: no change of the step's time to explain"
     parts = []
     for item in e.top:
-        what = f"kernel {item.name}" if item.what == "kernel" else item.name
         detail = f" [{item.detail}]" if item.detail else ""
         parts.append(
-            f"{what} {_signed_ns(item.delta_ns_per_step)}/step ({item.share_pct:.0f}%){detail}"
+            f"{_item(item.what, item.name)} {_signed_ns(item.delta_ns_per_step)}/step "
+            f"({item.share_pct:.0f}%){detail}"
         )
+    against = "".join(
+        f"; against it: {_item(i.what, i.name)} {_signed_ns(i.delta_ns_per_step)}/step"
+        for i in e.against
+    )
     return (
         f"explained by: {'; '.join(parts)} — {e.covered_pct:.0f}% of the step's "
-        f"{_signed_ns(e.step.delta_ns_per_step)}/step (steady steps: {e.a_steps} and {e.b_steps})"
+        f"{_signed_ns(e.step.delta_ns_per_step)}/step{against} (steady steps: {e.a_steps} and "
+        f"{e.b_steps})"
     )
+
+
+def _item(what: str, name: str) -> str:
+    return f"kernel {_short(name)}" if what == "kernel" else name
 
 
 def gate_line(g: Gate) -> str:
@@ -143,8 +157,8 @@ def _print_explain(e: Explanation, console: Console) -> None:
     changed = [k for k in e.kernels if k.delta_ns_per_step != 0][:_SHOWN]
     for k in changed:
         console.print(
-            f"  kernel {p(k.name)}: {format_ns(k.a_ns_per_step)} -> {format_ns(k.b_ns_per_step)}"
-            f" ({_signed_ns(k.delta_ns_per_step)}/step)",
+            f"  {k.kind} {p(_short(k.name))}: {format_ns(k.a_ns_per_step)} -> "
+            f"{format_ns(k.b_ns_per_step)} ({_signed_ns(k.delta_ns_per_step)}/step)",
             markup=False,
         )
     for h in [h for h in e.host if h.delta_ns_per_step != 0][:3]:
@@ -194,7 +208,7 @@ def markdown(c: Comparison, *, gate: bool = True) -> str:
     if e.top:
         out += ["", "| part | change per step | share of the change |", "|---|---:|---:|"]
         for item in e.top:
-            name = f"kernel `{_md(item.name)}`" if item.what == "kernel" else _md(item.name)
+            name = f"kernel `{_md(_short(item.name))}`" if item.what == "kernel" else _md(item.name)
             if item.detail:
                 name += f" ({_md(item.detail)})"
             out.append(f"| {name} | {_signed_ns(item.delta_ns_per_step)} | {item.share_pct:.0f}% |")
