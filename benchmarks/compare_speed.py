@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from make_large_trace import replicate  # noqa: E402
+from make_large_trace import replicate
 
 SRC = Path(__file__).parents[1] / ".." / "shared" / "traces" / "kineto"
 DEFAULT = SRC / "hta_a100_16ranks_rank0_graphlaunch.json.gz"

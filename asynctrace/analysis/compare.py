@@ -67,6 +67,7 @@ __all__ = [
     "capture_differences",
     "compare",
     "compare_values",
+    "explain",
     "mann_whitney_p",
 ]
 

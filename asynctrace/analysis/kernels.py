@@ -10,7 +10,8 @@ Over a span of the device timeline (the steady state's steps' shares), each name
   ``total_ns``.
 
 The device is the one the bound analysis labels (the one with most activities). Every name is
-kept (a trace has tens to a few thousand; each entry is about 100 bytes of JSON): a comparison
+kept (a trace has tens to a few thousand; an entry is a few hundred bytes of JSON, C++ names
+being long): a comparison
 of two runs needs the names that changed, which need not be the largest.
 """
 
