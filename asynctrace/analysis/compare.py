@@ -557,13 +557,15 @@ def _gate(step: FigureDelta, *, min_effect: float, min_steps: int) -> Gate:
     pct = "" if step.delta_pct is None else f" ({step.delta_pct:+.1f}%)"
     if step.change in ("improvement", "regression", "same"):
         bad = step.change == "regression"
+        how = {
+            "regression": f"significant (p = {step.p_value:.3g}) and at least {min_effect:.0%}",
+            "improvement": f"an improvement (p = {step.p_value:.3g})",
+            "same": f"the same within noise (p = {step.p_value:.3g}, min effect {min_effect:.0%})",
+        }[step.change]
         return Gate(
             regression=bad,
             judged_by="noise test",
-            message=(
-                f"{'regression' if bad else 'no regression'}: step time {step.change}{pct}, "
-                f"p = {step.p_value:.3g}"
-            ),
+            message=f"{'regression' if bad else 'no regression'}: step time{pct}, {how}",
         )
     if step.change == "too few steps" and step.delta is not None and step.a_median is not None:
         bad = (
@@ -802,16 +804,18 @@ def explain(a: Report, b: Report, *, min_effect: float = 0.02) -> Explanation:
     syncs = _sync_changes(a, b, min_effect=min_effect)
     step = _per_step(pa.region_ns, pb.region_ns, na, nb)
     notes = []
-    for side, r, p in (("A", a, pa), ("B", b, pb)):
-        if not p.named:
-            notes.append(
-                f"{side} has no device time per kernel name: "
-                + (
-                    "a session's records carry no kernel names"
-                    if r.trace is None
-                    else "its report was saved before it carried them (save it again)"
-                )
-            )
+    unnamed = [(side, r) for side, r, p in (("A", a, pa), ("B", b, pb)) if not p.named]
+    if unnamed:
+        who = "neither side has" if len(unnamed) == 2 else f"{unnamed[0][0]} has no"
+        why = sorted(
+            {
+                "a session's records carry no kernel names"
+                if r.trace is None
+                else "a report saved before it carried them has none (save it again)"
+                for _, r in unnamed
+            }
+        )
+        notes.append(f"{who} device time per kernel name: {'; '.join(why)}")
     if a.trace is None or b.trace is None:
         notes.append(
             "a session's idle by cause is estimated from its per-step totals; it has no host frames"

@@ -7,10 +7,11 @@ import bisect
 import gzip
 import json
 from collections import defaultdict
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEVICE_CATS", "derive", "read_events", "scaled", "tally", "write_trace"]
+__all__ = ["DEVICE_CATS", "derive", "read_events", "scaled", "tally", "tally_busy", "write_trace"]
 
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -28,7 +29,9 @@ def write_trace(data: dict[str, Any], path: Path) -> Path:
 
 
 def _ns(us: float) -> int:
-    return round(us * 1000)
+    # exactly, from the number as written: µs since the epoch (1.7e15) times 1000 is past
+    # float's integers
+    return int((Decimal(repr(us)) * 1000).to_integral_value(ROUND_HALF_EVEN))
 
 
 def _shifted(
@@ -50,9 +53,9 @@ def _shifted(
     for e in data["traceEvents"]:
         e = dict(e)
         if "ts" in e and e.get("ph") != "M":
-            t0 = _ns(float(e["ts"]))
+            t0 = _ns(e["ts"])
             if e.get("ph") == "X":
-                t1 = t0 + _ns(float(e["dur"]))
+                t1 = t0 + _ns(e["dur"])
                 if stretch_device or e.get("cat") not in DEVICE_CATS:
                     e["dur"] = (move(t1) - move(t0)) / 1000
             e["ts"] = move(t0) / 1000
@@ -71,7 +74,7 @@ def derive(
     idles once it ends. Returns the copy and the index of the activity the sync waited on."""
     events = data["traceEvents"]
     shifts = [
-        (_ns(float(e["ts"])) + _ns(float(e["dur"])) - 1, _ns(float(e["dur"])))
+        (_ns(e["ts"]) + _ns(e["dur"]) - 1, _ns(e["dur"]))
         for e in events
         if e.get("cat") in DEVICE_CATS and e.get("name") == double
     ]
@@ -83,9 +86,9 @@ def derive(
     )
     waited = out["traceEvents"][device[sync_in]]
     assert waited["name"] != double
-    t0 = _ns(float(waited["ts"]))
-    at = t0 + _ns(float(waited["dur"])) // 2
-    assert t0 + _ns(float(waited["dur"])) < at + sync_ns  # it ends while the host waits
+    t0 = _ns(waited["ts"])
+    at = t0 + _ns(waited["dur"]) // 2
+    assert t0 + _ns(waited["dur"]) < at + sync_ns  # it ends while the host waits
     out = _shifted(out, [(at, sync_ns)], stretch_device=False)
     step = next(e for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
     pid, tid = step["pid"], step["tid"]
@@ -103,14 +106,14 @@ def derive(
 def scaled(data: dict[str, Any], factor: float) -> dict[str, Any]:
     """Every time and duration scaled by ``factor`` about the first event."""
     events = data["traceEvents"]
-    t0 = min(float(e["ts"]) for e in events if "ts" in e and e.get("ph") != "M")
+    t0 = min(e["ts"] for e in events if "ts" in e and e.get("ph") != "M")
     out = []
     for e in events:
         e = dict(e)
         if "ts" in e and e.get("ph") != "M":
-            e["ts"] = t0 + (float(e["ts"]) - t0) * factor
+            e["ts"] = t0 + (e["ts"] - t0) * factor
             if "dur" in e:
-                e["dur"] = float(e["dur"]) * factor
+                e["dur"] = e["dur"] * factor
         out.append(e)
     return {**data, "traceEvents": out}
 
@@ -121,5 +124,25 @@ def tally(data: dict[str, Any]) -> dict[str, int]:
     out: dict[str, int] = defaultdict(int)
     for e in data["traceEvents"]:
         if e.get("cat") in DEVICE_CATS and e.get("ph") == "X":
-            out[e["name"]] += _ns(float(e["dur"]))
+            out[e["name"]] += _ns(e["dur"])
+    return dict(out)
+
+
+def tally_busy(data: dict[str, Any]) -> dict[str, int]:
+    """Each activity name's share of the device's busy time, from the raw JSON: activities in
+    start order, each owning what it adds to the union of those started before it."""
+    acts = sorted(
+        (
+            (_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]), e["name"])
+            for e in data["traceEvents"]
+            if e.get("cat") in DEVICE_CATS and e.get("ph") == "X"
+        ),
+        key=lambda a: a[0],
+    )
+    out: dict[str, int] = defaultdict(int)
+    reach: int | None = None
+    for start, end, name in acts:
+        lo = start if reach is None else max(start, reach)
+        out[name] += max(0, end - lo)
+        reach = end if reach is None else max(reach, end)
     return dict(out)

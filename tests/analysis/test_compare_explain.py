@@ -17,7 +17,7 @@ from asynctrace.analysis.diagnosis import Finding
 from asynctrace.analysis.report import Report, analyze
 from asynctrace.records import SyncSite
 from asynctrace.sources import load_source
-from tests.analysis._derive import derive, read_events, scaled, tally, write_trace
+from tests.analysis._derive import derive, read_events, scaled, tally, tally_busy, write_trace
 from tests.conftest import shared_trace
 from tests.export._records import make_steps, write_records_file
 
@@ -110,9 +110,14 @@ def test_an_added_sync_shows_with_its_site(tmp_path: Path) -> None:
 @pytest.mark.real_traces
 def test_busy_is_the_sum_of_names_on_several_streams() -> None:
     # overlapping streams: each name's busy share (the first-started owns an overlap) adds up
-    r = analyze(load_source(shared_trace("kineto", "hta_sampled_rank0.json.gz")))
+    path = shared_trace("kineto", "hta_sampled_rank0.json.gz")
+    r = analyze(load_source(path))
     assert r.trace is not None
     assert len({s for s in r.trace.activities.per_stream}) > 1
+    # every activity lies inside the steps here: the tallies of the raw JSON need no clipping
+    raw = read_events(path)
+    assert {k.name: k.total_ns for k in r.trace.kernels} == tally(raw)
+    assert {k.name: k.busy_ns for k in r.trace.kernels} == tally_busy(raw)
     assert sum(k.busy_ns for k in r.trace.kernels) == sum(s.busy_ns for s in r.step_bounds)
     assert sum(k.total_ns for k in r.trace.kernels) > sum(k.busy_ns for k in r.trace.kernels)
     # and the table survives the report's JSON form (a CI baseline)

@@ -157,6 +157,21 @@ def test_markdown_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert len(md.splitlines()) < 25
 
 
+def test_a_saved_session_report_is_a_baseline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = _pair(tmp_path, 13.0)
+    assert main(["report", str(a), "--json"]) == 0
+    saved = tmp_path / "baseline.report.json"
+    saved.write_text(capsys.readouterr().out)
+    assert main(["compare", str(saved), str(b), "--fail-on", "regression", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["kind"] == "records"
+    assert out["gate"]["judged_by"] == "noise test"
+    assert out["gate"]["message"].startswith("regression: step time (+30.0%), significant")
+    assert main(["compare", str(saved), str(a), "--fail-on", "regression"]) == 0
+
+
 def test_json_and_format_conflict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a, b = _pair(tmp_path, 13.0)
     assert main(["compare", str(a), str(b), "--json", "--format", "markdown"]) == 2
