@@ -227,6 +227,9 @@ class StepAlignment(msgspec.Struct, frozen=True, kw_only=True):
     #: share of them where B was slower
     paired_median_delta_ms: float | None = None
     paired_slower_pct: float | None = None
+    #: both sides number their steps but share no number (captures of different steps): each
+    #: side's steady steps were compared
+    no_common: bool = False
 
 
 class Gate(msgspec.Struct, frozen=True, kw_only=True):
@@ -447,6 +450,17 @@ def _align(a: Report, b: Report) -> tuple[_Side, _Side, StepAlignment]:
     na = {a.steps[i].step: i for i in ia}
     nb = {b.steps[i].step: i for i in ib}
     common = sorted(na.keys() & nb.keys())
+    if not common:
+        # two captures of different steps (a profiler schedule started elsewhere): nothing to
+        # pair, so each side's steady steps, as for unnumbered steps
+        return (
+            _Side(warmup=wa, index=ia),
+            _Side(warmup=wb, index=ib),
+            StepAlignment(
+                by="none", a_warmup=wa, b_warmup=wb, a_steps=len(ia), b_steps=len(ib),
+                no_common=bool(ia and ib),
+            ),
+        )  # fmt: skip
     ca, cb = [na[n] for n in common], [nb[n] for n in common]
     paired = [b.steps[j].frontend_ns - a.steps[i].frontend_ns for i, j in zip(ca, cb, strict=True)]
     return (
@@ -545,6 +559,11 @@ def _alignment_notes(al: StepAlignment) -> list[str]:
             f"warm-up left out: {al.a_warmup} step(s) of A, {al.b_warmup} of B (outside the "
             "steady state)"
         )
+    if al.no_common:
+        out.append(
+            "the two sides number their steps but share no step number: each side's steady "
+            "steps are compared, not step by step"
+        )
     if al.a_only or al.b_only:
         out.append(
             f"steps matched by number: {al.a_only} step(s) only in A and {al.b_only} only in B "
@@ -625,7 +644,7 @@ def _parts(r: Report) -> _Parts:
             region_ns=sum(s.region_ns for s in shares),
             busy_ns=sum(s.busy_ns for s in shares),
             idle=idle,
-            named=bool(r.trace.kernels),
+            named=_named(r),
         )
     steps: list[StepRecord] = list(r.steps[w:])
     if r.trace is None and steps:
@@ -643,8 +662,15 @@ def _parts(r: Report) -> _Parts:
         region_ns=b.region_ns if b is not None else 0,
         busy_ns=b.busy_ns if b is not None else 0,
         idle=b.idle_ns_by_cause.as_dict() if b is not None else dict.fromkeys(CAUSES, 0),
-        named=r.trace is not None and bool(r.trace.kernels),
+        named=_named(r),
     )
+
+
+def _named(r: Report) -> bool:
+    """Whether the report splits its busy time by name (a trace without device activity has
+    nothing to split)."""
+    t = r.trace
+    return t is not None and (bool(t.kernels) or t.activities.total == 0)
 
 
 def _kernel_deltas(a: Report, b: Report, na: int, nb: int) -> list[KernelDelta]:

@@ -50,6 +50,8 @@ def device_times(trace: Trace, *, start_ns: int, end_ns: int) -> list[DeviceTime
         return []
     a_start, a_end = act.start_ns, act.start_ns + act.dur_ns
     rows = np.flatnonzero(_on_device(trace) & (a_end > start_ns) & (a_start < end_ns))
+    if not len(rows):
+        return []
     s = np.maximum(a_start[rows], start_ns)
     e = np.minimum(a_end[rows], end_ns)
     order = np.argsort(s, kind="stable")

@@ -186,6 +186,18 @@ def test_steps_are_matched_by_number(tmp_path: Path) -> None:
     assert c.gate.judged_by == "noise test"
 
 
+def test_steps_without_a_common_number_are_compared_as_sets(tmp_path: Path) -> None:
+    base = make_steps(60, frontend_ns=10_000_000, jitter_ns=100_000)
+    a = _records(tmp_path, "a", steps=base[:30])  # steps 0..29
+    b = _records(tmp_path, "b", steps=base[30:])  # steps 30..59
+    c = compare(a, b)
+    assert c.steps.by == "none"
+    assert c.steps.no_common is True
+    assert (c.steps.a_steps, c.steps.b_steps) == (30, 30)
+    assert c.outcome == "same"
+    assert any("share no step number" in n for n in c.notes)
+
+
 def _finding(code: str, cost_ns: int) -> Finding:
     return Finding(code=code, cost_ns=cost_ns, share=0.1, message=code, advice="")
 
