@@ -122,10 +122,14 @@ class KernelDelta(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class HostDelta(msgspec.Struct, frozen=True, kw_only=True):
-    """A host frame (or op) that ran while the device was idle, per step on each side."""
+    """Host time of an operator, or of a frame while the device idled, per step on each side."""
 
+    #: "op": a top-level operator's host time on the launching thread
+    #: (``Report.trace.host_ops``); "frame": a host frame that ran while the device was idle
+    #: (the bound's evidence: the frames at the longest gaps of the leading idle cause)
+    kind: str
     frame: str
-    #: "file.py:123" where the trace had Python frames, else ""
+    #: "file.py:123" for a frame where the trace had Python frames, else ""
     site: str
     a_ns_per_step: float
     b_ns_per_step: float
@@ -704,23 +708,31 @@ def _host_deltas(a: Report, b: Report, na: int, nb: int) -> list[HostDelta]:
             return {}
         return {(f.frame, f.site): f.idle_ns for f in r.bound.evidence.host_frames}
 
-    fa, fb = frames(a), frames(b)
+    def ops(r: Report) -> dict[tuple[str, str], int]:
+        return {(o.name, ""): o.total_ns for o in r.trace.host_ops} if r.trace else {}
+
     out = []
-    for key in fa.keys() | fb.keys():
-        ap, bp = fa.get(key, 0) / max(na, 1), fb.get(key, 0) / max(nb, 1)
-        out.append(
-            HostDelta(
-                frame=key[0],
-                site=key[1],
-                a_ns_per_step=ap,
-                b_ns_per_step=bp,
-                delta_ns_per_step=bp - ap,
+    for kind, table, top in (("op", ops, _TOP_HOST), ("frame", frames, _TOP_FRAMES)):
+        ta, tb = table(a), table(b)
+        rows = []
+        for key in ta.keys() | tb.keys():
+            ap, bp = ta.get(key, 0) / max(na, 1), tb.get(key, 0) / max(nb, 1)
+            rows.append(
+                HostDelta(
+                    kind=kind,
+                    frame=key[0],
+                    site=key[1],
+                    a_ns_per_step=ap,
+                    b_ns_per_step=bp,
+                    delta_ns_per_step=bp - ap,
+                )
             )
-        )
-    out.sort(key=lambda h: (-abs(h.delta_ns_per_step), h.frame, h.site))
-    return out[:_TOP_HOST]
+        rows.sort(key=lambda h: (-abs(h.delta_ns_per_step), h.frame, h.site))
+        out += rows[:top]
+    return out
 
 
+_TOP_FRAMES = 5
 _TOP_HOST = 10
 
 
@@ -900,8 +912,9 @@ def _cause_detail(cause: str, syncs: SyncSiteChanges, host: list[HostDelta]) -> 
             s = max(moved, key=lambda x: abs(x.delta_cost_ns_per_step))
             how = "added" if s in syncs.added else "removed" if s in syncs.removed else "changed"
             return f"{s.op} at {s.site} {how}" if s.site != s.op else f"{s.op} {how}"
-    if cause == "host" and host:
-        h = host[0]
+    frames = [h for h in host if h.kind == "frame" and h.delta_ns_per_step]
+    if cause == "host" and frames:
+        h = frames[0]
         return f"{h.frame} ({h.site})" if h.site else h.frame
     return ""
 

@@ -1,4 +1,6 @@
-"""Device time per activity name: every kernel, copy and memset name of a trace, in one pass.
+"""Time per name over the steady state: every kernel, copy and memset name of a trace's device
+(:func:`device_times`), and every top-level operator of its launching thread
+(:func:`host_op_times`), each in one vectorised pass.
 
 Over a span of the device timeline (the steady state's steps' shares), each name gets:
 
@@ -13,6 +15,11 @@ The device is the one the bound analysis labels (the one with most activities). 
 kept (a trace has tens to a few thousand; an entry is a few hundred bytes of JSON, C++ names
 being long): a comparison
 of two runs needs the names that changed, which need not be the largest.
+
+Host time per operator: the host ranges of kind ``OP`` (``cpu_op``) of the thread with most
+runtime calls (the one that launches the work), **top-level** only (an op inside another op on
+the thread is its parent's time), clipped to the span; so the ops' ``total_ns`` add up to the
+thread's time inside operators, never counted twice.
 """
 
 from __future__ import annotations
@@ -20,10 +27,10 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from asynctrace.analysis.bound import _on_device
-from asynctrace.traces.model import ActivityKind, Trace
+from asynctrace.analysis.bound import _main_thread, _on_device
+from asynctrace.traces.model import ActivityKind, RangeKind, Trace
 
-__all__ = ["DeviceTime", "device_times"]
+__all__ = ["DeviceTime", "HostOpTime", "device_times", "host_op_times"]
 
 #: float sums of hostile durations are held within int64
 _INT64_CAP = 9.2e18
@@ -82,6 +89,51 @@ def device_times(trace: Trace, *, start_ns: int, end_ns: int) -> list[DeviceTime
         for n, (c, t, b) in merged.items()
     ]
     out.sort(key=lambda k: (-k.busy_ns, -k.total_ns, k.name))
+    return out
+
+
+class HostOpTime(msgspec.Struct, frozen=True, kw_only=True):
+    """One top-level operator name's host time over the steady state."""
+
+    name: str
+    count: int
+    total_ns: int
+
+
+def host_op_times(trace: Trace, *, start_ns: int, end_ns: int) -> list[HostOpTime]:
+    """Every top-level operator name of the launching thread over ``[start_ns, end_ns)``, most
+    host time first (pure; one vectorised pass)."""
+    thread = _main_thread(trace)
+    r = trace.ranges
+    if thread is None or not len(r) or end_ns <= start_ns:
+        return []
+    pid, tid = thread
+    rows = np.flatnonzero((r.kind == RangeKind.OP) & (r.pid == pid) & (r.tid == tid))
+    if not len(rows):
+        return []
+    s0, e0 = r.start_ns[rows], r.start_ns[rows] + np.maximum(r.dur_ns[rows], 0)
+    # parents before their children: by start, the longer first
+    order = np.lexsort((-e0, s0))
+    rows, s0, e0 = rows[order], s0[order], e0[order]
+    reach = np.maximum.accumulate(e0)
+    top = np.r_[True, s0[1:] >= reach[:-1]]
+    s = np.maximum(s0[top], start_ns)
+    e = np.minimum(e0[top], end_ns)
+    keep = e > s
+    names, dur = r.name[rows[top][keep]], (e - s)[keep]
+    if not len(names):
+        return []
+    uniq, inv = np.unique(names, return_inverse=True)
+    inv = inv.reshape(-1)
+    count = np.bincount(inv, minlength=len(uniq))
+    total = np.minimum(np.bincount(inv, weights=dur, minlength=len(uniq)), _INT64_CAP)
+    merged: dict[str, list[int]] = {}
+    for i, idx in enumerate(uniq.tolist()):
+        slot = merged.setdefault(trace.name_of(int(idx)), [0, 0])
+        slot[0] += int(count[i])
+        slot[1] += int(total[i])
+    out = [HostOpTime(name=n, count=c, total_ns=t) for n, (c, t) in merged.items()]
+    out.sort(key=lambda h: (-h.total_ns, h.name))
     return out
 
 

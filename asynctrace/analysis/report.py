@@ -34,7 +34,7 @@ from asynctrace.analysis.bound import (
     bound_of_trace,
 )
 from asynctrace.analysis.diagnosis import Finding
-from asynctrace.analysis.kernels import DeviceTime, device_times
+from asynctrace.analysis.kernels import DeviceTime, HostOpTime, device_times, host_op_times
 from asynctrace.analysis.launches import LaunchLinks, LaunchStats, launch_stats, link_launches
 from asynctrace.analysis.queue import (
     DEFAULT_QUEUE_CAP,
@@ -144,6 +144,9 @@ class TraceFigures(msgspec.Struct, frozen=True, kw_only=True):
     #: state's steps, most busy time first; their ``busy_ns`` add up to those steps' busy time
     #: (:mod:`asynctrace.analysis.kernels`); [] in reports saved before it
     kernels: list[DeviceTime] = msgspec.field(default_factory=list)
+    #: host time per top-level operator of the launching thread over the steady steps' host
+    #: spans, most first (:mod:`asynctrace.analysis.kernels`); [] in reports saved before it
+    host_ops: list[HostOpTime] = msgspec.field(default_factory=list)
 
 
 class Report(msgspec.Struct, frozen=True, kw_only=True):
@@ -451,7 +454,10 @@ def _trace_analysis(
     figs = report.trace
     assert figs is not None  # made just above
     report = msgspec.structs.replace(
-        report, trace=msgspec.structs.replace(figs, kernels=_kernels(trace, report))
+        report,
+        trace=msgspec.structs.replace(
+            figs, kernels=_kernels(trace, report), host_ops=_host_ops(trace, report)
+        ),
     )
     gaps = tb.gaps  # bound_of_trace always gives them; an empty set where it would not
     if gaps is None:
@@ -491,6 +497,17 @@ def _kernels(trace: Trace, report: Report) -> list[DeviceTime]:
     if w >= len(shares):
         return []
     return device_times(trace, start_ns=shares[w].share_start_ns, end_ns=shares[-1].share_end_ns)
+
+
+def _host_ops(trace: Trace, report: Report) -> list[HostOpTime]:
+    """The top-level operators' host time over the steady steps' host spans."""
+    figs = report.trace
+    w = warmup_steps(report)
+    if figs is None or w >= len(report.steps) or not figs.steps:
+        return []
+    return host_op_times(
+        trace, start_ns=report.steps[w].start_ns, end_ns=max(x.end_ns for x in figs.steps[w:])
+    )
 
 
 def _activity_counts(trace: Trace, keys: list[str], group_of: np.ndarray) -> ActivityCounts:

@@ -161,12 +161,15 @@ def _print_explain(e: Explanation, console: Console) -> None:
             f"{format_ns(k.b_ns_per_step)} ({_signed_ns(k.delta_ns_per_step)}/step)",
             markup=False,
         )
-    for h in [h for h in e.host if h.delta_ns_per_step != 0][:3]:
-        where = f" ({h.site})" if h.site else ""
-        console.print(
-            f"  host {p(h.frame)}{p(where)} during idle: {_signed_ns(h.delta_ns_per_step)}/step",
-            markup=False,
-        )
+    for kind, what in (("op", "host op"), ("frame", "host frame")):
+        for h in [h for h in e.host if h.kind == kind and h.delta_ns_per_step != 0][:3]:
+            where = f" ({h.site})" if h.site else ""
+            during = " during idle" if kind == "frame" else ""
+            console.print(
+                f"  {what} {p(_short(h.frame))}{p(where)}{during}: {format_ns(h.a_ns_per_step)}"
+                f" -> {format_ns(h.b_ns_per_step)} ({_signed_ns(h.delta_ns_per_step)}/step)",
+                markup=False,
+            )
     ss = e.sync_sites
     for what, rows in (("added", ss.added), ("removed", ss.removed), ("changed", ss.changed)):
         for s in rows:

@@ -11,7 +11,16 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEVICE_CATS", "derive", "read_events", "scaled", "tally", "tally_busy", "write_trace"]
+__all__ = [
+    "DEVICE_CATS",
+    "derive",
+    "read_events",
+    "scaled",
+    "tally",
+    "tally_busy",
+    "tally_host_ops",
+    "write_trace",
+]
 
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -69,7 +78,8 @@ def derive(
     """A copy of ``data`` where every activity named ``double`` lasts twice as long (what
     follows each one moved later by its duration), and one ``cudaStreamSynchronize`` of
     ``sync_ns`` is added in the middle of the ``sync_in``-th activity (by start), on the
-    step's thread, inside a Python frame ``site`` (``train.py(42): item``): the host waits
+    step's thread, inside a Python frame ``site`` (``train.py(42): item``) and an op
+    ``aten::item``: the host waits
     there while that activity runs; what follows moves later by ``sync_ns``, so the device
     idles once it ends. Returns the copy and the index of the activity the sync waited on."""
     events = data["traceEvents"]
@@ -96,6 +106,8 @@ def derive(
     out["traceEvents"] += [
         {"ph": "X", "cat": "python_function", "name": site, "pid": pid, "tid": tid,
          "ts": start / 1000, "dur": dur, "args": {"Python parent id": None, "Python id": 999_999}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::item", "pid": pid, "tid": tid,
+         "ts": start / 1000, "dur": dur, "args": {"External id": 999_999}},
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": pid,
          "tid": tid, "ts": start / 1000, "dur": dur,
          "args": {"cbid": 131, "correlation": 999_999}},
@@ -144,5 +156,29 @@ def tally_busy(data: dict[str, Any]) -> dict[str, int]:
     for start, end, name in acts:
         lo = start if reach is None else max(start, reach)
         out[name] += max(0, end - lo)
+        reach = end if reach is None else max(reach, end)
+    return dict(out)
+
+
+def tally_host_ops(data: dict[str, Any]) -> dict[str, int]:
+    """Host time per top-level ``cpu_op`` name on the thread of the first profiler step, within
+    that step's span, from the raw JSON (an op inside another op is its parent's time)."""
+    events = data["traceEvents"]
+    step = next(e for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+    lo, hi = _ns(step["ts"]), _ns(step["ts"]) + _ns(step["dur"])
+    ops = sorted(
+        (
+            (_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]), e["name"])
+            for e in events
+            if e.get("cat") == "cpu_op" and e.get("ph") == "X"
+            and (e["pid"], e["tid"]) == (step["pid"], step["tid"])
+        ),
+        key=lambda o: (o[0], -o[1]),
+    )  # fmt: skip
+    out: dict[str, int] = defaultdict(int)
+    reach: int | None = None
+    for start, end, name in ops:
+        if (reach is None or start >= reach) and min(end, hi) > max(start, lo):
+            out[name] += min(end, hi) - max(start, lo)
         reach = end if reach is None else max(reach, end)
     return dict(out)

@@ -17,7 +17,15 @@ from asynctrace.analysis.diagnosis import Finding
 from asynctrace.analysis.report import Report, analyze
 from asynctrace.records import SyncSite
 from asynctrace.sources import load_source
-from tests.analysis._derive import derive, read_events, scaled, tally, tally_busy, write_trace
+from tests.analysis._derive import (
+    derive,
+    read_events,
+    scaled,
+    tally,
+    tally_busy,
+    tally_host_ops,
+    write_trace,
+)
 from tests.conftest import shared_trace
 from tests.export._records import make_steps, write_records_file
 
@@ -105,6 +113,22 @@ def test_an_added_sync_shows_with_its_site(tmp_path: Path) -> None:
     assert added[0].b_cost_ns_per_step >= SYNC_NS - 2
     assert c.explain.sync_sites.removed == []
     assert c.explain.idle_by_cause["sync"].delta_ns_per_step > 0
+
+
+@pytest.mark.real_traces
+def test_host_op_changes_equal_an_independent_tally(tmp_path: Path) -> None:
+    raw, changed, c = _pair(tmp_path)
+    ha, hb = tally_host_ops(raw), tally_host_ops(changed)
+    want = {n: hb.get(n, 0) - ha.get(n, 0) for n in ha.keys() | hb.keys()}
+    ops = [h for h in c.explain.host if h.kind == "op"]
+    assert ops
+    for h in ops:
+        assert h.delta_ns_per_step == want[h.frame], h.frame
+    # the largest changes, largest first: the op the sync ran inside grew by the sync's wait
+    top = sorted(want.values(), key=abs, reverse=True)[: len(ops)]
+    assert [h.delta_ns_per_step for h in ops] == top
+    assert want["aten::item"] == SYNC_NS - 2
+    assert ops[0].frame == "aten::item"
 
 
 @pytest.mark.real_traces
