@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from asynctrace._many import analyze_many
+    from asynctrace._regression import assert_no_regression
     from asynctrace.analysis.report import Analysis, Report, analyze, analyze_detail
     from asynctrace.capture.benchmark import Benchmark
     from asynctrace.capture.options import TraceOptions
@@ -53,6 +54,7 @@ __all__ = [
     "analyze",
     "analyze_detail",
     "analyze_many",
+    "assert_no_regression",
     "current_session",
     "expect_syncs",
     "find_sources",
@@ -83,6 +85,7 @@ _LAZY: dict[str, str] = {
     "load_source": "asynctrace.sources",
     "find_sources": "asynctrace.sources",
     "analyze_many": "asynctrace._many",
+    "assert_no_regression": "asynctrace._regression",
 }
 
 

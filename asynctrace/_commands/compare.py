@@ -1,7 +1,11 @@
-"""``asynctrace compare A B [--json]``: before/after, per figure, judged against noise.
+"""``asynctrace compare A B [--json | --format markdown] [--fail-on regression]``: before/after,
+per figure, judged against noise, with what explains the change.
 
 A and B are both session records (``*.records.jsonl``), or both traces / saved reports (the JSON
-``asynctrace report --json`` prints). How noise is judged: :mod:`asynctrace.analysis.compare`.
+``asynctrace report --json`` prints). How noise is judged and the change explained:
+:mod:`asynctrace.analysis.compare`. Exit status: 0, or 1 when ``--fail-on regression`` finds B a
+regression; 2 for bad input (a file that cannot be read, two kinds that do not compare, a gate
+that has no comparable step time to judge).
 """
 
 from __future__ import annotations
@@ -10,19 +14,12 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from asynctrace._output import json_text
 from asynctrace._text import printable
 from asynctrace.errors import TraceFormatError
-
-if TYPE_CHECKING:
-    from asynctrace.analysis.compare import Comparison
-    from asynctrace.analysis.report import Report
 
 __all__ = ["add_arguments", "run"]
 
@@ -30,7 +27,22 @@ __all__ = ["add_arguments", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", metavar="A", help="before: records, a trace or a saved report JSON")
     parser.add_argument("b", metavar="B", help="after: the same kind as A")
-    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    parser.add_argument(
+        "--json", action="store_true", help="print the comparison as JSON (= --format json)"
+    )
+    parser.add_argument(
+        "--format",
+        choices=("text", "json", "markdown"),
+        default=None,
+        help="text (default), json, or markdown: a compact summary for a pull-request comment",
+    )
+    parser.add_argument(
+        "--fail-on",
+        choices=("regression",),
+        default=None,
+        help="exit 1 when B is judged a regression of step time (significant and at least "
+        "--min-effect; with too few steps for the test, on the effect size alone)",
+    )
     parser.add_argument(
         "--alpha",
         type=_alpha,
@@ -69,133 +81,44 @@ def _min_effect(text: str) -> float:
     return x
 
 
-def _check_file(path: Path) -> None:
-    if not path.exists():
-        raise TraceFormatError(str(path), "no such file")
-    if path.is_dir():
-        raise TraceFormatError(
-            str(path), "is a folder: compare two files (records, traces or saved reports)"
-        )
-    if not path.is_file():
-        # reading a FIFO blocks forever, a device never ends: refuse before opening
-        raise TraceFormatError(str(path), "not a regular file (a FIFO, socket or device)")
-
-
-def _saved_report(path: Path) -> bool:
-    """Whether the file is a report ``asynctrace report --json`` wrote (not a trace)."""
-    if path.suffix != ".json":
-        return False
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096).lstrip()
-    except OSError as e:
-        raise TraceFormatError(str(path), f"cannot read the file: {e.strerror or e}") from None
-    return head.startswith(b"{") and b'"schema_version"' in head and b'"traceEvents"' not in head
-
-
-def _report(path: Path) -> Report:
-    """The report of a file: a saved report read back, else the analysis of what the loader
-    read (a trace or a session's records)."""
-    from asynctrace.analysis.report import Report, analyze
-    from asynctrace.sources import load_source
-
-    _check_file(path)
-    if _saved_report(path):
-        try:
-            return Report.from_json(path.read_bytes())
-        except OSError as e:
-            raise TraceFormatError(str(path), f"cannot read the file: {e.strerror or e}") from None
-        except TraceFormatError as e:
-            raise TraceFormatError(str(path), e.reason) from None
-    return analyze(load_source(path))
-
-
-def _what(r: Report) -> str:
-    return "records" if r.trace is None else "trace"
+def _console() -> Console:
+    # names and paths are printed as they are: no rich markup ("[b]") or emoji codes (":x:")
+    if sys.stdout.isatty():
+        return Console(markup=False, emoji=False)
+    return Console(
+        width=140,
+        no_color=True,
+        highlight=False,
+        color_system=None,
+        markup=False,
+        emoji=False,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from asynctrace._regression import check_comparable, load_report
     from asynctrace.analysis.compare import compare
+    from asynctrace.render.compare import markdown, render_comparison
 
-    a, b = _report(Path(args.a)), _report(Path(args.b))
-    ka, kb = (_what(r) for r in (a, b))
-    if ka != kb:
-        # a session's steps are its own boundaries, a trace's the profiler's: their times are
-        # not the same measurement
-        raise TraceFormatError(
-            args.b, f"cannot compare {ka} with {kb}: give two records files or two traces/reports"
-        )
+    fmt = args.format or ("json" if args.json else "text")
+    if args.json and fmt != "json":
+        raise TraceFormatError("--json", f"conflicts with --format {fmt}: give one of them")
+    a, b = load_report(Path(args.a)), load_report(Path(args.b))
+    check_comparable(a, b, b_name=args.b)
     comparison = compare(a, b, alpha=args.alpha, min_effect=args.min_effect)
+    gate = args.fail_on == "regression"
 
-    if args.json:
+    if fmt == "json":
         sys.stdout.write(json_text(comparison) + "\n")
+    elif fmt == "markdown":
+        sys.stdout.write(markdown(comparison, gate=gate))
+    else:
+        render_comparison(comparison, _console(), gate=gate)
+    if not gate:
         return 0
-    # names and paths are printed as they are: no rich markup ("[b]") or emoji codes (":x:")
-    console = (
-        Console(markup=False, emoji=False)
-        if sys.stdout.isatty()
-        else Console(
-            width=140,
-            no_color=True,
-            highlight=False,
-            color_system=None,
-            markup=False,
-            emoji=False,
-        )
-    )
-    # names and paths come from files: control characters are shown escaped
-    p = printable
-    table = Table(title=f"A: {p(comparison.a)}\nB: {p(comparison.b)}", title_justify="left")
-    for col in ("figure", "A median", "B median", "delta", "p", "judged"):
-        table.add_column(col, justify="left" if col in ("figure", "judged") else "right")
-    style = {"improvement": "green", "regression": "red", "changed": "yellow"}
-    for f in comparison.figures:
-        table.add_row(
-            p(f"{f.figure} ({f.unit})"),
-            _num(f.a_median),
-            _num(f.b_median),
-            "—" if f.delta is None else _num(f.delta, sign=True) + _pct(f.delta_pct),
-            "—" if f.p_value is None else f"{f.p_value:.3g}",
-            Text(f.change, style=style.get(f.change, "")),
-        )
-    console.print(table)
-    va, vb = comparison.verdict_a, comparison.verdict_b
-    if comparison.verdict_changed:
-        console.print(f"verdict changed: {p(va.code)} -> {p(vb.code)}", markup=False)
-    else:
-        console.print(f"verdict unchanged: {p(va.code)}", markup=False)
-    for x in comparison.findings_added:
-        console.print(f"  + {p(x)}", markup=False)
-    for x in comparison.findings_removed:
-        console.print(f"  - {p(x)}", markup=False)
-    console.print(p(_outcome_line(comparison)), markup=False)
-    for note in comparison.notes:
-        console.print(f"note: {p(note)}", markup=False)
-    console.print(f"noise: {p(comparison.noise)}", markup=False)
-    return 0
-
-
-def _outcome_line(comparison: Comparison) -> str:
-    if comparison.outcome in ("improvement", "regression", "same"):
-        return f"B is: {comparison.outcome} (step time)"
-    step = next(f for f in comparison.figures if f.figure == "step time")
-    if comparison.outcome == "not comparable":
-        why = "step times not comparable: the runs were captured with different settings (note)"
-    elif comparison.outcome == "too few steps":
-        why = (
-            f"too few steps ({step.a_n} and {step.b_n}; the noise test needs "
-            f"{comparison.min_steps} on each side)"
-        )
-    else:
-        why = "no step time on one side"
-    return f"B is: not judged: {why}"
-
-
-def _num(v: float | None, *, sign: bool = False) -> str:
-    if v is None:
-        return "—"
-    return f"{v:+.4g}" if sign else f"{v:.4g}"
-
-
-def _pct(p: float | None) -> str:
-    return "" if p is None else f" ({p:+.1f}%)"
+    if comparison.gate.judged_by == "not judged":
+        # a gate that cannot judge must not pass silently
+        raise TraceFormatError(args.b, f"--fail-on regression: {comparison.gate.message}")
+    if comparison.gate.judged_by == "effect size":
+        sys.stderr.write(f"asynctrace compare: {printable(comparison.gate.message)}\n")
+    return 1 if comparison.gate.regression else 0

@@ -34,6 +34,7 @@ from asynctrace.analysis.bound import (
     bound_of_trace,
 )
 from asynctrace.analysis.diagnosis import Finding
+from asynctrace.analysis.kernels import DeviceTime, HostOpTime, device_times, host_op_times
 from asynctrace.analysis.launches import LaunchLinks, LaunchStats, launch_stats, link_launches
 from asynctrace.analysis.queue import (
     DEFAULT_QUEUE_CAP,
@@ -75,6 +76,7 @@ __all__ = [
     "analyze_detail",
     "rank_from_name",
     "sync_sites",
+    "warmup_steps",
 ]
 
 REPORT_SCHEMA_VERSION = 3
@@ -138,6 +140,13 @@ class TraceFigures(msgspec.Struct, frozen=True, kw_only=True):
     #: "none"
     step_source: str
     steps: list[TraceStep]
+    #: device time per activity name (every kernel, copy and memset name) over the steady
+    #: state's steps, most busy time first; their ``busy_ns`` add up to those steps' busy time
+    #: (:mod:`asynctrace.analysis.kernels`); [] in reports saved before it
+    kernels: list[DeviceTime] = msgspec.field(default_factory=list)
+    #: host time per top-level operator of the launching thread over the steady steps' host
+    #: spans, most first (:mod:`asynctrace.analysis.kernels`); [] in reports saved before it
+    host_ops: list[HostOpTime] = msgspec.field(default_factory=list)
 
 
 class Report(msgspec.Struct, frozen=True, kw_only=True):
@@ -442,6 +451,14 @@ def _trace_analysis(
             steps=split.extras,
         ),
     )
+    figs = report.trace
+    assert figs is not None  # made just above
+    report = msgspec.structs.replace(
+        report,
+        trace=msgspec.structs.replace(
+            figs, kernels=_kernels(trace, report), host_ops=_host_ops(trace, report)
+        ),
+    )
     gaps = tb.gaps  # bound_of_trace always gives them; an empty set where it would not
     if gaps is None:
         empty = np.zeros(0, np.int64)
@@ -456,6 +473,41 @@ def _trace_analysis(
         stream_keys=keys,
     )
     return report, detail
+
+
+def warmup_steps(report: Report) -> int:
+    """How many leading steps are warm-up, outside the steady state (``report.warmup``)."""
+    return min(report.warmup.steps, len(report.steps)) if report.warmup is not None else 0
+
+
+def _kernels(trace: Trace, report: Report) -> list[DeviceTime]:
+    """The per-name device times over the steady steps' shares of the timeline (the shares
+    are consecutive: their busy times add up to the union's over the span)."""
+    shares = report.step_bounds
+    if not shares:
+        act = trace.activities
+        if not len(act):
+            return []
+        return device_times(
+            trace,
+            start_ns=int(act.start_ns.min()),
+            end_ns=int((act.start_ns + act.dur_ns).max()),
+        )
+    w = warmup_steps(report)
+    if w >= len(shares):
+        return []
+    return device_times(trace, start_ns=shares[w].share_start_ns, end_ns=shares[-1].share_end_ns)
+
+
+def _host_ops(trace: Trace, report: Report) -> list[HostOpTime]:
+    """The top-level operators' host time over the steady steps' host spans."""
+    figs = report.trace
+    w = warmup_steps(report)
+    if figs is None or w >= len(report.steps) or not figs.steps:
+        return []
+    return host_op_times(
+        trace, start_ns=report.steps[w].start_ns, end_ns=max(x.end_ns for x in figs.steps[w:])
+    )
 
 
 def _activity_counts(trace: Trace, keys: list[str], group_of: np.ndarray) -> ActivityCounts:

@@ -1,0 +1,144 @@
+"""Time per name over the steady state: every kernel, copy and memset name of a trace's device
+(:func:`device_times`), and every top-level operator of its launching thread
+(:func:`host_op_times`), each in one vectorised pass.
+
+Over a span of the device timeline (the steady state's steps' shares), each name gets:
+
+* ``count``: its activities that overlap the span;
+* ``total_ns``: their durations, clipped to the span (what a per-name tally of the trace sums);
+* ``busy_ns``: its share of the device's **busy** time (the union of its activities): where
+  activities overlap (several streams), the one that started first owns the overlap, so the
+  names' ``busy_ns`` add up to the busy time exactly, and on one stream ``busy_ns`` equals
+  ``total_ns``.
+
+The device is the one the bound analysis labels (the one with most activities). Every name is
+kept (a trace has tens to a few thousand; an entry is a few hundred bytes of JSON, C++ names
+being long): a comparison
+of two runs needs the names that changed, which need not be the largest.
+
+Host time per operator: the host ranges of kind ``OP`` (``cpu_op``) of the thread with most
+runtime calls (the one that launches the work), **top-level** only (an op inside another op on
+the thread is its parent's time), clipped to the span; so the ops' ``total_ns`` add up to the
+thread's time inside operators, never counted twice.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import numpy as np
+
+from asynctrace.analysis.bound import _main_thread, _on_device
+from asynctrace.traces.model import ActivityKind, RangeKind, Trace
+
+__all__ = ["DeviceTime", "HostOpTime", "device_times", "host_op_times"]
+
+#: float sums of hostile durations are held within int64
+_INT64_CAP = 9.2e18
+
+
+class DeviceTime(msgspec.Struct, frozen=True, kw_only=True):
+    """One activity name's device time over the steady state."""
+
+    name: str
+    #: "kernel", "memcpy" or "memset" (the kind of its first activity)
+    kind: str
+    count: int
+    #: durations clipped to the span, summed
+    total_ns: int
+    #: its share of the device's busy time (overlaps owned by the activity that started first)
+    busy_ns: int
+
+
+def device_times(trace: Trace, *, start_ns: int, end_ns: int) -> list[DeviceTime]:
+    """Every activity name of the labelled device over ``[start_ns, end_ns)``, most busy time
+    first (pure; one vectorised pass)."""
+    act = trace.activities
+    if not len(act) or end_ns <= start_ns:
+        return []
+    a_start, a_end = act.start_ns, act.start_ns + act.dur_ns
+    rows = np.flatnonzero(_on_device(trace) & (a_end > start_ns) & (a_start < end_ns))
+    if not len(rows):
+        return []
+    s = np.maximum(a_start[rows], start_ns)
+    e = np.minimum(a_end[rows], end_ns)
+    order = np.argsort(s, kind="stable")
+    rows, s, e = rows[order], s[order], e[order]
+    # what each activity adds to the union of those started before it
+    reach = np.maximum.accumulate(e)
+    before = np.r_[np.int64(start_ns), reach[:-1]]
+    own = np.maximum(e - np.maximum(s, before), 0)
+    names = act.name[rows]
+    uniq, first, inv = np.unique(names, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    count = np.bincount(inv, minlength=len(uniq))
+    total = np.minimum(np.bincount(inv, weights=e - s, minlength=len(uniq)), _INT64_CAP)
+    busy = np.minimum(np.bincount(inv, weights=own, minlength=len(uniq)), _INT64_CAP)
+    kinds = act.kind[rows][first]
+    # two indices may hold one string: merged by the name itself
+    merged: dict[str, list[int]] = {}
+    kind_of: dict[str, str] = {}
+    for i, idx in enumerate(uniq.tolist()):
+        name = trace.name_of(int(idx))
+        slot = merged.setdefault(name, [0, 0, 0])
+        slot[0] += int(count[i])
+        slot[1] += int(total[i])
+        slot[2] += int(busy[i])
+        kind_of.setdefault(name, _kind_name(int(kinds[i])))
+    out = [
+        DeviceTime(name=n, kind=kind_of[n], count=c, total_ns=t, busy_ns=b)
+        for n, (c, t, b) in merged.items()
+    ]
+    out.sort(key=lambda k: (-k.busy_ns, -k.total_ns, k.name))
+    return out
+
+
+class HostOpTime(msgspec.Struct, frozen=True, kw_only=True):
+    """One top-level operator name's host time over the steady state."""
+
+    name: str
+    count: int
+    total_ns: int
+
+
+def host_op_times(trace: Trace, *, start_ns: int, end_ns: int) -> list[HostOpTime]:
+    """Every top-level operator name of the launching thread over ``[start_ns, end_ns)``, most
+    host time first (pure; one vectorised pass)."""
+    thread = _main_thread(trace)
+    r = trace.ranges
+    if thread is None or not len(r) or end_ns <= start_ns:
+        return []
+    pid, tid = thread
+    rows = np.flatnonzero((r.kind == RangeKind.OP) & (r.pid == pid) & (r.tid == tid))
+    if not len(rows):
+        return []
+    s0, e0 = r.start_ns[rows], r.start_ns[rows] + np.maximum(r.dur_ns[rows], 0)
+    # parents before their children: by start, the longer first
+    order = np.lexsort((-e0, s0))
+    rows, s0, e0 = rows[order], s0[order], e0[order]
+    reach = np.maximum.accumulate(e0)
+    top = np.r_[True, s0[1:] >= reach[:-1]]
+    s = np.maximum(s0[top], start_ns)
+    e = np.minimum(e0[top], end_ns)
+    keep = e > s
+    names, dur = r.name[rows[top][keep]], (e - s)[keep]
+    if not len(names):
+        return []
+    uniq, inv = np.unique(names, return_inverse=True)
+    inv = inv.reshape(-1)
+    count = np.bincount(inv, minlength=len(uniq))
+    total = np.minimum(np.bincount(inv, weights=dur, minlength=len(uniq)), _INT64_CAP)
+    merged: dict[str, list[int]] = {}
+    for i, idx in enumerate(uniq.tolist()):
+        slot = merged.setdefault(trace.name_of(int(idx)), [0, 0])
+        slot[0] += int(count[i])
+        slot[1] += int(total[i])
+    out = [HostOpTime(name=n, count=c, total_ns=t) for n, (c, t) in merged.items()]
+    out.sort(key=lambda h: (-h.total_ns, h.name))
+    return out
+
+
+def _kind_name(kind: int) -> str:
+    try:
+        return ActivityKind(kind).name.lower()
+    except ValueError:
+        return "kernel"
