@@ -3,9 +3,9 @@
 :func:`analyze_many` is the I/O side of a multi-rank analysis: each rank file is read and
 analysed by a worker (``load`` → ``analyze``), which returns only the :class:`Report`, encoded
 as msgpack bytes (a few kB to a few MB, however large the trace); the driver decodes the
-reports and reduces them (:func:`~asynctrace.analysis.ranks.compare_ranks`,
-:func:`~asynctrace.analysis.many.cross_rank`), never holding a trace model. A worker holds one
-trace at a time.
+reports and reduces them run by run (:func:`~asynctrace.analysis.ranks.compare_runs`: only
+files whose rank metadata say they are one job's ranks share a rank table), never holding a
+trace model. A worker holds one trace at a time.
 
 Where the map runs:
 
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future, ProcessPoolExecutor
 
     from asynctrace.analysis.many import CrossRank
-    from asynctrace.analysis.ranks import RankComparison
+    from asynctrace.analysis.ranks import RankComparison, RunComparison
     from asynctrace.analysis.report import Report
     from asynctrace.traces.model import Trace
 
@@ -93,10 +93,14 @@ class ManyReports(msgspec.Struct, frozen=True, kw_only=True):
     reports: list[Report]
     #: one per path, in order (failures included)
     files: list[FileRun]
-    #: the rank table, slowest rank and per-step skew; None with fewer than two reports
+    #: the rank table, slowest rank and per-step skew of the files' one job (the only run of
+    #: several files, :func:`~asynctrace.analysis.ranks.job_of`); None where there is none or
+    #: more than one: then see ``runs``
     ranks: RankComparison | None
-    #: the cross-rank figures; None with fewer than two reports
+    #: the cross-rank figures of that job; None as ``ranks``
     cross_rank: CrossRank | None
+    #: the files grouped into runs, each run of several files compared
+    runs: list[RunComparison] = msgspec.field(default_factory=list)
 
     @property
     def failures(self) -> list[str]:
@@ -410,7 +414,7 @@ def analyze_many(
     keep_sync_calls: bool = True,
     on_file: Callable[[FileRun], None] | None = None,
 ) -> ManyReports:
-    """Analyse many rank files (one trace each) and compare the ranks.
+    """Analyse many rank files (one trace each) and compare the ranks of each run.
 
     ``workers``: local processes for the per-file map (default: the cores this process may use,
     at most one per file; 1 runs in this process). ``scheduler``: a Dask scheduler address
@@ -422,8 +426,7 @@ def analyze_many(
     :attr:`ManyReports.files` (``ok=False``) and the others go on; any other exception in a
     worker is raised here, as it would be in one process.
     """
-    from asynctrace.analysis.many import cross_rank
-    from asynctrace.analysis.ranks import compare_ranks
+    from asynctrace.analysis.ranks import compare_runs, job_of
     from asynctrace.analysis.report import Report
 
     reports, files = _map_files(
@@ -435,12 +438,14 @@ def analyze_many(
         scheduler=scheduler,
         on_file=on_file,
     )
-    several = len(reports) > 1
+    runs = compare_runs(reports)
+    job = job_of(runs)
     return ManyReports(
         reports=reports,
         files=files,
-        ranks=compare_ranks(reports) if several else None,
-        cross_rank=cross_rank(reports) if several else None,
+        ranks=job.ranks if job is not None else None,
+        cross_rank=job.cross_rank if job is not None else None,
+        runs=runs,
     )
 
 

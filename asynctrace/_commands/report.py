@@ -33,8 +33,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from asynctrace._many import ManyReports
-    from asynctrace.analysis.many import CrossRank
-    from asynctrace.analysis.ranks import RankComparison
+    from asynctrace.analysis.ranks import RunComparison
     from asynctrace.analysis.report import Analysis, Report
     from asynctrace.sources import FolderSources
 
@@ -207,11 +206,17 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
     if not reports:
         raise TraceFormatError(str(path), f"nothing readable ({'; '.join(failed)})")
     behind.close()
+    from asynctrace.analysis.ranks import job_of
+    from asynctrace.analysis.report import REPORT_SCHEMA_VERSION
+
     if many is not None and len(many.reports) == len(reports):
-        # the traces were all there is: their reduce is the job's
-        ranks, cross = many.ranks, many.cross_rank
+        # the traces were all there is: their reduce is the folder's
+        runs = many.runs
     else:
-        ranks, cross = _compare(reports)
+        runs = _runs(reports) if found is not None else []
+    job = job_of(runs)
+    ranks = job.ranks if job is not None else None
+    cross = job.cross_rank if job is not None else None
 
     if html is not None:
         from asynctrace._commands._html import write_report_html
@@ -223,10 +228,19 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
     if args.json:
         obj: object = reports[0]
         if found is not None:
-            obj = {"schema_version": 2, "reports": reports, "ranks": ranks, "cross_rank": cross}
+            obj = {
+                "schema_version": REPORT_SCHEMA_VERSION,
+                "reports": reports,
+                "runs": runs,
+                "ranks": ranks,
+                "cross_rank": cross,
+            }
         sys.stdout.write(json_text(obj) + "\n")
     else:
-        _print_text(args, reports, ranks, cross)
+        _print_text(args, reports, runs)
+    if html is not None:
+        # said after the report, on stderr: stdout stays the report alone (`--json > x.json`)
+        print(f"asynctrace report: wrote {printable(str(html))}", file=sys.stderr)
     return _skipped(failed)
 
 
@@ -296,35 +310,25 @@ def _analyze_folder(
     return [*(many.reports if many is not None else []), *records], many
 
 
-def _compare(reports: list[Report]) -> tuple[RankComparison | None, CrossRank | None]:
-    """The per-rank table and the cross-rank figures of several reports (traces and session
-    records alike); None for one."""
-    if len(reports) < 2:
-        return None, None
-    from asynctrace.analysis.many import cross_rank
-    from asynctrace.analysis.ranks import compare_ranks
+def _runs(reports: list[Report]) -> list[RunComparison]:
+    """A folder's reports (traces and session records alike) grouped into runs, each run of
+    several files compared."""
+    from asynctrace.analysis.ranks import compare_runs
 
-    return compare_ranks(reports), cross_rank(reports)
+    return compare_runs(reports)
 
 
-def _print_text(
-    args: argparse.Namespace,
-    reports: list[Report],
-    ranks: RankComparison | None,
-    cross: CrossRank | None,
-) -> None:
-    from asynctrace.render.text import render_ranks, render_report
+def _print_text(args: argparse.Namespace, reports: list[Report], runs: list[RunComparison]) -> None:
+    from asynctrace.render.text import render_report
 
     console = _console()
     for r in reports:
         render_report(r, console, steps=args.steps, top_sites=args.top)
         console.print()
-    if ranks is not None:
-        render_ranks(ranks, console)
-    if cross is not None:
-        from asynctrace.render.many import render_cross_rank
+    if runs:
+        from asynctrace.render.many import render_runs
 
-        render_cross_rank(cross, console)
+        render_runs(runs, console)
 
 
 def _analyze_traces(
