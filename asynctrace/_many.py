@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from asynctrace._extras import require
+from asynctrace._output import fs_name
 from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
 from asynctrace.errors import OptionError, TraceFormatError
 
@@ -201,6 +202,7 @@ OnResult = Callable[[int, "_Result | None", str | None], None]
 
 def _local_map(
     paths: Sequence[str],
+    shown: Sequence[str],
     workers: int,
     task: Callable[..., _Result],
     task_args: tuple[Any, ...],
@@ -224,7 +226,7 @@ def _local_map(
             if ex is None:
                 ex = slots[slot] = ProcessPoolExecutor(max_workers=1, mp_context=ctx)
             try:
-                fut = ex.submit(task, paths[i], paths[i], *task_args)
+                fut = ex.submit(task, paths[i], shown[i], *task_args)
             except BrokenProcessPool:
                 # its process died between two files: the file never started; a fresh one
                 ex.shutdown(wait=False, cancel_futures=True)
@@ -285,6 +287,7 @@ def _client(scheduler: Any) -> tuple[Any, bool]:
 
 def _dask_map(
     paths: Sequence[str],
+    shown: Sequence[str],
     scheduler: Any,
     task: Callable[..., _Result],
     task_args: tuple[Any, ...],
@@ -298,7 +301,7 @@ def _dask_map(
         futures = client.map(
             task,
             [os.path.abspath(p) for p in paths],  # the workers' working folder may differ
-            list(paths),
+            list(shown),
             *[[a] * len(paths) for a in task_args],
             pure=False,
             key=[f"asynctrace-{task.__name__}-{i}-{stamp}" for i in range(len(paths))],
@@ -344,23 +347,27 @@ def _map_files(
     ``on_file`` as each file is done."""
     sources = [os.fspath(p) for p in paths]
     sizes = [file_size(p) for p in sources]
+    # what the reports and errors call each file: a name that is not UTF-8 cannot go into
+    # msgpack or JSON, and one such file must not lose every other rank's output
+    shown = [fs_name(p) for p in sources]
     runs: list[FileRun | None] = [None] * len(sources)
     decoded: list[_T | None] = [None] * len(sources)
 
     def done(i: int, result: _Result | None, lost: str | None) -> None:
-        run = runs[i] = _file_run(sources[i], sizes[i], result, lost)
+        run = runs[i] = _file_run(shown[i], sizes[i], result, lost)
         if result is not None and run.ok:
             assert isinstance(result[1], bytes)
             decoded[i] = msgspec.msgpack.decode(result[1], type=result_type)
         if on_file is not None:
             on_file(run)
 
-    _map(sources, task, task_args, workers=workers, scheduler=scheduler, done=done)
+    _map(sources, shown, task, task_args, workers=workers, scheduler=scheduler, done=done)
     return [d for d in decoded if d is not None], [r for r in runs if r is not None]
 
 
 def _map(
     sources: Sequence[str],
+    shown: Sequence[str],
     task: Callable[..., _Result],
     task_args: tuple[Any, ...],
     *,
@@ -371,14 +378,14 @@ def _map(
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise OptionError(f"workers={workers!r}: give a whole number >= 1")
     if scheduler is not None:
-        _dask_map(sources, scheduler, task, task_args, done)
+        _dask_map(sources, shown, scheduler, task, task_args, done)
         return
     n = default_workers(len(sources)) if workers is None else min(workers, len(sources))
     if n <= 1 or not _main_importable():
         for i, p in enumerate(sources):
-            done(i, task(p, p, *task_args), None)
+            done(i, task(p, shown[i], *task_args), None)
     else:
-        _local_map(sources, n, task, task_args, done)
+        _local_map(sources, shown, n, task, task_args, done)
 
 
 def _file_run(source: str, size: int, result: _Result | None, lost: str | None) -> FileRun:

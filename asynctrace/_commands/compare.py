@@ -12,11 +12,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from asynctrace._output import json_text
+from asynctrace._output import json_text, stdout_console
 from asynctrace._text import printable
 from asynctrace.errors import TraceFormatError
 
@@ -132,9 +131,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     # names and paths are printed as they are: no rich markup ("[b]") or emoji codes (":x:")
     console = (
-        Console(markup=False, emoji=False)
+        stdout_console(markup=False, emoji=False)
         if sys.stdout.isatty()
-        else Console(
+        else stdout_console(
             width=140,
             no_color=True,
             highlight=False,

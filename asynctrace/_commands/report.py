@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
-from asynctrace._output import json_text, output_file, write_failed
+from asynctrace._output import fs_name, json_text, output_file, stdout_console, write_failed
 from asynctrace._text import printable
 from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
 from asynctrace.errors import TraceFormatError
@@ -107,14 +107,11 @@ def _at_least(low: int) -> Callable[[str], int]:
 
 
 def _console() -> Console:
-    # imported here: ``--json`` never pays for rich
-    from rich.console import Console
-
     # Not a terminal (a pipe, a file, CI): no colour, and wide enough that tables do not fold.
     # emoji=False: names from a trace print as written (":fire:" is not an emoji code here).
     if sys.stdout.isatty():
-        return Console(emoji=False)
-    return Console(width=160, no_color=True, highlight=False, color_system=None, emoji=False)
+        return stdout_console(emoji=False)
+    return stdout_console(width=160, no_color=True, highlight=False, color_system=None, emoji=False)
 
 
 class _ImportBehind:
@@ -276,9 +273,19 @@ def _analyze_file(
 ) -> Report | Analysis:
     """One trace or session's records, loaded while the analyses import behind, then analysed
     (``detail``: with the detail the HTML page draws)."""
+    import msgspec
+
+    from asynctrace.records import Records
     from asynctrace.sources import load_source
 
     source = load_source(path)
+    shown = fs_name(str(path))
+    if shown != str(path):
+        # a name that is not UTF-8: the report calls it by its escaped name, which JSON holds
+        if isinstance(source, Records):
+            source = msgspec.structs.replace(source, path=shown)
+        else:
+            source = msgspec.structs.replace(source, source=shown)
     behind.close()
     from asynctrace.analysis.report import analyze, analyze_detail
 
