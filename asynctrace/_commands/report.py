@@ -78,6 +78,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "workers must see the files at the same paths; with --html, analysed here); needs "
         "asynctrace[dask]",
     )
+    add_scheduler_timeout(parser)
+
+
+def add_scheduler_timeout(parser: argparse.ArgumentParser) -> None:
+    """``--scheduler-timeout S``, as every command that takes ``--scheduler`` takes it."""
+    parser.add_argument(
+        "--scheduler-timeout",
+        type=_positive_seconds,
+        default=None,
+        metavar="S",
+        help="seconds the handshake with --scheduler may take (connect, then the scheduler's "
+        "identity) before it is given up (default: $ASYNCTRACE_SCHEDULER_TIMEOUT, else 10)",
+    )
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        s = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < s < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: give a number of seconds > 0")
+    return s
 
 
 def add_queue_cap(parser: argparse.ArgumentParser) -> None:
@@ -355,6 +378,7 @@ def _analyze_traces(
             [str(p) for p in trace_paths],
             workers=args.workers,
             scheduler=scheduler,
+            scheduler_timeout_s=getattr(args, "scheduler_timeout", None),
             queue_cap=args.queue_cap,
             keep_sync_calls=args.json,
             on_file=progress.advance,
