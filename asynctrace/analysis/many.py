@@ -237,30 +237,33 @@ def group_runs(sources: Sequence[SourceInfo]) -> list[RunGroup]:
     order of their first file.
     """
     jobs: dict[tuple[str, str, int | None], list[int]] = {}
+    #: per job, rank → the file that holds it
+    holders: dict[tuple[str, str, int | None], dict[int, int]] = {}
     alone: dict[int, list[str]] = {}
     first: dict[tuple[str, str, int | None], int] = {}
     for i, src in enumerate(sources):
-        key = _job_key(src)
-        if key is None:
+        key, rank = _job_key(src), src.rank
+        if key is None or rank is None:
             alone[i] = []
             continue
         world = key[2]
-        assert src.rank is not None
-        if src.rank < 0 or (world is not None and src.rank >= world):
+        if rank < 0 or (world is not None and rank >= world):
             alone[i] = [
-                f"{_label(src)}: rank {src.rank} is outside world size {world}; "
-                "reported as a run of its own"
+                f"{_label(src)}: rank {rank} is outside "
+                f"{'any world' if world is None else f'world size {world}'}; reported as a run "
+                "of its own"
             ]
             continue
-        held = {sources[j].rank: j for j in jobs.get(key, [])}
-        if src.rank in held:
-            other = _label(sources[held[src.rank]])
+        held = holders.setdefault(key, {})
+        if rank in held:
+            other = _label(sources[held[rank]])
             alone[i] = [
-                f"{_label(src)}: rank {src.rank} of {_run_name(*key)} is in {other} already "
+                f"{_label(src)}: rank {rank} of {_run_name(*key)} is in {other} already "
                 "(two runs in one folder?); reported as a run of its own, outside that run's "
                 "rank table"
             ]
             continue
+        held[rank] = i
         jobs.setdefault(key, []).append(i)
         first.setdefault(key, i)
 
