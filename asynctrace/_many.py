@@ -270,8 +270,8 @@ def _signals_stop_the_map() -> Iterator[_Stop]:
     """SIGINT, SIGTERM and SIGHUP stop the map (:class:`_Stop`; its ``finally`` stops the
     workers). Afterwards SIGTERM and SIGHUP do what they would have done: the previous Python
     handler is called, or (the default) the process ends by that signal. A signal ignored
-    before stays ignored; outside the main thread nothing is installed (Python runs handlers
-    there only)."""
+    before stays ignored, a SIGINT handler of the caller's own stays in place; outside the main
+    thread nothing is installed (Python runs handlers there only)."""
     stop = _Stop()
     if threading.current_thread() is not threading.main_thread():
         yield stop
@@ -284,6 +284,8 @@ def _signals_stop_the_map() -> Iterator[_Stop]:
         old = signal.getsignal(sig)
         if old is signal.SIG_IGN or old is None:
             continue  # ignored, or set outside Python: left as it is
+        if sig == signal.SIGINT and old is not signal.default_int_handler:
+            continue  # the caller's own Ctrl-C handler: theirs to run (the finally still cleans up)
         previous[sig] = old
         signal.signal(sig, stop.handler)
     try:
