@@ -214,7 +214,7 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
         # and kept (never loaded a second time)
         analyses = _each(
             found.all if found else [path],
-            lambda p: _analyze_file(p, args, behind, detail=True),
+            lambda p: _analyze_file(p, args, behind, detail=True, in_folder=found is not None),
             in_folder=found is not None,
             failed=failed,
         )
@@ -285,26 +285,42 @@ def _each(
 
 @overload
 def _analyze_file(
-    path: Path, args: argparse.Namespace, behind: _ImportBehind, *, detail: Literal[True]
+    path: Path,
+    args: argparse.Namespace,
+    behind: _ImportBehind,
+    *,
+    detail: Literal[True],
+    in_folder: bool = ...,
 ) -> Analysis: ...
 @overload
 def _analyze_file(
-    path: Path, args: argparse.Namespace, behind: _ImportBehind, *, detail: Literal[False]
+    path: Path,
+    args: argparse.Namespace,
+    behind: _ImportBehind,
+    *,
+    detail: Literal[False],
+    in_folder: bool = ...,
 ) -> Report: ...
 def _analyze_file(
-    path: Path, args: argparse.Namespace, behind: _ImportBehind, *, detail: bool
+    path: Path,
+    args: argparse.Namespace,
+    behind: _ImportBehind,
+    *,
+    detail: bool,
+    in_folder: bool = False,
 ) -> Report | Analysis:
     """One trace or session's records, loaded while the analyses import behind, then analysed
-    (``detail``: with the detail the HTML page draws)."""
+    (``detail``: with the detail the HTML page draws). In a folder, a name that is not UTF-8
+    is the report's in escaped form (``\\xNN``), as the worker processes give it."""
     import msgspec
 
     from asynctrace.records import Records
     from asynctrace.sources import load_source
 
     source = load_source(path)
-    shown = fs_name(str(path))
+    shown = fs_name(str(path)) if in_folder else str(path)
     if shown != str(path):
-        # a name that is not UTF-8: the report calls it by its escaped name, which JSON holds
+        # one name for each file of a folder, whichever process analysed it
         if isinstance(source, Records):
             source = msgspec.structs.replace(source, path=shown)
         else:
@@ -333,7 +349,7 @@ def _analyze_folder(
         failed.extend(many.failures)
     records = _each(
         found.records,
-        lambda p: _analyze_file(p, args, behind, detail=False),
+        lambda p: _analyze_file(p, args, behind, detail=False, in_folder=True),
         in_folder=True,
         failed=failed,
     )

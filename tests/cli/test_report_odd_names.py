@@ -43,9 +43,3 @@ def test_odd_name_is_escaped_and_the_rest_go_on(
     out = capsys.readouterr().out
     assert "rank1-\\xff.json.gz (kineto" in out
     assert "t\\xfe.rank0.records.jsonl (fake" in out
-
-
-def test_odd_name_alone(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    one = os.fsdecode(os.fsencode(folder) + b"/rank1-\xff.json.gz")
-    assert main(["report", one, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["source"]["path"].endswith("rank1-\\xff.json.gz")
