@@ -124,7 +124,7 @@ def render_runs(runs: Sequence[RunComparison], console: Console) -> None:
             )
         console.print(t)
     for w in warnings:
-        console.print(f"warning: {_shown(w)}", highlight=False)
+        console.print(f"warning: {_shown(w)}", highlight=False, soft_wrap=True)
     for r in jobs:
         assert r.ranks is not None
         name = r.run.name if len(runs) > 1 else None
