@@ -3,25 +3,33 @@ checked before it does the work, and JSON that any file name fits in.
 
 A path that cannot be written is found before a trace is analysed or a script runs for an hour,
 and said in one line (:class:`AsyncTraceError`), as is a failed write (:func:`write_failed`).
+A reader that stops reading (``| head -1``) is no error: every rich console of a command's
+output comes from :func:`stdout_console`, and the CLI exits 0 on the closed pipe.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import msgspec
 
 from asynctrace.errors import AsyncTraceError
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 __all__ = [
     "atomic_file",
+    "fs_name",
     "json_text",
     "output_file",
     "output_folder",
+    "stdout_console",
     "utf8",
     "write_atomically",
     "write_failed",
@@ -106,6 +114,17 @@ def utf8(text: str) -> str:
     return text.encode("utf-8", "replace").decode()
 
 
+def fs_name(path: str) -> str:
+    """A file name as text that UTF-8 holds: the bytes of a name that is not UTF-8 (Python's
+    surrogate escapes) shown as ``\\xNN``, everything else unchanged. The name a report,
+    its JSON and msgpack carry for such a file, which is analysed like any other."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+    return path
+
+
 def _utf8(x: Any) -> Any:
     if isinstance(x, str):
         return utf8(x)
@@ -160,3 +179,25 @@ def output_folder(path: str | os.PathLike[str], *, option: str) -> Path:
 def write_failed(path: str | os.PathLike[str], error: OSError, what: str) -> AsyncTraceError:
     """The one-line error for ``what`` that could not be written to ``path``."""
     return AsyncTraceError(f"{path}: cannot write {what}: {error.strerror or error}")
+
+
+_console_class: type[Console] | None = None
+
+
+def stdout_console(**options: Any) -> Console:
+    """A rich ``Console(**options)`` for a command's output on which a closed pipe raises
+    :class:`BrokenPipeError`, as a plain ``print`` does; ``asynctrace``'s ``main`` takes that
+    for the reader having read enough (``| head -1``) and exits 0. Rich's own handling raises
+    ``SystemExit(1)``, which reads as a failure."""
+    global _console_class
+    if _console_class is None:
+        # imported here: ``--json`` never pays for rich
+        from rich.console import Console
+
+        class _Console(Console):
+            def on_broken_pipe(self) -> None:
+                self.quiet = True  # nothing more to write to this reader
+                raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+        _console_class = _Console
+    return _console_class(**options)

@@ -139,6 +139,9 @@ def main(argv: Sequence[str] | None = None, *, owns_process: bool = False) -> in
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        # the reader has read what it wanted (`| head -1`): not a failure. What is still
+        # buffered goes nowhere, so that the interpreter's last flush cannot fail either.
+        _stdout_to_devnull()
         return 0
     except OSError as e:
         # a path the file system refuses where no check caught it first (a name too long...)
@@ -146,6 +149,15 @@ def main(argv: Sequence[str] | None = None, *, owns_process: bool = False) -> in
         print(printable(f"{prog}: error: {where}{e.strerror or e}"), file=sys.stderr)
         return 2
     return status
+
+
+def _stdout_to_devnull() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError):
+        pass  # no stdout of a file descriptor (a caller's StringIO): nothing to flush to
 
 
 def console() -> NoReturn:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from asynctrace._output import json_text
+from asynctrace._output import json_text, stdout_console
 from asynctrace._text import printable
 from asynctrace.errors import TraceFormatError
 
@@ -84,8 +84,8 @@ def _min_effect(text: str) -> float:
 def _console() -> Console:
     # names and paths are printed as they are: no rich markup ("[b]") or emoji codes (":x:")
     if sys.stdout.isatty():
-        return Console(markup=False, emoji=False)
-    return Console(
+        return stdout_console(markup=False, emoji=False)
+    return stdout_console(
         width=140,
         no_color=True,
         highlight=False,

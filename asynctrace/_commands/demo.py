@@ -40,9 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from asynctrace._output import output_folder, utf8
+    from asynctrace._output import output_folder, stdout_console, utf8
     from asynctrace.capture.devices import get_device
     from asynctrace.demo import run_demo
     from asynctrace.errors import CaptureError
@@ -63,6 +61,6 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
         steps=steps,
         size=QUICK_SIZE if args.quick else 1000,
-        console=Console(),
+        console=stdout_console(),
     )
     return 0

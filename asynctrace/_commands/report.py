@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
-from asynctrace._output import json_text, output_file, write_failed
+from asynctrace._output import fs_name, json_text, output_file, stdout_console, write_failed
 from asynctrace._text import printable
 from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
 from asynctrace.errors import TraceFormatError
@@ -33,8 +33,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from asynctrace._many import ManyReports
-    from asynctrace.analysis.many import CrossRank
-    from asynctrace.analysis.ranks import RankComparison
+    from asynctrace.analysis.ranks import RunComparison
     from asynctrace.analysis.report import Analysis, Report
     from asynctrace.sources import FolderSources
 
@@ -79,6 +78,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "workers must see the files at the same paths; with --html, analysed here); needs "
         "asynctrace[dask]",
     )
+    add_scheduler_timeout(parser)
+
+
+def add_scheduler_timeout(parser: argparse.ArgumentParser) -> None:
+    """``--scheduler-timeout S``, as every command that takes ``--scheduler`` takes it."""
+    parser.add_argument(
+        "--scheduler-timeout",
+        type=_positive_seconds,
+        default=None,
+        metavar="S",
+        help="seconds the handshake with --scheduler may take (connect, then the scheduler's "
+        "identity) before it is given up (default: $ASYNCTRACE_SCHEDULER_TIMEOUT, else 10)",
+    )
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        s = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < s < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: give a number of seconds > 0")
+    return s
 
 
 def add_queue_cap(parser: argparse.ArgumentParser) -> None:
@@ -108,14 +130,11 @@ def _at_least(low: int) -> Callable[[str], int]:
 
 
 def _console() -> Console:
-    # imported here: ``--json`` never pays for rich
-    from rich.console import Console
-
     # Not a terminal (a pipe, a file, CI): no colour, and wide enough that tables do not fold.
     # emoji=False: names from a trace print as written (":fire:" is not an emoji code here).
     if sys.stdout.isatty():
-        return Console(emoji=False)
-    return Console(width=160, no_color=True, highlight=False, color_system=None, emoji=False)
+        return stdout_console(emoji=False)
+    return stdout_console(width=160, no_color=True, highlight=False, color_system=None, emoji=False)
 
 
 class _ImportBehind:
@@ -195,7 +214,7 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
         # and kept (never loaded a second time)
         analyses = _each(
             found.all if found else [path],
-            lambda p: _analyze_file(p, args, behind, detail=True),
+            lambda p: _analyze_file(p, args, behind, detail=True, in_folder=found is not None),
             in_folder=found is not None,
             failed=failed,
         )
@@ -207,11 +226,17 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
     if not reports:
         raise TraceFormatError(str(path), f"nothing readable ({'; '.join(failed)})")
     behind.close()
+    from asynctrace.analysis.ranks import job_of
+    from asynctrace.analysis.report import REPORT_SCHEMA_VERSION
+
     if many is not None and len(many.reports) == len(reports):
-        # the traces were all there is: their reduce is the job's
-        ranks, cross = many.ranks, many.cross_rank
+        # the traces were all there is: their reduce is the folder's
+        runs = many.runs
     else:
-        ranks, cross = _compare(reports)
+        runs = _runs(reports) if found is not None else []
+    job = job_of(runs)
+    ranks = job.ranks if job is not None else None
+    cross = job.cross_rank if job is not None else None
 
     if html is not None:
         from asynctrace._commands._html import write_report_html
@@ -223,10 +248,19 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
     if args.json:
         obj: object = reports[0]
         if found is not None:
-            obj = {"schema_version": 2, "reports": reports, "ranks": ranks, "cross_rank": cross}
+            obj = {
+                "schema_version": REPORT_SCHEMA_VERSION,
+                "reports": reports,
+                "runs": runs,
+                "ranks": ranks,
+                "cross_rank": cross,
+            }
         sys.stdout.write(json_text(obj) + "\n")
     else:
-        _print_text(args, reports, ranks, cross)
+        _print_text(args, reports, runs)
+    if html is not None:
+        # said after the report, on stderr: stdout stays the report alone (`--json > x.json`)
+        print(f"asynctrace report: wrote {printable(str(html))}", file=sys.stderr)
     return _skipped(failed)
 
 
@@ -251,20 +285,46 @@ def _each(
 
 @overload
 def _analyze_file(
-    path: Path, args: argparse.Namespace, behind: _ImportBehind, *, detail: Literal[True]
+    path: Path,
+    args: argparse.Namespace,
+    behind: _ImportBehind,
+    *,
+    detail: Literal[True],
+    in_folder: bool = ...,
 ) -> Analysis: ...
 @overload
 def _analyze_file(
-    path: Path, args: argparse.Namespace, behind: _ImportBehind, *, detail: Literal[False]
+    path: Path,
+    args: argparse.Namespace,
+    behind: _ImportBehind,
+    *,
+    detail: Literal[False],
+    in_folder: bool = ...,
 ) -> Report: ...
 def _analyze_file(
-    path: Path, args: argparse.Namespace, behind: _ImportBehind, *, detail: bool
+    path: Path,
+    args: argparse.Namespace,
+    behind: _ImportBehind,
+    *,
+    detail: bool,
+    in_folder: bool = False,
 ) -> Report | Analysis:
     """One trace or session's records, loaded while the analyses import behind, then analysed
-    (``detail``: with the detail the HTML page draws)."""
+    (``detail``: with the detail the HTML page draws). In a folder, a name that is not UTF-8
+    is the report's in escaped form (``\\xNN``), as the worker processes give it."""
+    import msgspec
+
+    from asynctrace.records import Records
     from asynctrace.sources import load_source
 
     source = load_source(path)
+    shown = fs_name(str(path)) if in_folder else str(path)
+    if shown != str(path):
+        # one name for each file of a folder, whichever process analysed it
+        if isinstance(source, Records):
+            source = msgspec.structs.replace(source, path=shown)
+        else:
+            source = msgspec.structs.replace(source, source=shown)
     behind.close()
     from asynctrace.analysis.report import analyze, analyze_detail
 
@@ -289,42 +349,32 @@ def _analyze_folder(
         failed.extend(many.failures)
     records = _each(
         found.records,
-        lambda p: _analyze_file(p, args, behind, detail=False),
+        lambda p: _analyze_file(p, args, behind, detail=False, in_folder=True),
         in_folder=True,
         failed=failed,
     )
     return [*(many.reports if many is not None else []), *records], many
 
 
-def _compare(reports: list[Report]) -> tuple[RankComparison | None, CrossRank | None]:
-    """The per-rank table and the cross-rank figures of several reports (traces and session
-    records alike); None for one."""
-    if len(reports) < 2:
-        return None, None
-    from asynctrace.analysis.many import cross_rank
-    from asynctrace.analysis.ranks import compare_ranks
+def _runs(reports: list[Report]) -> list[RunComparison]:
+    """A folder's reports (traces and session records alike) grouped into runs, each run of
+    several files compared."""
+    from asynctrace.analysis.ranks import compare_runs
 
-    return compare_ranks(reports), cross_rank(reports)
+    return compare_runs(reports)
 
 
-def _print_text(
-    args: argparse.Namespace,
-    reports: list[Report],
-    ranks: RankComparison | None,
-    cross: CrossRank | None,
-) -> None:
-    from asynctrace.render.text import render_ranks, render_report
+def _print_text(args: argparse.Namespace, reports: list[Report], runs: list[RunComparison]) -> None:
+    from asynctrace.render.text import render_report
 
     console = _console()
     for r in reports:
         render_report(r, console, steps=args.steps, top_sites=args.top)
         console.print()
-    if ranks is not None:
-        render_ranks(ranks, console)
-    if cross is not None:
-        from asynctrace.render.many import render_cross_rank
+    if runs:
+        from asynctrace.render.many import render_runs
 
-        render_cross_rank(cross, console)
+        render_runs(runs, console)
 
 
 def _analyze_traces(
@@ -344,6 +394,7 @@ def _analyze_traces(
             [str(p) for p in trace_paths],
             workers=args.workers,
             scheduler=scheduler,
+            scheduler_timeout_s=getattr(args, "scheduler_timeout", None),
             queue_cap=args.queue_cap,
             keep_sync_calls=args.json,
             on_file=progress.advance,

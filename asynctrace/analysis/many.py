@@ -16,26 +16,34 @@ never rank against rank:
 
 Ties go as in :func:`~asynctrace.analysis.ranks.compare_ranks`: ranks ordered by rank number
 (unknown ranks last, then by source), the first of equal values wins.
+
+A folder is not a job: :func:`group_runs` says which files are one run's ranks (the definition
+is in docs/how-it-works.md, "Runs: which files are one job"), and only those are reduced
+together.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import PurePath
+from typing import Literal
 
 import msgspec
 import numpy as np
 
 from asynctrace.analysis.launches import Percentiles, percentiles
-from asynctrace.analysis.report import REPORT_SCHEMA_VERSION, Report
+from asynctrace.analysis.report import REPORT_SCHEMA_VERSION, Report, SourceInfo
 
 __all__ = [
     "BoundOutlier",
     "BoundSplit",
     "CrossRank",
     "RankSlowest",
+    "RunGroup",
     "bound_label",
     "cross_rank",
+    "group_runs",
     "order_ranks",
 ]
 
@@ -167,3 +175,132 @@ def cross_rank(reports: Sequence[Report]) -> CrossRank:
         ],
         bound=_bound_split(ordered),
     )
+
+
+RunKind = Literal["session", "trace", "file"]
+
+
+class RunGroup(msgspec.Struct, frozen=True, kw_only=True):
+    """Files of one run: the ranks of one job, or one file that is a run of its own."""
+
+    #: "session": the records of one distributed session (one session name and world size);
+    #: "trace": the traces of one job (a rank and one world size in each file's metadata);
+    #: "file": a file that is a run of its own (no rank, or a rank that cannot join a job)
+    kind: RunKind
+    #: the session name; for traces of one job, ``"world size N"`` (or ``"world size ?"``);
+    #: for a trace that is its own run, its file name
+    name: str
+    world_size: int | None
+    #: indices of the run's files in the sources given, in rank order (unknown ranks last)
+    members: list[int]
+    #: their paths and ranks, index for index with ``members``
+    sources: list[str]
+    ranks: list[int | None]
+    #: ranks of ``0 .. world_size-1`` that no file of the run has (None: world size unknown)
+    missing_ranks: int | None = None
+    #: why this file is a run of its own though it names a job: its rank is outside the world
+    #: size, or another file of that job holds the same rank
+    warnings: list[str] = msgspec.field(default_factory=list)
+
+
+def _label(src: SourceInfo) -> str:
+    return PurePath(src.path).name
+
+
+def _job_key(src: SourceInfo) -> tuple[str, str, int | None] | None:
+    """The job a file says it is a rank of, or None where it is a run of its own: a session's
+    records by session name and world size, a trace by world size; a file needs a rank, and a
+    world size (where known) above 1."""
+    if src.rank is None or (src.world_size is not None and src.world_size <= 1):
+        return None
+    if src.session is not None:
+        return ("session", src.session.name, src.world_size)
+    if src.format == "records":
+        return None  # a records file without its header: nothing says which run it is
+    return ("trace", "", src.world_size)
+
+
+def _run_name(kind: str, name: str, world: int | None) -> str:
+    if kind == "session":
+        return name
+    return f"world size {'?' if world is None else world}"
+
+
+def group_runs(sources: Sequence[SourceInfo]) -> list[RunGroup]:
+    """Which of these files are one run (pure; ``sources`` are the reports' ``source``).
+
+    Files are one job's ranks where their metadata says so: the same run (records: the same
+    session name; traces: a rank in the trace), the same world size, distinct ranks below it.
+    Every other file is a run of its own: no rank (a single-process session or trace), a world
+    size of 1, a rank at or above its world size, or a rank that an earlier file (in the order
+    given) already holds in that run; the last two carry a warning saying so. Runs are in the
+    order of their first file.
+    """
+    jobs: dict[tuple[str, str, int | None], list[int]] = {}
+    #: per job, rank → the file that holds it
+    holders: dict[tuple[str, str, int | None], dict[int, int]] = {}
+    alone: dict[int, list[str]] = {}
+    first: dict[tuple[str, str, int | None], int] = {}
+    for i, src in enumerate(sources):
+        key, rank = _job_key(src), src.rank
+        if key is None or rank is None:
+            alone[i] = []
+            continue
+        world = key[2]
+        if rank < 0 or (world is not None and rank >= world):
+            alone[i] = [
+                f"{_label(src)}: rank {rank} is outside "
+                f"{'any world' if world is None else f'world size {world}'}; reported as a run "
+                "of its own"
+            ]
+            continue
+        held = holders.setdefault(key, {})
+        if rank in held:
+            other = _label(sources[held[rank]])
+            alone[i] = [
+                f"{_label(src)}: rank {rank} of {_run_name(*key)} is in {other} already "
+                "(two runs in one folder?); reported as a run of its own, outside that run's "
+                "rank table"
+            ]
+            continue
+        held[rank] = i
+        jobs.setdefault(key, []).append(i)
+        first.setdefault(key, i)
+
+    runs: list[tuple[int, RunGroup]] = []
+    for key, members in jobs.items():
+        kind, name, world = key
+        members = sorted(members, key=lambda j: (sources[j].rank or 0, sources[j].path))
+        ranks = [sources[j].rank for j in members]
+        runs.append(
+            (
+                first[key],
+                RunGroup(
+                    kind="session" if kind == "session" else "trace",
+                    name=_run_name(kind, name, world),
+                    world_size=world,
+                    members=members,
+                    sources=[sources[j].path for j in members],
+                    ranks=ranks,
+                    missing_ranks=None if world is None else world - len(ranks),
+                ),
+            )
+        )
+    for i, notes in alone.items():
+        src = sources[i]
+        runs.append(
+            (
+                i,
+                RunGroup(
+                    kind="file",
+                    name=src.session.name if src.session is not None else _label(src),
+                    world_size=src.world_size,
+                    members=[i],
+                    sources=[src.path],
+                    ranks=[src.rank],
+                    warnings=notes,
+                ),
+            )
+        )
+    runs.sort(key=lambda r: r[0])
+    return [r for _, r in runs]

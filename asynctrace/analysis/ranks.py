@@ -8,7 +8,8 @@ torch.distributed (``gather_ranks=True``), or read from records files.
 The slowest rank is the one with the largest mean host step time (``frontend_ns``); the skew
 of a step is the spread (max − min) of its ``frontend_ns`` over the ranks that have that step
 number. Reports of traces and of sessions' records compare alike: they hold the same step
-records.
+records. A folder is compared run by run (:func:`compare_runs`): only the files that are one
+job's ranks (:func:`~asynctrace.analysis.many.group_runs`) share a table.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Generic, Literal, TypeVar
 import msgspec
 import numpy as np
 
-from asynctrace.analysis.many import order_ranks
+from asynctrace.analysis.many import CrossRank, RunGroup, cross_rank, group_runs, order_ranks
 from asynctrace.analysis.report import REPORT_SCHEMA_VERSION, Report
 from asynctrace.errors import OptionError
 from asynctrace.records import StepRecord
@@ -32,8 +33,11 @@ __all__ = [
     "RankStep",
     "RankSummary",
     "RankTable",
+    "RunComparison",
     "StepSkew",
     "compare_ranks",
+    "compare_runs",
+    "job_of",
     "rank_table",
 ]
 
@@ -144,6 +148,38 @@ def compare_ranks(reports: Sequence[Report]) -> RankComparison:
         slowest_rank=ordered[slowest_i].source.rank if slowest_i >= 0 else None,
         step_skew=skew,
     )
+
+
+class RunComparison(msgspec.Struct, frozen=True, kw_only=True):
+    """One run of a folder, and its ranks compared where it has two files or more."""
+
+    run: RunGroup
+    #: the rank table and the cross-rank figures of the run's files; None for a run of one file
+    ranks: RankComparison | None
+    cross_rank: CrossRank | None
+
+
+def compare_runs(reports: Sequence[Report]) -> list[RunComparison]:
+    """The reports grouped into runs (:func:`~asynctrace.analysis.many.group_runs`), each run of
+    several files with its rank table and cross-rank figures (pure)."""
+    out = []
+    for run in group_runs([r.source for r in reports]):
+        several = [reports[i] for i in run.members] if len(run.members) > 1 else None
+        out.append(
+            RunComparison(
+                run=run,
+                ranks=compare_ranks(several) if several else None,
+                cross_rank=cross_rank(several) if several else None,
+            )
+        )
+    return out
+
+
+def job_of(runs: Sequence[RunComparison]) -> RunComparison | None:
+    """The run whose ranks a folder's one-job views show (``ranks`` and ``cross_rank`` of the
+    folder's JSON, the HTML page): the only run with several files, else None."""
+    jobs = [r for r in runs if r.ranks is not None]
+    return jobs[0] if len(jobs) == 1 else None
 
 
 @dataclass(frozen=True)

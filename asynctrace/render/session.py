@@ -76,12 +76,12 @@ def print_report(
     """Print the summary table, the top sync sites, the verdict and notes of ``report``
     (stdout by default); ``no_steps_hint`` follows "no steps" where the session recorded
     none."""
-    from rich.console import Console
     from rich.table import Table
 
+    from asynctrace._output import stdout_console
     from asynctrace._text import printable_fields
 
-    console = Console(file=file if file is not None else sys.stdout, highlight=False)
+    console = stdout_console(file=file if file is not None else sys.stdout, highlight=False)
     # names, sites and ops come from the program and its files: control characters escaped
     report = printable_fields(report)
     table = Table(

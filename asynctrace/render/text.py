@@ -290,9 +290,11 @@ def bound_lines(b: Bound, *, scope: str = "run") -> list[str]:
     return lines
 
 
-def render_ranks(comparison: RankComparison, console: Console) -> None:
-    """Print the per-rank table (slowest rank flagged) and the largest per-step skews."""
-    t = Table(title=f"ranks ({len(comparison.ranks)})")
+def render_ranks(comparison: RankComparison, console: Console, *, of: str | None = None) -> None:
+    """Print the per-rank table (slowest rank flagged) and the largest per-step skews; ``of``
+    names the run whose ranks they are."""
+    run = "" if of is None else f" of {_shown(of)}"
+    t = Table(title=f"ranks{run} ({len(comparison.ranks)})")
     for col in (
         "rank",
         "file",

@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from asynctrace.analysis.report import REPORT_SCHEMA_VERSION
 from asynctrace.cli import main
 from asynctrace.records import SessionHeader, SessionSummary, StepRecord, SyncSite
 from tests.conftest import shared_trace
@@ -154,8 +155,13 @@ def test_rank_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         (tmp_path / f"rank{r}.json.gz").write_bytes(src.read_bytes())
     assert main(["report", str(tmp_path), "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
-    assert set(obj) == {"schema_version", "reports", "ranks", "cross_rank"}
-    assert obj["schema_version"] == 2
+    assert set(obj) == {"schema_version", "reports", "runs", "ranks", "cross_rank"}
+    assert obj["schema_version"] == REPORT_SCHEMA_VERSION
+    # one job (world size 128, ranks 0 and 1): its figures are the folder's
+    (run,) = obj["runs"]
+    assert run["run"]["kind"] == "trace"
+    assert run["run"]["missing_ranks"] == 126
+    assert run["ranks"] == obj["ranks"]
     assert [r["source"]["rank"] for r in obj["reports"]] == [0, 1]
     assert [r["rank"] for r in obj["ranks"]["ranks"]] == [0, 1]
     assert sum(r["slowest"] for r in obj["ranks"]["ranks"]) == 1
@@ -182,15 +188,19 @@ def test_folder_of_traces_and_records_is_one_list_of_reports(
 ) -> None:
     src = shared_trace("kineto", "hta_sampled_rank0.json.gz")
     (tmp_path / "rank0.json.gz").write_bytes(src.read_bytes())
+    _write_records(tmp_path / "train.rank0.records.jsonl", 0, [1000, 3000])
     _write_records(tmp_path / "train.rank1.records.jsonl", 1, [1000, 3000])
     assert main(["report", str(tmp_path), "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
     assert "records" not in obj  # session records are reports among the others
-    assert [r["source"]["format"] for r in obj["reports"]] == ["kineto", "records"]
+    assert [r["source"]["format"] for r in obj["reports"]] == ["kineto", "records", "records"]
+    # the trace (world size 128) is no rank of session "train" (world size 2): two runs, and
+    # the one job's table holds the session's two ranks only (#26.9)
+    assert [r["run"]["members"] for r in obj["runs"]] == [[0], [1, 2]]
     assert [r["rank"] for r in obj["ranks"]["ranks"]] == [0, 1]
     assert obj["cross_rank"]["ranks"] == 2
     assert main(["report", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "launch delays" in out  # the trace's sections
     assert "train.rank1.records.jsonl (fake, Fake GPU, rank 1): 2 step(s)" in out
-    assert "ranks (2)" in out
+    assert "ranks of train (2)" in out

@@ -29,9 +29,11 @@ def test_html_of_a_folder_with_a_bad_file_names_it_and_reports_the_rest(
     assert main(["report", str(tmp_path), "--html", str(out)]) == 1
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err
-    (line,) = captured.err.strip().splitlines()
+    # where the page went, and the skipped file
+    wrote, line = captured.err.strip().splitlines()
     assert line.startswith("asynctrace report: skipped ")
     assert bad in line
+    assert wrote == f"asynctrace report: wrote {out}"
     page = out.read_text()
     assert "rank0.json" in page
     assert "good.rank0.records.jsonl" in page
@@ -39,20 +41,22 @@ def test_html_of_a_folder_with_a_bad_file_names_it_and_reports_the_rest(
 
 def test_html_of_a_folder_compares_its_ranks(tmp_path: Path) -> None:
     (tmp_path / "rank0.json").write_text(json.dumps(TINY))
+    _write_records(tmp_path / "job.rank0.records.jsonl", 0, [2000, 1000, 2000])
     _write_records(tmp_path / "job.rank1.records.jsonl", 1, [1000, 3000, 2000])
     out = tmp_path / "r.html"
     assert main(["report", str(tmp_path), "--html", str(out)]) == 0
     page = out.read_text()
     lead = page[: page.index("<hr>")]
-    # a trace and a session in one ranks table, then their comparison
-    assert "<h1>Ranks and sessions (2)</h1>" in lead
+    # a trace and two sessions in one table of what was read, then the comparison of the one
+    # job's ranks: the session's two (the trace is no rank of that job, #26.9)
+    assert "<h1>Ranks and sessions (3)</h1>" in lead
     assert '<td class="l">rank0.json</td><td class="l">trace</td>' in lead
     assert '<td class="l">job.rank1.records.jsonl</td><td class="l">session</td>' in lead
     assert "<h2>Ranks compared (2)</h2>" in lead
     assert "<h2>Across ranks (2)</h2>" in lead
     # then each run with its pictures
-    assert page.count('<div class="bound">') == 2
-    assert page.count("<h2>Pictures</h2>") == 2
+    assert page.count('<div class="bound">') == 3
+    assert page.count("<h2>Pictures</h2>") == 3
 
 
 def test_the_page_is_written_from_the_analyses_alone(
