@@ -33,7 +33,7 @@ from asynctrace.analysis.bound import (
     bound_of_records,
     bound_of_trace,
 )
-from asynctrace.analysis.diagnosis import Finding
+from asynctrace.analysis.diagnosis import Finding, diagnose
 from asynctrace.analysis.launches import LaunchLinks, LaunchStats, launch_stats, link_launches
 from asynctrace.analysis.queue import (
     DEFAULT_QUEUE_CAP,
@@ -74,10 +74,11 @@ __all__ = [
     "analyze",
     "analyze_detail",
     "rank_from_name",
+    "report_diagnosis",
     "sync_sites",
 ]
 
-REPORT_SCHEMA_VERSION = 3
+REPORT_SCHEMA_VERSION = 4
 
 
 class SourceInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -117,6 +118,9 @@ class VerdictInfo(msgspec.Struct, frozen=True, kw_only=True):
     code: str
     message: str
     findings: list[str] = msgspec.field(default_factory=list)
+    #: the code of each finding, in the same order (schema 4; [] in a report read from an
+    #: older schema)
+    codes: list[str] = msgspec.field(default_factory=list)
 
     @property
     def line(self) -> str:
@@ -197,8 +201,15 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
                 old = msgspec.convert(_from_schema_2(msgspec.json.decode(data)), type=cls)
                 # the summary schema 3 adds, from the steps it always had
                 acc = StepAccumulator(window=max(1, len(old.steps))).extend(old.steps)
-                return msgspec.structs.replace(old, figures=_figures(acc))
-            return msgspec.json.decode(data, type=cls)
+                old = msgspec.structs.replace(old, figures=_figures(acc))
+            else:
+                old = msgspec.json.decode(data, type=cls)
+            if version < 4:
+                # the diagnosis schema 4 adds, from the figures the report always had
+                old = msgspec.structs.replace(
+                    old, schema_version=REPORT_SCHEMA_VERSION, diagnosis=report_diagnosis(old)
+                )
+            return old
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             raise TraceFormatError("<report>", f"not an asynctrace report ({e})") from None
         except (KeyError, TypeError, AttributeError) as e:
@@ -259,6 +270,26 @@ def _from_schema_2(obj: dict[str, Any]) -> dict[str, Any]:
 
 class _Version(msgspec.Struct):
     schema_version: int
+
+
+def report_diagnosis(report: Report) -> list[Finding]:
+    """:func:`~asynctrace.analysis.diagnosis.diagnose` of a report's own figures: what
+    ``Report.diagnosis`` holds (pure)."""
+    t = report.trace
+    return diagnose(
+        bound=report.bound,
+        asynchronous=report.source.asynchronous,
+        has_device_activity=t.activities.total > 0 if t is not None else report.source.asynchronous,
+        trace=t is not None,
+        steps=len(report.steps),
+        figures=report.figures,
+        sync_sites=report.sync_sites,
+        warnings=report.warnings,
+        warmup=report.warmup,
+        verdict_codes=report.verdict.codes,
+        verdict_findings=report.verdict.findings,
+        whole_trace=report.whole_trace,
+    )
 
 
 _RANK = re.compile(r"(?i)rank[-_]?(\d+)")
@@ -406,11 +437,17 @@ def _trace_analysis(
     # where the clocks disagree, the figures that compare them would be wrong: left out
     split = without_clock_figures(plain) if tb.clocks_disagree else plain
     whole = bool(windows) and windows[0].source == "trace"
+    # start-up work outside the steady state (none found here yet)
+    warmup: WarmUp | None = None
+    # syncs are judged by the device idle they open, as the diagnosis ranks them: the host's
+    # wait while the device stays busy costs nothing
+    run = tb.run
+    sync_cost = run.idle_ns_by_cause.sync / run.region_ns if run.region_ns > 0 else 0.0
     v = judge_steps(
         split.steps,
         asynchronous=has_device,
         sync_sites=sites,
-        sync_cost_fraction=tb.sync_cost_fraction if has_device else None,
+        sync_cost_fraction=sync_cost if has_device else None,
         whole_trace=whole,
     )
     acc = StepAccumulator(window=max(1, len(split.steps))).extend(split.steps)
@@ -429,8 +466,11 @@ def _trace_analysis(
         step_bounds=tb.steps,
         figures=_figures(acc),
         sync_sites=sites,
-        verdict=VerdictInfo(code=v.code, message=v.message, findings=list(v.findings)),
+        verdict=VerdictInfo(
+            code=v.code, message=v.message, findings=list(v.findings), codes=list(v.codes)
+        ),
         bound=tb.run,
+        warmup=warmup,
         warnings=tb.warnings,
         trace=TraceFigures(
             activities=_activity_counts(trace, keys, group_of),
@@ -442,6 +482,7 @@ def _trace_analysis(
             steps=split.extras,
         ),
     )
+    report = msgspec.structs.replace(report, diagnosis=report_diagnosis(report))
     gaps = tb.gaps  # bound_of_trace always gives them; an empty set where it would not
     if gaps is None:
         empty = np.zeros(0, np.int64)
@@ -470,14 +511,20 @@ def _activity_counts(trace: Trace, keys: list[str], group_of: np.ndarray) -> Act
 
 def _records_report(records: Records) -> Report:
     """A session's records as a report: the live session's own summary
-    (:class:`~asynctrace.analysis.accumulate.StepAccumulator`) over every step of the file."""
+    (:class:`~asynctrace.analysis.accumulate.StepAccumulator`) over every step of the file,
+    its warm-up steps left out of the bound."""
     h = records.header
     steps = records.steps
     acc = StepAccumulator(window=max(1, len(steps))).extend(steps)
-    code, message, findings = acc.verdict(
-        asynchronous=h.asynchronous, sync_sites=records.syncs, sync_detection=h.sync_detection
+    warmup = acc.warmup()
+    bound = acc.bound(asynchronous=h.asynchronous, warmup=warmup)
+    v = acc.judge(
+        asynchronous=h.asynchronous,
+        sync_sites=records.syncs,
+        sync_detection=h.sync_detection,
+        bound=bound,
     )
-    return Report(
+    report = Report(
         source=SourceInfo(
             path=records.path,
             format="records",
@@ -493,9 +540,13 @@ def _records_report(records: Records) -> Report:
         figures=_figures(acc),
         sync_sites=list(records.syncs),
         notes=list(records.summary.notes) if records.summary is not None else [],
-        verdict=VerdictInfo(code=code, message=message, findings=findings),
-        bound=acc.bound(asynchronous=h.asynchronous),
+        verdict=VerdictInfo(
+            code=v.code, message=v.message, findings=list(v.findings), codes=list(v.codes)
+        ),
+        bound=bound,
+        warmup=warmup,
     )
+    return msgspec.structs.replace(report, diagnosis=report_diagnosis(report))
 
 
 def _bounds(report: Report, *, max_bins: int) -> BoundSeries:
