@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from asynctrace.analysis._bound_model import Bound, WarmUp
-from asynctrace.analysis.diagnosis import Finding, diagnose, warmup_of_steps
+from asynctrace.analysis.diagnosis import (
+    Finding,
+    diagnose,
+    sync_cost_fraction,
+    warmup_of_steps,
+)
 from asynctrace.records import Note, SessionHeader, StepRecord, SyncSite
 
 if TYPE_CHECKING:
@@ -235,9 +240,7 @@ class StepAccumulator:
         cost: float | None = None
         if asynchronous and sync_detection == "cuda":
             b = bound if bound is not None else self.bound(asynchronous=asynchronous)
-            cost = (
-                b.idle_ns_by_cause.sync / b.region_ns if b is not None and b.region_ns > 0 else 0.0
-            )
+            cost = sync_cost_fraction(b)
         return judge_steps(
             steps, asynchronous=asynchronous, sync_sites=sync_sites, sync_cost_fraction=cost
         )

@@ -59,6 +59,7 @@ __all__ = [
     "WARMUP_STEP_FACTOR",
     "Finding",
     "diagnose",
+    "sync_cost_fraction",
     "warmup_of_steps",
 ]
 
@@ -136,6 +137,8 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _t(ns: float) -> str:
+    if abs(ns) < 1e3:
+        return f"{ns:.0f} ns"
     if abs(ns) >= 1e9:
         return f"{ns / 1e9:.2f} s"
     if abs(ns) >= 1e6:
@@ -175,6 +178,18 @@ def warmup_of_steps(steps: Sequence[StepRecord], *, median_ns: float) -> WarmUp 
         steps=k,
         items=[WarmUpItem(kind="first-steps", name=name, count=k, dur_ns=span)],
     )
+
+
+def sync_cost_fraction(bound: Bound | None, sync_cost_ns: int | None = None) -> float:
+    """What a run's syncs cost, over its region: ``sync_cost_ns`` (a trace's: the device idle
+    they open plus the host's wait in them while the device was idle anyway), else the bound's
+    sync idle (a session's estimate: its sync wait while the device kept pace) — never the
+    host's wait while the device stays busy. The verdict judges over-synchronization by this
+    cost, as the diagnosis ranks syncs by it."""
+    if bound is None or bound.region_ns <= 0:
+        return 0.0
+    cost = bound.idle_ns_by_cause.sync if sync_cost_ns is None else sync_cost_ns
+    return min(1.0, cost / bound.region_ns)
 
 
 def _site_kind(op: str) -> str:
@@ -310,6 +325,7 @@ def _sync_evidence(s: _Syncs, bound: Bound) -> dict[str, int | float | str]:
 
 def _cause_finding(
     cause: str,
+    idle: int,
     bound: Bound,
     *,
     label_cause: bool,
@@ -317,9 +333,9 @@ def _cause_finding(
     clocks: ReportWarning | None,
     asynchronous: bool,
 ) -> Finding:
-    """The finding of one idle cause; ``label_cause``: the cause the label names."""
+    """The finding of one idle cause, costing ``idle``; ``label_cause``: the cause the label
+    names."""
     b, e = bound, bound.evidence
-    idle = b.idle_ns_by_cause.as_dict()[cause]
     region = b.region_ns
     pct = f"{100 * idle / region:.0f}%" if region > 0 else "-"
     label = b.label if label_cause else ""
@@ -365,9 +381,17 @@ def _cause_finding(
             if syncs.per_step
             else ""
         )
+        opened = b.idle_ns_by_cause.sync
+        waited = (
+            f" and hold the host {_t(idle - opened)} while the device was idle anyway"
+            if idle > opened
+            else ""
+        )
         message = (
-            f"{label or code}: {what} open {_t(idle)} of device idle "
-            f"({pct})" + (f", {rate}" if rate else "") + (f" at {named}" if named else "")
+            f"{label or code}: {what} cost {_t(idle)} ({pct}) — they open {_t(opened)} of "
+            f"device idle{waited}"
+            + (f"; {rate}" if rate else "")
+            + (f" at {named}" if named else "")
         )
         if blocking:
             advice = f"copies that hold the host: {_BLOCKING_ADVICE}"
@@ -600,6 +624,7 @@ def diagnose(
     verdict_codes: Sequence[str] = (),
     verdict_findings: Sequence[str] = (),
     whole_trace: bool = False,
+    sync_cost_ns: int | None = None,
 ) -> list[Finding]:
     """The ranked findings of one run (pure; the module docstring has the rules).
 
@@ -608,7 +633,9 @@ def diagnose(
     asynchronous); ``figures``: the per-step statistics (``Report.figures``,
     ``StepAccumulator.figures()``); ``sync_sites``: the syncs made inside steps;
     ``verdict_codes``/``verdict_findings``: the verdict's (its trend findings are kept);
-    ``whole_trace``: a trace without steps, judged as one.
+    ``whole_trace``: a trace without steps, judged as one; ``sync_cost_ns``: what the syncs
+    cost where a timeline measured it (:func:`sync_cost_fraction`), else the bound's sync
+    idle.
     """
     syncs = _syncs(bound, figures, sync_sites, whole_trace)
     region = bound.region_ns if bound is not None else 0
@@ -633,6 +660,8 @@ def diagnose(
             out.append(_device_finding(bound, asynchronous=asynchronous))
         for cause in CAUSES:
             idle = by[cause]
+            if cause == "sync" and sync_cost_ns is not None:
+                idle = max(idle, sync_cost_ns)
             lead = cause == label_cause
             big = idle > 0 and idle >= MIN_FINDING_SHARE * region
             clock_here = cause == "unattributed" and clocks is not None
@@ -640,6 +669,7 @@ def diagnose(
                 out.append(
                     _cause_finding(
                         cause,
+                        idle,
                         bound,
                         label_cause=lead,
                         syncs=syncs,

@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from asynctrace.analysis._bound_model import StepBound, WarmUp
+from asynctrace.analysis._bound_model import CAUSES, StepBound, WarmUp
 from asynctrace.analysis.accumulate import FigureStats, StepAccumulator
 from asynctrace.analysis.bound import (
     Bound,
@@ -33,7 +33,7 @@ from asynctrace.analysis.bound import (
     bound_of_records,
     bound_of_trace,
 )
-from asynctrace.analysis.diagnosis import Finding, diagnose
+from asynctrace.analysis.diagnosis import Finding, diagnose, sync_cost_fraction
 from asynctrace.analysis.launches import LaunchLinks, LaunchStats, launch_stats, link_launches
 from asynctrace.analysis.queue import (
     DEFAULT_QUEUE_CAP,
@@ -58,6 +58,7 @@ from asynctrace.analysis.steps import (
     without_clock_figures,
 )
 from asynctrace.analysis.syncs import SyncCall, SyncSummary, find_syncs
+from asynctrace.analysis.timeline import Cover
 from asynctrace.analysis.verdict import judge_steps, verdict_line
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import Note, Records, SessionHeader, StepRecord, SyncSite
@@ -205,10 +206,7 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
             else:
                 old = msgspec.json.decode(data, type=cls)
             if version < 4:
-                # the diagnosis schema 4 adds, from the figures the report always had
-                old = msgspec.structs.replace(
-                    old, schema_version=REPORT_SCHEMA_VERSION, diagnosis=report_diagnosis(old)
-                )
+                old = _to_schema_4(old)
             return old
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             raise TraceFormatError("<report>", f"not an asynctrace report ({e})") from None
@@ -268,13 +266,48 @@ def _from_schema_2(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _to_schema_4(old: Report) -> Report:
+    """A report of schema 1–3 with what schema 4 adds, from the figures it always had: the
+    verdict judged again (syncs by the idle they open, each finding's code), this version's
+    advice, and the diagnosis."""
+    from asynctrace.analysis.bound import advice_for
+
+    b = old.bound
+    if b is not None:
+        b = msgspec.structs.replace(
+            b, advice=advice_for(b.label, b, asynchronous=old.source.asynchronous)
+        )
+    h = old.source.session
+    t = old.trace
+    measured = old.source.asynchronous and (
+        t is not None or (h is not None and h.sync_detection == "cuda")
+    )
+    v = judge_steps(
+        old.steps,
+        asynchronous=old.source.asynchronous,
+        sync_sites=old.sync_sites,
+        sync_cost_fraction=sync_cost_fraction(b) if measured else None,
+        whole_trace=old.whole_trace,
+    )
+    new = msgspec.structs.replace(
+        old,
+        schema_version=REPORT_SCHEMA_VERSION,
+        bound=b,
+        verdict=VerdictInfo(
+            code=v.code, message=v.message, findings=list(v.findings), codes=list(v.codes)
+        ),
+    )
+    return msgspec.structs.replace(new, diagnosis=report_diagnosis(new))
+
+
 class _Version(msgspec.Struct):
     schema_version: int
 
 
-def report_diagnosis(report: Report) -> list[Finding]:
+def report_diagnosis(report: Report, sync_cost_ns: int | None = None) -> list[Finding]:
     """:func:`~asynctrace.analysis.diagnosis.diagnose` of a report's own figures: what
-    ``Report.diagnosis`` holds (pure)."""
+    ``Report.diagnosis`` holds (pure). ``sync_cost_ns``: what the syncs cost, where the
+    timeline gave it (:func:`_sync_cost_ns`); else the bound's sync idle."""
     t = report.trace
     return diagnose(
         bound=report.bound,
@@ -289,6 +322,7 @@ def report_diagnosis(report: Report) -> list[Finding]:
         verdict_codes=report.verdict.codes,
         verdict_findings=report.verdict.findings,
         whole_trace=report.whole_trace,
+        sync_cost_ns=sync_cost_ns,
     )
 
 
@@ -441,13 +475,12 @@ def _trace_analysis(
     warmup: WarmUp | None = None
     # syncs are judged by the device idle they open, as the diagnosis ranks them: the host's
     # wait while the device stays busy costs nothing
-    run = tb.run
-    sync_cost = run.idle_ns_by_cause.sync / run.region_ns if run.region_ns > 0 else 0.0
+    sync_cost = _sync_cost_ns(tb.gaps, syncs)
     v = judge_steps(
         split.steps,
         asynchronous=has_device,
         sync_sites=sites,
-        sync_cost_fraction=sync_cost if has_device else None,
+        sync_cost_fraction=sync_cost_fraction(tb.run, sync_cost) if has_device else None,
         whole_trace=whole,
     )
     acc = StepAccumulator(window=max(1, len(split.steps))).extend(split.steps)
@@ -482,7 +515,7 @@ def _trace_analysis(
             steps=split.extras,
         ),
     )
-    report = msgspec.structs.replace(report, diagnosis=report_diagnosis(report))
+    report = msgspec.structs.replace(report, diagnosis=report_diagnosis(report, sync_cost))
     gaps = tb.gaps  # bound_of_trace always gives them; an empty set where it would not
     if gaps is None:
         empty = np.zeros(0, np.int64)
@@ -497,6 +530,23 @@ def _trace_analysis(
         stream_keys=keys,
     )
     return report, detail
+
+
+def _sync_cost_ns(gaps: IdleGaps | None, syncs: SyncSummary) -> int | None:
+    """What a trace's syncs cost (docs/how-it-works.md#diagnosis): the device idle they open
+    (the sync gaps) plus the host's wait in them not overlapped by device work (the wait
+    inside the other idle gaps); None without the gaps."""
+    if gaps is None:
+        return None
+    sync = gaps.cause == CAUSES.index("sync")
+    opened = int((gaps.end_ns[sync] - gaps.start_ns[sync]).sum())
+    calls = syncs.calls
+    if not calls or sync.all():
+        return opened
+    start = np.fromiter((c.start_ns for c in calls), np.int64, len(calls))
+    dur = np.fromiter((c.dur_ns for c in calls), np.int64, len(calls))
+    other = Cover.of(gaps.start_ns[~sync], gaps.end_ns[~sync])
+    return opened + other.intersect(Cover.of(start, start + dur)).total_ns
 
 
 def _activity_counts(trace: Trace, keys: list[str], group_of: np.ndarray) -> ActivityCounts:

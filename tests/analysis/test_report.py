@@ -15,7 +15,7 @@ from tests.analysis._traces import launches_trace, steps_trace
 
 def test_json_has_the_documented_fields() -> None:
     obj = json.loads(analyze(launches_trace()).to_json())
-    assert obj["schema_version"] == 3
+    assert obj["schema_version"] == 4
     assert obj["source"] == {
         "path": "launches.json",
         "format": "synthetic",

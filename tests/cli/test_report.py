@@ -46,7 +46,7 @@ def test_records_file_json_summary(tmp_path: Path, capsys: pytest.CaptureFixture
     )
     assert main(["report", str(p), "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
-    assert obj["schema_version"] == 3
+    assert obj["schema_version"] == 4
     f = obj["figures"]["frontend_ns"]
     assert (f["count"], f["mean"], f["median"], f["p90"]) == (10, 55.0, 55.0, 90)
     assert obj["figures"]["device_ns"]["mean"] == 110.0
@@ -133,7 +133,7 @@ def test_trace_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
     path = shared_trace("kineto", "hta_a100_event_sync.json.gz")
     assert main(["report", str(path), "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
-    assert obj["schema_version"] == 3
+    assert obj["schema_version"] == 4
     for key in ("source", "steps", "step_bounds", "figures", "verdict", "bound", "trace"):
         assert key in obj
     for key in ("activities", "launch", "queue", "syncs", "step_source", "steps"):

@@ -103,7 +103,7 @@ def test_report_is_the_analysis_json_passed_through(logdir: Path) -> None:
     assert got["kind"] == "records"
     assert got["run"] == rec
     want = json.loads(_analyze(logdir / rec).to_json())
-    assert want["schema_version"] == 3
+    assert want["schema_version"] == 4
     assert got["report"] == want
     assert [b["step"] for b in got["bars"]["bars"]] == [s["step"] for s in want["steps"]]
     assert got["bars"]["queue_max"] is None  # a trace's only
