@@ -182,7 +182,7 @@ def warmup_of_steps(steps: Sequence[StepRecord], *, median_ns: float) -> WarmUp 
 
 def sync_cost_fraction(bound: Bound | None, sync_cost_ns: int | None = None) -> float:
     """What a run's syncs cost, over its region: ``sync_cost_ns`` (a trace's: the device idle
-    they open plus the host's wait in them while the device was idle anyway), else the bound's
+    they open plus the host's wait in them while the device waited for the host), else the bound's
     sync idle (a session's estimate: its sync wait while the device kept pace) — never the
     host's wait while the device stays busy. The verdict judges over-synchronization by this
     cost, as the diagnosis ranks syncs by it."""
@@ -344,7 +344,7 @@ def _cause_finding(
         if e.launch_gaps_ns and e.launch_gaps_ns >= e.host_work_ns:
             code = "launch-overhead"
             message = (
-                (f"{label}: launch overhead — " if label else "launch-overhead: ")
+                (f"launch-overhead ({label}): " if label else "launch-overhead: ")
                 + f"the device waits {_t(idle)} ({pct}) for the host, "
                 f"{_t(e.launch_gaps_ns)} of it in {e.launch_gaps} short gaps between kernels: "
                 "the host cannot launch kernels as fast as the device runs them"
@@ -383,12 +383,14 @@ def _cause_finding(
         )
         opened = b.idle_ns_by_cause.sync
         waited = (
-            f" and hold the host {_t(idle - opened)} while the device was idle anyway"
+            f" and hold the host {_t(idle - opened)} while the device waited for it"
             if idle > opened
             else ""
         )
         message = (
-            f"{label or code}: {what} cost {_t(idle)} ({pct}) — they open {_t(opened)} of "
+            f"{code}"
+            + (f" ({label})" if label and label != code else "")
+            + f": {what} cost {_t(idle)} ({pct}) — they open {_t(opened)} of "
             f"device idle{waited}"
             + (f"; {rate}" if rate else "")
             + (f" at {named}" if named else "")
@@ -405,7 +407,10 @@ def _cause_finding(
         ev["data_wait_ns"] = e.data_wait_ns
     elif cause == "dependency":
         code = label or "dependency-wait"
-        waited = ", ".join(f"stream {w.stream} ({_t(w.idle_ns)})" for w in e.waited_on[:3])
+        waited = ", ".join(
+            f"stream {w.stream} ({w.name.split('(', 1)[0][:40]}, {_t(w.idle_ns)})"
+            for w in e.waited_on[:3]
+        )
         message = f"{code}: queued work waits {_t(idle)} ({pct}) on other work" + (
             f" — {waited}" if waited else ""
         )
@@ -414,7 +419,7 @@ def _cause_finding(
         if clocks is not None:
             code = "clock-mismatch"
             message = (
-                f"{label}: clock mismatch — " if label else "clock-mismatch: "
+                f"clock-mismatch ({label}): " if label else "clock-mismatch: "
             ) + f"{_t(idle)} ({pct}) of idle cannot be attributed: {clocks.message}"
             advice = _CLOCK_ADVICE
         else:

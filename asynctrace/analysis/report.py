@@ -534,18 +534,20 @@ def _trace_analysis(
 
 def _sync_cost_ns(gaps: IdleGaps | None, syncs: SyncSummary) -> int | None:
     """What a trace's syncs cost (docs/how-it-works.md#diagnosis): the device idle they open
-    (the sync gaps) plus the host's wait in them not overlapped by device work (the wait
-    inside the other idle gaps); None without the gaps."""
+    (the sync gaps) plus the host's wait in them not overlapped by device work while the
+    device waited for the host (the wait inside host gaps: a gap whose work was already
+    queued, waiting on other work, is not the host's to shorten); None without the gaps."""
     if gaps is None:
         return None
     sync = gaps.cause == CAUSES.index("sync")
     opened = int((gaps.end_ns[sync] - gaps.start_ns[sync]).sum())
     calls = syncs.calls
-    if not calls or sync.all():
+    host = gaps.cause == CAUSES.index("host")
+    if not calls or not host.any():
         return opened
     start = np.fromiter((c.start_ns for c in calls), np.int64, len(calls))
     dur = np.fromiter((c.dur_ns for c in calls), np.int64, len(calls))
-    other = Cover.of(gaps.start_ns[~sync], gaps.end_ns[~sync])
+    other = Cover.of(gaps.start_ns[host], gaps.end_ns[host])
     return opened + other.intersect(Cover.of(start, start + dur)).total_ns
 
 

@@ -57,7 +57,8 @@ def test_records_file_json_summary(tmp_path: Path, capsys: pytest.CaptureFixture
     assert [s["frontend_ns"] for s in obj["steps"]][:3] == [10, 20, 30]
     assert obj["step_bounds"] == []  # a session's report holds the run's bound only
     assert obj["sync_sites"][0]["site"] == "train.py:12"
-    assert set(obj["verdict"]) == {"code", "message", "findings"}
+    assert set(obj["verdict"]) == {"code", "message", "findings", "codes"}
+    assert obj["diagnosis"][0]["code"] == obj["bound"]["label"]  # the headline is the label
     assert obj["trace"] is None  # what only a trace has
 
 
@@ -145,7 +146,8 @@ def test_trace_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "launch delays" in out
     assert "frontend" in out  # the steps table's host column
-    assert "verdict" in out
+    # the headline leads, under the title
+    assert out.splitlines()[1].startswith(obj["diagnosis"][0]["code"])
 
 
 def test_rank_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
