@@ -548,7 +548,8 @@ def _sync_cost_ns(gaps: IdleGaps | None, syncs: SyncSummary) -> int | None:
     start = np.fromiter((c.start_ns for c in calls), np.int64, len(calls))
     dur = np.fromiter((c.dur_ns for c in calls), np.int64, len(calls))
     other = Cover.of(gaps.start_ns[host], gaps.end_ns[host])
-    return opened + other.intersect(Cover.of(start, start + dur)).total_ns
+    waits = Cover.of(start, start + dur)  # disjoint: no wait counted twice
+    return opened + int(other.between(waits.start_ns, waits.end_ns).sum())
 
 
 def _activity_counts(trace: Trace, keys: list[str], group_of: np.ndarray) -> ActivityCounts:
