@@ -206,10 +206,10 @@ _COMM_KERNEL = re.compile(
 )
 _COPY_KERNEL = re.compile(r"memcpy|memset", re.I)
 _MATMUL_KERNEL = re.compile(
-    r"gemm|cutlass|cublas|conv|cudnn|xmma|wgrad|dgrad|fprop|matmul|mma|implicit", re.I
+    r"gemm|cutlass|cublas|conv|xmma|wgrad|dgrad|fprop|matmul|mma|implicit", re.I
 )
 _ELEMENTWISE_KERNEL = re.compile(
-    r"elementwise|vectorized|unrolled|reduce_kernel|softmax|norm|activation|fill|copy_kernel",
+    r"elementwise|vectorized|unrolled|reduce_kernel|softmax|norm|bn_|activation|fill|copy_kernel",
     re.I,
 )
 

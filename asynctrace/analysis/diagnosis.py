@@ -453,8 +453,8 @@ def _device_finding(bound: Bound, *, asynchronous: bool) -> Finding:
     }
     top = b.evidence.top_kernels
     if top:
-        ev["top_kernel"] = top[0].name.split("(", 1)[0][:80]
-        ev["top_kernel_ns"] = top[0].total_ns
+        ev["top_kernel"] = top[0].name.split("(", 1)[0].removeprefix("void ")[:80]
+        ev["top_kernel_time_ns"] = top[0].total_ns
     return Finding(
         code="device-bound",
         cost_ns=b.busy_ns,
