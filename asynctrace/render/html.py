@@ -149,7 +149,12 @@ def _run_body(analysis: Analysis, max_steps: int) -> str:
         f"<h1>asynctrace {'session' if r.trace is None else 'report'}: {_e(name)}</h1>",
         f'<p class="meta">{" · ".join(meta)}</p>',
         _diagnosis_div(r.diagnosis),
-        _bound_div(r.bound, r.warnings, scope=scope),
+        # a trace without device activity has no device timeline (its headline says so)
+        _bound_div(
+            None if r.trace is not None and r.trace.activities.total == 0 else r.bound,
+            r.warnings,
+            scope=scope,
+        ),
         _pictures(analysis),
         _figures_table(r),
         _steps_table(r, max_steps),

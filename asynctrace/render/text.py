@@ -63,6 +63,10 @@ def _title(report: Report) -> str:
     )
 
 
+def _no_device(report: Report) -> bool:
+    return report.trace is not None and report.trace.activities.total == 0
+
+
 def _scope(report: Report) -> str:
     if report.trace is None:
         return "session"
@@ -82,7 +86,8 @@ def render_report(
         console.print(line)
     for w in report.warnings:
         console.print(f"[bold yellow]warning[/bold yellow] ({_shown(w.code)}): {_shown(w.message)}")
-    if report.bound is not None:
+    # a trace without device activity has no device timeline to show (its headline says so)
+    if report.bound is not None and not _no_device(report):
         for line in bound_lines(report.bound, scope=_scope(report)):
             console.print(line)
     clocks = any("clock" in w.code for w in report.warnings)
