@@ -12,12 +12,21 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from asynctrace.analysis._bound_model import Bound
+from asynctrace.analysis._bound_model import Bound, WarmUp
+from asynctrace.analysis.diagnosis import (
+    Finding,
+    diagnose,
+    sync_cost_fraction,
+    warmup_of_steps,
+)
 from asynctrace.records import Note, SessionHeader, StepRecord, SyncSite
+
+if TYPE_CHECKING:
+    from asynctrace.analysis.verdict import Verdict
 
 __all__ = [
     "CPU_NOTE",
@@ -35,6 +44,10 @@ CPU_NOTE: Final = Note(
     text="the CPU backend executes synchronously: each op is done when Python gets control "
     "back, so device time equals frontend time and run-ahead and in-flight are zero",
 )
+
+
+#: leading steps an accumulator keeps to look for warm-up in (diagnosis.WARMUP_MAX_STEPS + 1)
+_WARMUP_KEEP: Final = 9
 
 
 class StepFigure(msgspec.Struct, frozen=True):
@@ -98,6 +111,7 @@ class StepAccumulator:
     __slots__ = (
         "data_wait_sum",
         "device_sum",
+        "first",
         "frontend_sum",
         "in_flight_sum",
         "mem_allocated_sum",
@@ -120,6 +134,8 @@ class StepAccumulator:
         self.steps = 0
         #: the most recent steps (at most ``window``), oldest first
         self.recent: deque[StepRecord] = deque(maxlen=window)
+        #: the first steps (at most WARMUP_MAX_STEPS), where warm-up is looked for
+        self.first: list[StepRecord] = []
         self.frontend_sum = self.data_wait_sum = self.in_flight_sum = 0
         self.sync_count_sum = self.sync_wait_sum = 0
         self.device_sum = self.run_ahead_sum = self.mem_allocated_sum = self.mem_reserved_sum = 0
@@ -128,6 +144,8 @@ class StepAccumulator:
 
     def add(self, rec: StepRecord) -> None:
         self.recent.append(rec)
+        if self.steps < _WARMUP_KEEP:
+            self.first.append(rec)
         self.steps += 1
         self.frontend_sum += rec.frontend_ns
         self.data_wait_sum += rec.data_wait_ns
@@ -193,31 +211,68 @@ class StepAccumulator:
         asynchronous: bool,
         sync_sites: list[SyncSite],
         sync_detection: str | None = None,
+        bound: Bound | None = None,
     ) -> tuple[str, str, list[str]]:
-        """(code, message, findings) of the verdict over the recent steps. Syncs are judged by
-        cost where the session measured their wait (the CUDA detector on an asynchronous
-        device); the lint's cost is unknown, so there they are judged by count."""
-        from asynctrace.analysis.verdict import WINDOW_STEPS, judge_steps
+        """(code, message, findings) of the verdict over the recent steps (:meth:`judge`)."""
+        v = self.judge(
+            asynchronous=asynchronous,
+            sync_sites=sync_sites,
+            sync_detection=sync_detection,
+            bound=bound,
+        )
+        return v.code, v.message, list(v.findings)
+
+    def judge(
+        self,
+        *,
+        asynchronous: bool,
+        sync_sites: list[SyncSite],
+        sync_detection: str | None = None,
+        bound: Bound | None = None,
+    ) -> Verdict:
+        """The verdict over the recent steps. Syncs are judged by what they cost where the
+        session measured their wait (the CUDA detector on an asynchronous device): the sync
+        idle of the bound (``bound``, else :meth:`bound`'s), as the diagnosis ranks them; the
+        lint's cost is unknown, so there they are judged by count."""
+        from asynctrace.analysis.verdict import judge_steps
 
         steps = list(self.recent)
         cost: float | None = None
         if asynchronous and sync_detection == "cuda":
-            tail = steps[-WINDOW_STEPS:]
-            frontend = sum(s.frontend_ns for s in tail)
-            cost = sum(s.sync_wait_ns for s in tail) / frontend if frontend else 0.0
-        v = judge_steps(
+            b = bound if bound is not None else self.bound(asynchronous=asynchronous)
+            cost = sync_cost_fraction(b)
+        return judge_steps(
             steps, asynchronous=asynchronous, sync_sites=sync_sites, sync_cost_fraction=cost
         )
-        return v.code, v.message, list(v.findings)
 
-    def bound(self, *, asynchronous: bool) -> Bound | None:
-        """What bounds the recent steps, estimated from their records; None without steps."""
+    def warmup(self) -> WarmUp | None:
+        """The session's warm-up: its leading steps far slower than the median step
+        (:func:`~asynctrace.analysis.diagnosis.warmup_of_steps`); None where there is none."""
+        if len(self.recent) < 2:
+            return None
+        values = sorted(r.frontend_ns for r in self.recent)
+        return warmup_of_steps(self.first, median_ns=_median(values))
+
+    def bound(self, *, asynchronous: bool, warmup: WarmUp | None = None) -> Bound | None:
+        """What bounds the recent steps (less the warm-up steps ``warmup`` leaves out),
+        estimated from their records; None without steps. On a synchronous device the host's
+        own compute sets the pace: never ``device-bound``, which is about a device."""
         if not self.recent:
             return None
-        from asynctrace.analysis.bound import bound_of_records
+        from asynctrace.analysis.bound import advice_for, bound_of_records
 
+        recent = list(self.recent)
+        if warmup is not None:
+            # the warm-up steps still in the window (steps before it were never kept)
+            drop = max(0, warmup.steps - (self.steps - len(recent)))
+            recent = recent[drop:] or recent
         # the run's figures only: a summary of 10^6 steps needs no 10^6 per-step objects
-        return bound_of_records(list(self.recent), asynchronous=asynchronous, per_step=False).run
+        b = bound_of_records(recent, asynchronous=asynchronous, per_step=False).run
+        if not asynchronous and b.label == "device-bound":
+            b = msgspec.structs.replace(
+                b, label="host-bound", advice=advice_for("device-bound", b, asynchronous=False)
+            )
+        return b
 
     def notes(self, *, asynchronous: bool, verdict: str) -> list[Note]:
         """What the summary says about how its figures were made."""
@@ -261,6 +316,10 @@ class SessionReport(msgspec.Struct, frozen=True, kw_only=True):
     #: what bounds the recent steps (estimated from their records: ``evidence.estimated``),
     #: with its evidence and one next step; None without steps
     bound: Bound | None = None
+    #: the findings, costliest first; ``diagnosis[0]`` is the headline (as ``Report.diagnosis``)
+    diagnosis: list[Finding] = msgspec.field(default_factory=list)
+    #: the leading steps left out of the steady state; None where none were
+    warmup: WarmUp | None = None
     sync_sites: list[SyncSite] = msgspec.field(default_factory=list)
     #: how the figures were made, each with a stable code (docs/how-it-works.md lists them)
     notes: list[Note] = msgspec.field(default_factory=list)
@@ -297,17 +356,31 @@ def session_report(
     """The summary of a run from its accumulated steps (pure). ``notes`` come first, then what
     the accumulator says about its own figures. ``judge=False``: no verdict and no bound (the
     figures alone, where judging failed)."""
-    code, message, findings = (
-        acc.verdict(
+    code, message, findings = "", "", []
+    figures = acc.figures()
+    warmup = acc.warmup() if judge else None
+    bound = acc.bound(asynchronous=header.asynchronous, warmup=warmup) if judge else None
+    diagnosis: list[Finding] = []
+    if judge:
+        v = acc.judge(
             asynchronous=header.asynchronous,
             sync_sites=sync_sites,
             sync_detection=header.sync_detection,
+            bound=bound,
         )
-        if judge
-        else ("", "", [])
-    )
-    figures = acc.figures()
-    bound = acc.bound(asynchronous=header.asynchronous) if judge else None
+        code, message, findings = v.code, v.message, list(v.findings)
+        diagnosis = diagnose(
+            bound=bound,
+            asynchronous=header.asynchronous,
+            has_device_activity=header.asynchronous,
+            trace=False,
+            steps=acc.steps,
+            figures=figures,
+            sync_sites=sync_sites,
+            warmup=warmup,
+            verdict_codes=v.codes,
+            verdict_findings=v.findings,
+        )
     return SessionReport(
         name=header.name,
         device_kind=header.device_kind,
@@ -329,6 +402,8 @@ def session_report(
         verdict_message=message,
         findings=findings,
         bound=bound,
+        diagnosis=diagnosis,
+        warmup=warmup,
         sync_sites=list(sync_sites),
         notes=[*notes, *acc.notes(asynchronous=header.asynchronous, verdict=code)],
         error=error,

@@ -199,28 +199,91 @@ def _short(name: str, limit: int = 60) -> str:
     return head if len(head) <= limit else head[: limit - 1] + "…"
 
 
+_COMM_KERNEL = re.compile(
+    r"nccl|rccl|allreduce|all_reduce|allgather|all_gather|reducescatter|reduce_scatter|"
+    r"alltoall|sendrecv|broadcast",
+    re.I,
+)
+_COPY_KERNEL = re.compile(r"memcpy|memset", re.I)
+_MATMUL_KERNEL = re.compile(
+    r"gemm|cutlass|cublas|conv|xmma|wgrad|dgrad|fprop|matmul|mma|implicit", re.I
+)
+_ELEMENTWISE_KERNEL = re.compile(
+    r"elementwise|vectorized|unrolled|reduce_kernel|softmax|norm|bn_|activation|fill|copy_kernel",
+    re.I,
+)
+
+
+def _kernel_advice(top: Sequence[KernelTime], busy_ns: int) -> str:
+    """The next step that fits the kernels that fill the busy time: communication, copies,
+    matrix products or elementwise work (the largest of them among the top kernels); tensor
+    cores and fusion only where those kernels dominate."""
+    by = {"comm": 0, "copy": 0, "matmul": 0, "elementwise": 0}
+    for k in top:
+        for kind, pattern in (
+            ("comm", _COMM_KERNEL),
+            ("copy", _COPY_KERNEL),
+            ("matmul", _MATMUL_KERNEL),
+            ("elementwise", _ELEMENTWISE_KERNEL),
+        ):
+            if pattern.search(k.name):
+                by[kind] += k.total_ns
+                break
+    kind, ns = max(by.items(), key=lambda kv: kv[1])
+    share = f"{100 * ns / busy_ns:.0f}%" if busy_ns > 0 else ""
+    if ns == 0 or (busy_ns > 0 and ns < 0.3 * busy_ns):
+        return "speed up its top kernels (profile them: Nsight Compute, the kernels' shapes)"
+    if kind == "comm":
+        return (
+            f"communication kernels (NCCL) take {share} of the busy time: overlap them with "
+            "compute (DDP bucketing, async collectives), communicate less often or less data"
+        )
+    if kind == "copy":
+        return (
+            f"copies take {share} of the busy time: keep data on the device, batch small "
+            "copies into one, copy from pinned memory"
+        )
+    if kind == "matmul":
+        return (
+            f"matrix products and convolutions take {share} of the busy time: run them on "
+            "tensor cores (bf16/fp16 autocast, TF32), with shapes in multiples of 8 "
+            "(channels_last for convolutions)"
+        )
+    return (
+        f"elementwise and reduction kernels take {share} of the busy time: fuse them "
+        "(torch.compile), avoid materializing intermediates"
+    )
+
+
 def advice_for(label: str, b: Bound | None = None, *, asynchronous: bool = True) -> list[str]:
     """One concrete next step for a label, naming what the evidence names."""
     if b is None:
         return []
     e = b.evidence
     out: list[str]
-    if label == "device-bound":
+    if label == "device-bound" and not asynchronous:
+        # the host ran every op itself: no device, no GPU advice
+        out = [
+            f"the host's own compute fills {e.busy_pct:.0f}% of the step: profile the step "
+            "(torch.profiler, py-spy) and speed up its top ops"
+        ]
+    elif label == "device-bound":
         kernels = ", ".join(
             f"{_short(k.name)} ({_ms(k.total_ns)}, ×{k.count})" for k in e.top_kernels[:3]
         )
+        fit = _kernel_advice(e.top_kernels, b.busy_ns)
         out = [
-            f"the device is busy {e.busy_pct:.0f}% of the time: speed up its top kernels"
+            f"the device is busy {e.busy_pct:.0f}% of the time: {fit}"
             + (f" — {kernels}" if kernels else "")
-            + " (mixed precision / tensor cores, fusion, better shapes); the host is not the limit"
+            + "; the host is not the limit"
         ]
     elif label == "host-bound":
-        if e.launch_gaps_ns >= e.host_work_ns:
+        if e.launch_gaps and e.launch_gaps_ns >= e.host_work_ns:
             out = [
                 f"launch overhead: {e.launch_gaps} gaps under {LAUNCH_GAP_NS // 1000} µs "
                 f"between kernels ({_ms(e.launch_gaps_ns)} idle) — capture the step in a CUDA "
-                'graph (torch.compile(mode="reduce-overhead"), torch.cuda.graphs), or launch '
-                "fewer, larger kernels (fusion, torch.compile)"
+                'graph (torch.compile(mode="reduce-overhead"), torch.cuda.graphs), launch '
+                "fewer, larger kernels (fusion, torch.compile), or run larger batches"
             ]
         else:
             frames = ", ".join(
@@ -236,7 +299,8 @@ def advice_for(label: str, b: Bound | None = None, *, asynchronous: bool = True)
             ]
     elif label == "sync-bound":
         sites = ", ".join(
-            f"{s.site or s.op} ({s.op} ×{s.count}, costs {_ms(s.cost_ns)})"
+            (f"{s.site} ({s.op} ×{s.count}" if s.site else f"{s.op} (×{s.count}")
+            + f", opens {_ms(s.idle_ns)} of idle)"
             for s in e.sync_sites[:3]
         )
         out = [

@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from asynctrace.analysis._bound_model import StepBound, WarmUp
+from asynctrace.analysis._bound_model import CAUSES, StepBound, WarmUp
 from asynctrace.analysis.accumulate import FigureStats, StepAccumulator
 from asynctrace.analysis.bound import (
     Bound,
@@ -33,7 +33,7 @@ from asynctrace.analysis.bound import (
     bound_of_records,
     bound_of_trace,
 )
-from asynctrace.analysis.diagnosis import Finding
+from asynctrace.analysis.diagnosis import Finding, diagnose, sync_cost_fraction
 from asynctrace.analysis.kernels import DeviceTime, HostOpTime, device_times, host_op_times
 from asynctrace.analysis.launches import LaunchLinks, LaunchStats, launch_stats, link_launches
 from asynctrace.analysis.queue import (
@@ -59,6 +59,7 @@ from asynctrace.analysis.steps import (
     without_clock_figures,
 )
 from asynctrace.analysis.syncs import SyncCall, SyncSummary, find_syncs
+from asynctrace.analysis.timeline import Cover
 from asynctrace.analysis.verdict import judge_steps, verdict_line
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import Note, Records, SessionHeader, StepRecord, SyncSite
@@ -75,11 +76,12 @@ __all__ = [
     "analyze",
     "analyze_detail",
     "rank_from_name",
+    "report_diagnosis",
     "sync_sites",
     "warmup_steps",
 ]
 
-REPORT_SCHEMA_VERSION = 3
+REPORT_SCHEMA_VERSION = 4
 
 
 class SourceInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -119,6 +121,9 @@ class VerdictInfo(msgspec.Struct, frozen=True, kw_only=True):
     code: str
     message: str
     findings: list[str] = msgspec.field(default_factory=list)
+    #: the code of each finding, in the same order (schema 4; [] in a report read from an
+    #: older schema)
+    codes: list[str] = msgspec.field(default_factory=list)
 
     @property
     def line(self) -> str:
@@ -206,8 +211,12 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
                 old = msgspec.convert(_from_schema_2(msgspec.json.decode(data)), type=cls)
                 # the summary schema 3 adds, from the steps it always had
                 acc = StepAccumulator(window=max(1, len(old.steps))).extend(old.steps)
-                return msgspec.structs.replace(old, figures=_figures(acc))
-            return msgspec.json.decode(data, type=cls)
+                old = msgspec.structs.replace(old, figures=_figures(acc))
+            else:
+                old = msgspec.json.decode(data, type=cls)
+            if version < 4:
+                old = _to_schema_4(old)
+            return old
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             raise TraceFormatError("<report>", f"not an asynctrace report ({e})") from None
         except (KeyError, TypeError, AttributeError) as e:
@@ -266,8 +275,64 @@ def _from_schema_2(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _to_schema_4(old: Report) -> Report:
+    """A report of schema 1–3 with what schema 4 adds, from the figures it always had: the
+    verdict judged again (syncs by the idle they open, each finding's code), this version's
+    advice, and the diagnosis."""
+    from asynctrace.analysis.bound import advice_for
+
+    b = old.bound
+    if b is not None:
+        b = msgspec.structs.replace(
+            b, advice=advice_for(b.label, b, asynchronous=old.source.asynchronous)
+        )
+    h = old.source.session
+    t = old.trace
+    measured = old.source.asynchronous and (
+        t is not None or (h is not None and h.sync_detection == "cuda")
+    )
+    v = judge_steps(
+        old.steps,
+        asynchronous=old.source.asynchronous,
+        sync_sites=old.sync_sites,
+        sync_cost_fraction=sync_cost_fraction(b) if measured else None,
+        whole_trace=old.whole_trace,
+    )
+    new = msgspec.structs.replace(
+        old,
+        schema_version=REPORT_SCHEMA_VERSION,
+        bound=b,
+        verdict=VerdictInfo(
+            code=v.code, message=v.message, findings=list(v.findings), codes=list(v.codes)
+        ),
+    )
+    return msgspec.structs.replace(new, diagnosis=report_diagnosis(new))
+
+
 class _Version(msgspec.Struct):
     schema_version: int
+
+
+def report_diagnosis(report: Report, sync_cost_ns: int | None = None) -> list[Finding]:
+    """:func:`~asynctrace.analysis.diagnosis.diagnose` of a report's own figures: what
+    ``Report.diagnosis`` holds (pure). ``sync_cost_ns``: what the syncs cost, where the
+    timeline gave it (:func:`_sync_cost_ns`); else the bound's sync idle."""
+    t = report.trace
+    return diagnose(
+        bound=report.bound,
+        asynchronous=report.source.asynchronous,
+        has_device_activity=t.activities.total > 0 if t is not None else report.source.asynchronous,
+        trace=t is not None,
+        steps=len(report.steps),
+        figures=report.figures,
+        sync_sites=report.sync_sites,
+        warnings=report.warnings,
+        warmup=report.warmup,
+        verdict_codes=report.verdict.codes,
+        verdict_findings=report.verdict.findings,
+        whole_trace=report.whole_trace,
+        sync_cost_ns=sync_cost_ns,
+    )
 
 
 _RANK = re.compile(r"(?i)rank[-_]?(\d+)")
@@ -415,11 +480,16 @@ def _trace_analysis(
     # where the clocks disagree, the figures that compare them would be wrong: left out
     split = without_clock_figures(plain) if tb.clocks_disagree else plain
     whole = bool(windows) and windows[0].source == "trace"
+    # start-up work outside the steady state (none found here yet)
+    warmup: WarmUp | None = None
+    # syncs are judged by the device idle they open, as the diagnosis ranks them: the host's
+    # wait while the device stays busy costs nothing
+    sync_cost = _sync_cost_ns(tb.gaps, syncs)
     v = judge_steps(
         split.steps,
         asynchronous=has_device,
         sync_sites=sites,
-        sync_cost_fraction=tb.sync_cost_fraction if has_device else None,
+        sync_cost_fraction=sync_cost_fraction(tb.run, sync_cost) if has_device else None,
         whole_trace=whole,
     )
     acc = StepAccumulator(window=max(1, len(split.steps))).extend(split.steps)
@@ -438,8 +508,11 @@ def _trace_analysis(
         step_bounds=tb.steps,
         figures=_figures(acc),
         sync_sites=sites,
-        verdict=VerdictInfo(code=v.code, message=v.message, findings=list(v.findings)),
+        verdict=VerdictInfo(
+            code=v.code, message=v.message, findings=list(v.findings), codes=list(v.codes)
+        ),
         bound=tb.run,
+        warmup=warmup,
         warnings=tb.warnings,
         trace=TraceFigures(
             activities=_activity_counts(trace, keys, group_of),
@@ -459,6 +532,7 @@ def _trace_analysis(
             figs, kernels=_kernels(trace, report), host_ops=_host_ops(trace, report)
         ),
     )
+    report = msgspec.structs.replace(report, diagnosis=report_diagnosis(report, sync_cost))
     gaps = tb.gaps  # bound_of_trace always gives them; an empty set where it would not
     if gaps is None:
         empty = np.zeros(0, np.int64)
@@ -510,6 +584,26 @@ def _host_ops(trace: Trace, report: Report) -> list[HostOpTime]:
     )
 
 
+def _sync_cost_ns(gaps: IdleGaps | None, syncs: SyncSummary) -> int | None:
+    """What a trace's syncs cost (docs/how-it-works.md#diagnosis): the device idle they open
+    (the sync gaps) plus the host's wait in them not overlapped by device work while the
+    device waited for the host (the wait inside host gaps: a gap whose work was already
+    queued, waiting on other work, is not the host's to shorten); None without the gaps."""
+    if gaps is None:
+        return None
+    sync = gaps.cause == CAUSES.index("sync")
+    opened = int((gaps.end_ns[sync] - gaps.start_ns[sync]).sum())
+    calls = syncs.calls
+    host = gaps.cause == CAUSES.index("host")
+    if not calls or not host.any():
+        return opened
+    start = np.fromiter((c.start_ns for c in calls), np.int64, len(calls))
+    dur = np.fromiter((c.dur_ns for c in calls), np.int64, len(calls))
+    other = Cover.of(gaps.start_ns[host], gaps.end_ns[host])
+    waits = Cover.of(start, start + dur)  # disjoint: no wait counted twice
+    return opened + int(other.between(waits.start_ns, waits.end_ns).sum())
+
+
 def _activity_counts(trace: Trace, keys: list[str], group_of: np.ndarray) -> ActivityCounts:
     per_stream = np.bincount(group_of, minlength=len(keys))
     kinds = trace.activities.kind
@@ -522,14 +616,20 @@ def _activity_counts(trace: Trace, keys: list[str], group_of: np.ndarray) -> Act
 
 def _records_report(records: Records) -> Report:
     """A session's records as a report: the live session's own summary
-    (:class:`~asynctrace.analysis.accumulate.StepAccumulator`) over every step of the file."""
+    (:class:`~asynctrace.analysis.accumulate.StepAccumulator`) over every step of the file,
+    its warm-up steps left out of the bound."""
     h = records.header
     steps = records.steps
     acc = StepAccumulator(window=max(1, len(steps))).extend(steps)
-    code, message, findings = acc.verdict(
-        asynchronous=h.asynchronous, sync_sites=records.syncs, sync_detection=h.sync_detection
+    warmup = acc.warmup()
+    bound = acc.bound(asynchronous=h.asynchronous, warmup=warmup)
+    v = acc.judge(
+        asynchronous=h.asynchronous,
+        sync_sites=records.syncs,
+        sync_detection=h.sync_detection,
+        bound=bound,
     )
-    return Report(
+    report = Report(
         source=SourceInfo(
             path=records.path,
             format="records",
@@ -545,9 +645,13 @@ def _records_report(records: Records) -> Report:
         figures=_figures(acc),
         sync_sites=list(records.syncs),
         notes=list(records.summary.notes) if records.summary is not None else [],
-        verdict=VerdictInfo(code=code, message=message, findings=findings),
-        bound=acc.bound(asynchronous=h.asynchronous),
+        verdict=VerdictInfo(
+            code=v.code, message=v.message, findings=list(v.findings), codes=list(v.codes)
+        ),
+        bound=bound,
+        warmup=warmup,
     )
+    return msgspec.structs.replace(report, diagnosis=report_diagnosis(report))
 
 
 def _bounds(report: Report, *, max_bins: int) -> BoundSeries:

@@ -10,8 +10,10 @@ did, from the figures a capture session records per step (:class:`~asynctrace.re
     :data:`SATURATED_IN_FLIGHT` or more (the launch queue is full and the host is throttled).
 ``over-synchronized``
     The median step has more than ``max_syncs_per_step`` syncs **and** they cost at least
-    :data:`SYNC_COST_FRACTION` of the step (``sync_cost_fraction``: the sync idle they opened plus
-    the host's wait, from the bound analysis; a session's sync wait / frontend time). Cheaper
+    :data:`SYNC_COST_FRACTION` of the step (``sync_cost_fraction``: the device idle they open
+    plus their wait while the device waited for the host — the diagnosis's cost of a sync,
+    :func:`asynctrace.analysis.diagnosis.sync_cost_fraction`; never the wait while the device
+    stays busy). Cheaper
     syncs stay a finding, ``cheap-syncs`` (the book's one sync per minibatch), not the headline.
     Where the cost is unknown (the CPU lint, whose syncs would block on an accelerator) the count
     alone decides, as before.

@@ -39,6 +39,7 @@ from asynctrace.records import SessionHeader, StepRecord, SyncSite
 
 if TYPE_CHECKING:
     from asynctrace.analysis.bound import Bound
+    from asynctrace.analysis.diagnosis import Finding
     from asynctrace.analysis.report import Report
     from asynctrace.records import Note
 
@@ -96,7 +97,7 @@ def step_scalars(step: StepRecord) -> dict[str, float]:
 def summary_markdown(report: Report) -> str:
     """A short Markdown summary of a session's records (TensorBoard's text dashboard renders
     Markdown), from their report (``analyze(records)``): what the session's own summary at its
-    end shows, the bound, the verdict with its findings, the per-step figures and the top sync
+    end shows: the diagnosis, the bound's figures, the per-step figures and the top sync
     sites."""
     return session_markdown(_header(report), complete=report.source.complete, report=report)
 
@@ -115,8 +116,9 @@ def session_markdown(
 ) -> str:
     """:func:`summary_markdown` from a session's parts: a running session passes its
     ``report`` at its end (a records file, its :class:`~asynctrace.analysis.report.Report`).
-    The text carries the verdict with its message and findings, the per-step figures, the
-    notes and the top sync sites, as the exit summary prints them."""
+    The text carries the diagnosis (its headline first, with its next step and evidence, then
+    the other findings), the bound's figures, the per-step figures, the notes and the top sync
+    sites, as the exit summary prints them."""
     h = header
     steps: int | None = None
     syncs: Sequence[SyncSite] = ()
@@ -127,17 +129,18 @@ def session_markdown(
         f"**{_md(h.name)}** on {_md(h.device_name)} ({_md(h.device_kind)}, "
         f"{'asynchronous' if h.asynchronous else 'synchronous'}), host {_md(h.host)}, "
         f"pid {h.pid}" + (f", rank {h.rank}" if h.rank is not None else ""),
-        "",
-        f"steps recorded: {steps or 0}" + ("" if complete else " (incomplete file)"),
     ]
+    # the headline first, as in every view
+    if report is not None and steps:
+        lines += _diagnosis_lines(report.diagnosis)
+    lines += ["", f"steps recorded: {steps or 0}" + ("" if complete else " (incomplete file)")]
     if isinstance(report, SessionReport):
         lines += _report_lines(report)
     elif report is not None:
         from asynctrace.render.session import figure_rows
 
-        v = report.verdict
         lines += _bound_lines(report.bound)
-        lines += _verdict_lines(v.code, v.message, v.findings, figure_rows(report.figures))
+        lines += _figure_lines(figure_rows(report.figures))
         lines += _note_lines(report.notes)
     if syncs:
         lines += ["", "| site | op | count | wait ms |", "|---|---|---|---|"]
@@ -154,9 +157,7 @@ def _report_lines(report: SessionReport) -> list[str]:
     from asynctrace.render.session import report_rows
 
     lines = _bound_lines(report.bound)
-    lines += _verdict_lines(
-        report.verdict, report.verdict_message, report.findings, report_rows(report)
-    )
+    lines += _figure_lines(report_rows(report))
     return lines + _note_lines(report.notes)
 
 
@@ -178,17 +179,27 @@ def _bound_lines(b: Bound | None) -> list[str]:
             if v
         ),
     ]
-    if b.advice:
-        lines.append(f"next step: {_md(b.advice[0])}")
     return lines
 
 
-def _verdict_lines(
-    code: str, message: str, findings: Sequence[str], rows: Sequence[Sequence[str]]
-) -> list[str]:
-    """The verdict with its message and findings, then the per-step figures' table."""
-    lines = ["", f"verdict: **{_md(code)}**: {_md(message)}"]
-    lines += [f"- {_md(f)}" for f in findings]
+def _diagnosis_lines(diagnosis: Sequence[Finding]) -> list[str]:
+    """The diagnosis (:func:`~asynctrace.render.diagnosis.diagnosis_text`): the headline in
+    bold, its next step and evidence, then the other findings as a list."""
+    from asynctrace.render.diagnosis import diagnosis_text
+
+    text = diagnosis_text(diagnosis)
+    if not text:
+        return []
+    head, *rest = text
+    code = diagnosis[0].code
+    lines = ["", f"**{_md(code)}**{_md(head[len(code) :])}" if head.startswith(code) else _md(head)]
+    lines += [f"- {_md(x.strip())}" for x in rest]
+    return lines
+
+
+def _figure_lines(rows: Sequence[Sequence[str]]) -> list[str]:
+    """The per-step figures' table."""
+    lines: list[str] = []
     if rows:
         lines += ["", "| per step | mean | median | p90 |", "|---|---|---|---|"]
         lines += [f"| {' | '.join(_md(c) for c in row)} |" for row in rows]

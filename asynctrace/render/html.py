@@ -2,7 +2,7 @@
 
 One view for both kinds of run: :func:`report_html` takes the
 :class:`~asynctrace.analysis.report.Analysis` of a trace or of a session's records and draws
-what every report has (the bound box, the verdict, the per-step figures, the steps, the
+what every report has (the diagnosis, the bound box, the per-step figures, the steps, the
 pictures), and the trace-only sections (activities, launches, queues, each sync site) where the
 report has a trace part. :func:`combined_html` puts several runs on one page, led by the ranks
 table.
@@ -27,9 +27,10 @@ from asynctrace._output import write_atomically
 
 if TYPE_CHECKING:
     from asynctrace.analysis.bound import Bound, ReportWarning
+    from asynctrace.analysis.diagnosis import Finding
     from asynctrace.analysis.many import CrossRank
     from asynctrace.analysis.ranks import RankComparison
-    from asynctrace.analysis.report import Analysis, Report, TraceFigures, VerdictInfo
+    from asynctrace.analysis.report import Analysis, Report, TraceFigures
 
 __all__ = ["combined_html", "report_html", "write_html"]
 
@@ -41,7 +42,8 @@ border-bottom:1px solid #ddd;padding-bottom:.2em}
 table{border-collapse:collapse;margin:.6em 0;font-size:13px}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:right;vertical-align:top}
 th{background:#f4f4f4}td.l,th.l{text-align:left}
-.verdict{padding:.6em 1em;border-left:4px solid #F28E2B;background:#fff8ef;margin:1em 0}
+.diagnosis{padding:.6em 1em;border-left:4px solid #F28E2B;background:#fff8ef;margin:1em 0}
+.diagnosis p{margin:.3em 0}.diagnosis .label{font-size:1.15em}
 .bound{padding:.6em 1em;border-left:4px solid #4E79A7;background:#f3f7fb;margin:1em 0}
 .bound p{margin:.3em 0}.bound .label{font-size:1.15em}.bound table{margin:.3em 0}
 .warn{padding:.3em .6em;border-left:4px solid #E15759;background:#fdeeee;margin:.3em 0}
@@ -146,8 +148,13 @@ def _run_body(analysis: Analysis, max_steps: int) -> str:
     parts = [
         f"<h1>asynctrace {'session' if r.trace is None else 'report'}: {_e(name)}</h1>",
         f'<p class="meta">{" · ".join(meta)}</p>',
-        _bound_div(r.bound, r.warnings, scope=scope),
-        _verdict_div(r.verdict),
+        _diagnosis_div(r.diagnosis),
+        # a trace without device activity has no device timeline (its headline says so)
+        _bound_div(
+            None if r.trace is not None and r.trace.activities.total == 0 else r.bound,
+            r.warnings,
+            scope=scope,
+        ),
         _pictures(analysis),
         _figures_table(r),
         _steps_table(r, max_steps),
@@ -288,9 +295,9 @@ def _ranks_table(reports: Sequence[Report]) -> str:
         else:
             est = " (estimated)" if b.evidence.estimated else ""
             row += [b.label + est, f"{b.evidence.busy_pct:.1f}", b.evidence.leading_cause]
-        rows.append([*row, r.verdict.code])
+        rows.append([*row, r.diagnosis[0].code if r.diagnosis else "—"])
     return f"<h1>Ranks and sessions ({len(rows)})</h1>" + _table(
-        ["rank", "file", "kind", "bound", "device busy %", "leading idle cause", "verdict"],
+        ["rank", "file", "kind", "bound", "device busy %", "leading idle cause", "headline"],
         rows,
         left=3,
     )
@@ -377,10 +384,10 @@ def _first(items: Sequence[str], shown: int) -> str:
 
 
 def _bound_div(bound: Bound | None, warnings: Sequence[ReportWarning], *, scope: str) -> str:
-    """The box that leads the page: the consistency warnings (code and message), then what
-    bounds the run — the label, device busy, idle by cause (ns and % of the region), the
-    evidence line, the host frames with ``file:line``, the notes and the first next step.
-    Every string is escaped: names and sites come from the file."""
+    """The box under the diagnosis: the consistency warnings (code and message), then the
+    bound's figures — the label, device busy, idle by cause (time and share of the region), the
+    evidence line, the host frames with ``file:line`` and the notes (the next step is the
+    diagnosis's). Every string is escaped: names and sites come from the file."""
     from asynctrace.analysis.bound import CAUSES
     from asynctrace.render.legend import IDLE_CAUSE_COLORS
     from asynctrace.render.text import evidence_parts, format_ns
@@ -400,13 +407,13 @@ def _bound_div(bound: Bound | None, warnings: Sequence[ReportWarning], *, scope:
     by = b.idle_ns_by_cause.as_dict()
     rows = "".join(
         f'<tr><td class="l"><span class="swatch" style="background:{IDLE_CAUSE_COLORS[c]}">'
-        f"</span>{_e(c)}</td><td>{by[c]}</td><td>{_e(format_ns(by[c]))}</td>"
-        f"<td>{e.idle_pct_by_cause.get(c, 0.0):.1f}</td></tr>"
+        f"</span>{_e(c)}</td><td>{_e(format_ns(by[c]))}</td>"
+        f"<td>{e.idle_pct_by_cause.get(c, 0.0):.1f}%</td></tr>"
         for c in CAUSES
     )
     parts.append(
-        '<table class="idle"><thead><tr><th class="l">device idle by cause</th><th>ns</th>'
-        f"<th>time</th><th>% of {_e(scope)}</th></tr></thead><tbody>{rows}</tbody></table>"
+        '<table class="idle"><thead><tr><th class="l">device idle by cause</th>'
+        f"<th>time</th><th>share of {_e(scope)}</th></tr></thead><tbody>{rows}</tbody></table>"
     )
     detail = evidence_parts(e)
     if detail:
@@ -421,17 +428,36 @@ def _bound_div(bound: Bound | None, warnings: Sequence[ReportWarning], *, scope:
         )
         parts.append(f"<p>host during {_e(e.leading_cause)} idle:</p><ul>{items}</ul>")
     parts += [f'<p class="meta">note: {_e(n)}</p>' for n in e.notes]
-    if b.advice:
-        parts.append(f"<p>next step: {_e(b.advice[0])}</p>")
     return f'<div class="bound">{"".join(parts)}</div>'
 
 
-def _verdict_div(v: VerdictInfo) -> str:
-    """The verdict box: the code in bold, said once (``VerdictInfo.line``), then the other
-    findings."""
-    rest = v.line[len(v.code) :]
-    others = "".join(f"<br>· {_e(f)}" for f in v.findings if f != v.message)
-    return f'<div class="verdict"><b>{_e(v.code)}</b>{_e(rest)}{others}</div>'
+def _diagnosis_div(diagnosis: Sequence[Finding]) -> str:
+    """The box that leads the page (:func:`~asynctrace.render.diagnosis.diagnosis_view`, as
+    every view): the headline with its code in bold, its next step, its evidence as a table of
+    readable figures, then the other findings ranked with what each costs."""
+    from asynctrace.render.diagnosis import diagnosis_view
+
+    v = diagnosis_view(diagnosis)
+    if not v.message:
+        return ""
+    rest = v.message[len(v.code) :] if v.message.startswith(v.code) else ": " + v.message
+    parts = [f'<p class="label"><b>{_e(v.code)}</b>{_e(rest)}</p>']
+    if v.advice:
+        parts.append(f"<p>next step: {_e(v.advice)}</p>")
+    if v.evidence:
+        parts.append(
+            '<table class="evidence"><tbody>'
+            + "".join(f'<tr><td class="l">{_e(k)}</td><td>{_e(x)}</td></tr>' for k, x in v.evidence)
+            + "</tbody></table>"
+        )
+    if v.rest:
+        items = "".join(
+            f'<li><b>{_e(code)}</b> — {_e(msg)} <span class="meta">({_e(cost)})</span></li>'
+            for code, msg, cost in v.rest
+        )
+        more = f"<li>… and {v.more} more in the report JSON</li>" if v.more else ""
+        parts.append(f"<p>then, ranked by what each costs:</p><ol>{items}{more}</ol>")
+    return f'<div class="diagnosis">{"".join(parts)}</div>'
 
 
 def write_html(path: str | os.PathLike[str], page: str) -> Path:

@@ -1,4 +1,5 @@
-"""The session's exit summary as text: the table, the verdict and the notes."""
+"""The session's exit summary as text: the diagnosis (its headline first), the table, the
+sync sites, the bound's figures and the notes."""
 
 from __future__ import annotations
 
@@ -73,7 +74,8 @@ def figure_rows(figures: Mapping[str, FigureStats | None]) -> list[tuple[str, st
 def print_report(
     report: SessionReport, *, file: Any = None, no_steps_hint: str = NO_STEPS_HINT
 ) -> None:
-    """Print the summary table, the top sync sites, the verdict and notes of ``report``
+    """Print the title, the diagnosis, the summary table, the top sync sites, the bound's
+    figures and the notes of ``report``
     (stdout by default); ``no_steps_hint`` follows "no steps" where the session recorded
     none."""
     from rich.table import Table
@@ -84,19 +86,23 @@ def print_report(
     console = stdout_console(file=file if file is not None else sys.stdout, highlight=False)
     # names, sites and ops come from the program and its files: control characters escaped
     report = printable_fields(report)
-    table = Table(
-        title=(
-            f"asynctrace {report.name}: {report.steps} steps on {report.device_name}, "
-            f"{report.wall_ns / 1e9:.3f} s"
-        ),
-        title_justify="left",
-    )
+    from asynctrace.render.text import diagnosis_markup
+
+    table = Table()
     table.add_column("per step")
     for col in ("mean", "median", "p90"):
         table.add_column(col, justify="right")
     for row in report_rows(report):
         table.add_row(*row)
     if report.steps:
+        console.print(
+            f"asynctrace {report.name}: {report.steps} steps on {report.device_name}, "
+            f"{report.wall_ns / 1e9:.3f} s",
+            markup=False,
+        )
+        # markup of our own; every name in it is escaped by diagnosis_markup
+        for line in diagnosis_markup(report.diagnosis):
+            console.print(line)
         console.print(table)
     else:
         console.print(
@@ -128,7 +134,6 @@ def print_report(
             report.bound, scope=f"last {report.steps} steps" if report.steps else "session"
         ):
             console.print(line)
-    console.print(f"verdict: {report.verdict_line}", markup=False)
     for note in report.notes:
         console.print(f"note: {note.text}", markup=False)
     if report.records_path is not None:

@@ -3,6 +3,7 @@ session's records (formatting only)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import PurePath
 
 from rich.console import Console
@@ -11,11 +12,14 @@ from rich.table import Table
 
 from asynctrace._text import printable
 from asynctrace.analysis.bound import Bound, BoundEvidence
+from asynctrace.analysis.diagnosis import Finding
 from asynctrace.analysis.ranks import RankComparison
-from asynctrace.analysis.report import Report, TraceFigures, VerdictInfo
+from asynctrace.analysis.report import Report, TraceFigures
+from asynctrace.render.diagnosis import diagnosis_text
 
 __all__ = [
     "bound_lines",
+    "diagnosis_markup",
     "evidence_parts",
     "format_ns",
     "render_ranks",
@@ -59,6 +63,10 @@ def _title(report: Report) -> str:
     )
 
 
+def _no_device(report: Report) -> bool:
+    return report.trace is not None and report.trace.activities.total == 0
+
+
 def _scope(report: Report) -> str:
     if report.trace is None:
         return "session"
@@ -68,14 +76,18 @@ def _scope(report: Report) -> str:
 def render_report(
     report: Report, console: Console, *, steps: bool = False, top_sites: int = 10
 ) -> None:
-    """Print a report of a trace or of a session's records: warnings, what bounds it (label,
-    evidence, next step), the per-step figures; a trace's activities, launches, queues and
-    syncs; the sync sites; the steps (a trace's summary or all of them, a session's with
-    ``steps``); the verdict."""
+    """Print a report of a trace or of a session's records: its title, the diagnosis (the
+    headline with its next step and evidence, then the other findings ranked), warnings, the
+    bound's figures, the per-step figures; a trace's activities, launches, queues and syncs;
+    the sync sites; the steps (a trace's summary or all of them, a session's with
+    ``steps``)."""
+    console.print(_title(report))
+    for line in diagnosis_markup(report.diagnosis):
+        console.print(line)
     for w in report.warnings:
         console.print(f"[bold yellow]warning[/bold yellow] ({_shown(w.code)}): {_shown(w.message)}")
-    console.print(_title(report))
-    if report.bound is not None:
+    # a trace without device activity has no device timeline to show (its headline says so)
+    if report.bound is not None and not _no_device(report):
         for line in bound_lines(report.bound, scope=_scope(report)):
             console.print(line)
     clocks = any("clock" in w.code for w in report.warnings)
@@ -91,9 +103,6 @@ def render_report(
         _print_sites(sites, console, wait="wait", top=top_sites)
     if report.steps and (steps or report.trace is not None):
         _print_steps(report, console, every=steps, clocks=clocks)
-    console.print(_verdict_line(report.verdict))
-    for finding in report.verdict.findings[1:]:
-        console.print(f"  also: {_shown(finding)}")
 
 
 def _print_figures(report: Report, console: Console) -> None:
@@ -257,7 +266,8 @@ def evidence_parts(e: BoundEvidence) -> list[str]:
 
 
 def bound_lines(b: Bound, *, scope: str = "run") -> list[str]:
-    """The bound headline as rich markup lines: label, evidence, the one next step."""
+    """The bound's figures as rich markup lines: label, device busy and idle by cause, the
+    evidence, host frames and notes (its next step is the diagnosis's, shown above it)."""
     e = b.evidence
     idle = b.idle_ns_by_cause
     causes = ", ".join(
@@ -283,10 +293,17 @@ def bound_lines(b: Bound, *, scope: str = "run") -> list[str]:
         lines.append(f"  host during {_shown(e.leading_cause)} idle: {_shown(shown)}")
     for note in e.notes:
         lines.append(f"  note: {_shown(note)}")
-    for a in b.advice[:1]:
-        lines.append(f"  next step: {_shown(a)}")
-    for a in b.advice[1:]:
-        lines.append(f"  also: {_shown(a)}")
+    return lines
+
+
+def diagnosis_markup(diagnosis: Sequence[Finding]) -> list[str]:
+    """The diagnosis as rich markup lines (:func:`~asynctrace.render.diagnosis.diagnosis_text`,
+    the headline's code in bold); every text view prints these first."""
+    lines = [_shown(x) for x in diagnosis_text(diagnosis)]
+    if lines and diagnosis:
+        code = _shown(diagnosis[0].code)
+        if lines[0].startswith(code):
+            lines[0] = f"[bold]{code}[/bold]{lines[0][len(code) :]}"
     return lines
 
 
@@ -336,8 +353,3 @@ def render_ranks(comparison: RankComparison, console: Console, *, of: str | None
                 "?" if k.slowest_rank is None else str(k.slowest_rank),
             )
         console.print(t)
-
-
-def _verdict_line(v: VerdictInfo) -> str:
-    rest = v.line[len(v.code) :]
-    return f"verdict: [bold]{_shown(v.code)}[/bold]{_shown(rest)}"

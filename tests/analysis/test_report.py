@@ -15,7 +15,7 @@ from tests.analysis._traces import launches_trace, steps_trace
 
 def test_json_has_the_documented_fields() -> None:
     obj = json.loads(analyze(launches_trace()).to_json())
-    assert obj["schema_version"] == 3
+    assert obj["schema_version"] == 4
     assert obj["source"] == {
         "path": "launches.json",
         "format": "synthetic",
@@ -62,7 +62,7 @@ def test_json_has_the_documented_fields() -> None:
     assert t["step_source"] == "trace"
     assert {"frontend_ns", "sync_count"} <= set(obj["figures"])
     assert set(obj["figures"]["frontend_ns"]) == {"count", "mean", "median", "p90", "window_steps"}
-    assert set(obj["verdict"]) == {"code", "message", "findings"}
+    assert set(obj["verdict"]) == {"code", "message", "findings", "codes"}
     # schema 2: what bounds the run, per step too, and consistency warnings
     bound = obj["bound"]
     assert set(bound) == {

@@ -95,7 +95,8 @@ def test_tensorboard_scalars_are_written_per_step(tmp_path: Path) -> None:
     assert s.records_path is not None
     # the verdict with its message, the figures and the sync sites, as the exit summary shows
     report = s.summary()
-    assert f"verdict: **{report.verdict}**: {report.verdict_message}" in markdown
+    headline = report.diagnosis[0]
+    assert f"**{headline.code}**{headline.message[len(headline.code) :]}" in markdown
     assert "| per step | mean | median | p90 |" in markdown
     assert "| frontend | 2.000 ms | 2.000 ms | 2.000 ms |" in markdown
     # a records file read back later, through its report, gives the same summary

@@ -47,7 +47,7 @@ def test_records_file_json_summary(tmp_path: Path, capsys: pytest.CaptureFixture
     )
     assert main(["report", str(p), "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
-    assert obj["schema_version"] == 3
+    assert obj["schema_version"] == 4
     f = obj["figures"]["frontend_ns"]
     assert (f["count"], f["mean"], f["median"], f["p90"]) == (10, 55.0, 55.0, 90)
     assert obj["figures"]["device_ns"]["mean"] == 110.0
@@ -58,7 +58,8 @@ def test_records_file_json_summary(tmp_path: Path, capsys: pytest.CaptureFixture
     assert [s["frontend_ns"] for s in obj["steps"]][:3] == [10, 20, 30]
     assert obj["step_bounds"] == []  # a session's report holds the run's bound only
     assert obj["sync_sites"][0]["site"] == "train.py:12"
-    assert set(obj["verdict"]) == {"code", "message", "findings"}
+    assert set(obj["verdict"]) == {"code", "message", "findings", "codes"}
+    assert obj["diagnosis"][0]["code"] == obj["bound"]["label"]  # the headline is the label
     assert obj["trace"] is None  # what only a trace has
 
 
@@ -134,7 +135,7 @@ def test_trace_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
     path = shared_trace("kineto", "hta_a100_event_sync.json.gz")
     assert main(["report", str(path), "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
-    assert obj["schema_version"] == 3
+    assert obj["schema_version"] == 4
     for key in ("source", "steps", "step_bounds", "figures", "verdict", "bound", "trace"):
         assert key in obj
     for key in ("activities", "launch", "queue", "syncs", "step_source", "steps"):
@@ -146,7 +147,8 @@ def test_trace_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "launch delays" in out
     assert "frontend" in out  # the steps table's host column
-    assert "verdict" in out
+    # the headline leads, under the title
+    assert out.splitlines()[1].startswith(obj["diagnosis"][0]["code"])
 
 
 def test_rank_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -100,9 +100,11 @@ def test_records_file_round_trips_through_tensorboard(tmp_path: Path) -> None:
     assert np.allclose(got, want, rtol=0, atol=1e-6)
     text = tensor_util.make_ndarray(acc.Tensors(TEXT_TAG)[0].tensor_proto).item().decode()
     assert "train.py:12" in text
-    # the report's summary, as the session's own at its end: verdict, findings, figures
+    # the report's summary, as the session's own at its end: the diagnosis first, figures
     assert text == summary_markdown(report)
-    assert f"verdict: **{report.verdict.code}**: " in text
+    headline = report.diagnosis[0]
+    assert text.splitlines()[2].startswith(f"**{headline.code}**")
+    assert "verdict:" not in text
     assert "| frontend | 1.980 ms | 2.000 ms | 2.100 ms |" in text
     assert "bound: **device-bound** (estimated from step records)" in text
 

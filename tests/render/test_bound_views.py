@@ -22,6 +22,7 @@ from asynctrace.analysis.bound import (
     ReportWarning,
     bound_of_records,
 )
+from asynctrace.analysis.diagnosis import Finding
 from asynctrace.analysis.report import Analysis, analyze_detail
 from asynctrace.records import read_records
 from asynctrace.render.html import combined_html, report_html
@@ -127,6 +128,12 @@ def _box(page: str) -> str:
     return m.group(1)
 
 
+def _diagnosis_box(page: str) -> str:
+    m = re.search(r'<div class="diagnosis">(.*?)</div>', page, re.S)
+    assert m is not None, "no diagnosis box"
+    return m.group(1)
+
+
 @pytest.mark.real_traces
 def test_html_box_v100_is_device_bound() -> None:
     from asynctrace.analysis.report import analyze_detail
@@ -136,9 +143,11 @@ def test_html_box_v100_is_device_bound() -> None:
     box = _box(page)
     assert box.startswith('<p class="label">bound: <b>device-bound</b> — run: device busy ')
     assert "(97.7%)" in box
-    assert "<td>5578938</td><td>5.579 ms</td><td>1.1</td>" in box  # host idle, ns and %
+    assert "<td>5.579 ms</td><td>1.1%</td>" in box  # host idle, with its unit, and its share
     assert "evidence: host idle: 158 launch gaps" in box
-    assert "next step: the device is busy 98% of the time" in box
+    # the next step is the diagnosis's, whose box leads the page
+    assert "next step: the device is busy 98% of the time" in _diagnosis_box(page)
+    assert page.index('class="diagnosis"') < page.index('class="bound"')
     # the steps table gives each step's own label
     report = a.report
     assert len(report.step_bounds) == len(report.steps)
@@ -154,12 +163,15 @@ def test_html_box_b200_is_host_bound_with_its_host_frames() -> None:
     page = report_html(analyze_detail(trace))
     box = _box(page)
     assert "bound: <b>host-bound</b> — whole trace: device busy" in box
-    assert "<td>75678592</td><td>75.679 ms</td><td>86.6</td>" in box
+    assert "<td>75.679 ms</td><td>86.6%</td>" in box
     assert "513 host-work gaps" in box
     assert "<code>search_cache</code> at <code>flashinfer/autotuner.py:367</code>" in box
-    assert "next step: host work: " in box
-    # the box leads: before the verdict
-    assert page.index('class="bound"') < page.index('class="verdict"')
+    # the diagnosis leads, its next step above its figures; no verdict box says otherwise
+    diag = _diagnosis_box(page)
+    assert diag.startswith('<p class="label"><b>host-bound</b>: ')
+    assert diag.index("next step: host work: ") < diag.index('<table class="evidence">')
+    assert page.index('class="diagnosis"') < page.index('class="bound"')
+    assert 'class="verdict"' not in page
     assert "what bounds each step — whole trace: host-bound" in page
 
 
@@ -184,7 +196,17 @@ def test_html_box_escapes_what_comes_from_the_file_and_leads_with_the_warnings()
         advice=[f"move {EVIL} out of the step", "second advice"],
     )
     warnings = [ReportWarning(code="missing-activity", message=f"{EVIL} waits")]
-    report = msgspec.structs.replace(a.report, bound=bound, warnings=warnings)
+    finding = Finding(
+        code="host-bound",
+        cost_ns=90,
+        share=0.9,
+        message=f"host-bound: {EVIL}",
+        advice=f"move {EVIL} out of the step",
+        evidence={"frame": EVIL, "idle_ns": 90},
+    )
+    report = msgspec.structs.replace(
+        a.report, bound=bound, warnings=warnings, diagnosis=[finding]
+    )
     page = report_html(Analysis(report=report, trace=a.trace))
     assert "<script" not in page.lower()
     assert EVIL not in page
@@ -193,8 +215,11 @@ def test_html_box_escapes_what_comes_from_the_file_and_leads_with_the_warnings()
     assert box.startswith(f'<p class="warn"><b>warning: missing-activity</b> — {esc} waits</p>')
     assert box.index("warning") < box.index("bound: <b>host-bound</b>")
     assert f"<code>{esc}</code> at <code>{esc}.py:3</code>" in box
-    assert f"next step: move {esc} out of the step" in box
-    assert "second advice" not in box  # the first advice line only
+    diag = _diagnosis_box(page)
+    assert f"next step: move {esc} out of the step" in diag
+    assert f'<td class="l">frame</td><td>{esc}</td>' in diag
+    assert '<td class="l">idle</td><td>90 ns</td>' in diag  # the unit in the value
+    assert "second advice" not in page  # the diagnosis's one next step
 
 
 def test_records_box_says_estimated(tmp_path: Path) -> None:

@@ -13,9 +13,10 @@ import pytest
 
 pytest.importorskip("matplotlib", reason="the HTML report's plots need matplotlib")
 
+from asynctrace.analysis.diagnosis import Finding
 from asynctrace.analysis.many import cross_rank
 from asynctrace.analysis.ranks import compare_ranks
-from asynctrace.analysis.report import Analysis, VerdictInfo, analyze_detail
+from asynctrace.analysis.report import Analysis, analyze_detail
 from asynctrace.records import SyncSite
 from asynctrace.render.html import combined_html, report_html, write_html
 from asynctrace.sources import load_source
@@ -96,8 +97,8 @@ def test_the_trace_page_tables_show_the_report_figures() -> None:
 def test_the_records_page_shows_what_the_trace_page_shows(tmp_path: Path) -> None:
     a = _records(tmp_path)
     page = report_html(a)
-    # the same layout: the bound box, verdict, pictures, figures and steps
-    assert page.index('class="bound"') < page.index('class="verdict"')
+    # the same layout: the diagnosis, the bound box, pictures, figures and steps
+    assert page.index('class="diagnosis"') < page.index('class="bound"')
     assert _sections(page) == [
         "Pictures",
         "Per-step figures",
@@ -125,17 +126,20 @@ def test_trace_only_sections_only_for_a_trace(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_the_verdict_box_says_its_code_once(kind: str, tmp_path: Path) -> None:
+def test_the_diagnosis_box_says_its_code_once(kind: str, tmp_path: Path) -> None:
     message = "over-synchronized: 15 syncs per step at train.py:3 (aten::item ×15)"
-    verdict = VerdictInfo(
-        code="over-synchronized", message=message, findings=[message, "memory creep: +1 GiB"]
-    )
+    diagnosis = [
+        Finding(code="over-synchronized", cost_ns=5, share=0.5, message=message, advice="a"),
+        Finding(
+            code="memory-creep", cost_ns=0, share=0.0, message="memory creep: +1 GiB", advice="b"
+        ),
+    ]
     a = analyze_detail(two_step_trace()) if kind == "trace" else _records(tmp_path)
-    a = Analysis(report=msgspec.structs.replace(a.report, verdict=verdict), trace=a.trace)
+    a = Analysis(report=msgspec.structs.replace(a.report, diagnosis=diagnosis), trace=a.trace)
     page = report_html(a)
     assert "<b>over-synchronized</b>: 15 syncs per step at train.py:3" in page
     assert "over-synchronized: over-synchronized" not in page
-    assert "<br>· memory creep: +1 GiB" in page
+    assert "<li><b>memory-creep</b> — memory creep: +1 GiB" in page
 
 
 def test_without_matplotlib_the_page_says_why_it_has_no_pictures(

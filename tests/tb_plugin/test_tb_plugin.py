@@ -103,7 +103,7 @@ def test_report_is_the_analysis_json_passed_through(logdir: Path) -> None:
     assert got["kind"] == "records"
     assert got["run"] == rec
     want = json.loads(_analyze(logdir / rec).to_json())
-    assert want["schema_version"] == 3
+    assert want["schema_version"] == 4
     assert got["report"] == want
     assert [b["step"] for b in got["bars"]["bars"]] == [s["step"] for s in want["steps"]]
     assert got["bars"]["queue_max"] is None  # a trace's only
@@ -440,6 +440,17 @@ def test_page_renders_offline_in_headless_chromium(server: str, logdir: Path) ->
         "evidence": ["the device waited on the host for 3.000 ms of 4.000 ms idle"],
         "advice": "issue work sooner: a larger batch or CUDA graphs take launch overhead away",
     }
+    diagnosis = [
+        {
+            "code": "launch-overhead",
+            "cost_ns": 3_000_000,
+            "share": 0.75,
+            "message": "launch-overhead (host-bound): the device waits 3.0 ms for the host",
+            "advice": bound["advice"],
+            "evidence": {"idle_ns": 3_000_000, "launch_gaps": 900},
+        },
+        {"code": "warm-up", "cost_ns": 0, "share": 0.0, "message": "warm-up: x", "advice": "y"},
+    ]
 
     def route(r: Any) -> None:
         url = urllib.parse.urlsplit(r.request.url)
@@ -452,6 +463,7 @@ def test_page_renders_offline_in_headless_chromium(server: str, logdir: Path) ->
             response = r.fetch()
             body = response.json()
             body["report"]["bound"] = bound
+            body["report"]["diagnosis"] = diagnosis
             body["report"]["warnings"] = ["clock skew of 2 us between host and device"]
             r.fulfill(response=response, json=body)
             return
@@ -483,7 +495,7 @@ def test_page_renders_offline_in_headless_chromium(server: str, logdir: Path) ->
             for rel in good:
                 box = page.locator(f".at-source[data-path='{rel}']")
                 assert box.get_attribute("data-status") == "ok", rel
-                assert box.locator(".at-verdict b").inner_text()
+                assert box.locator(".at-diagnosis b").first.inner_text()
                 assert box.locator("svg.at-bars rect").count() > 0
             for rel in ("broken/cut.pt.trace.json.gz", "broken/bad.records.jsonl"):
                 box = page.locator(f".at-source[data-path='{rel}']")
@@ -518,7 +530,12 @@ def _check_gpu_timeline(page: Any, small: str) -> None:
     assert box.locator("svg.at-timeline line.at-link").count() > 0
     assert box.locator("svg.at-timeline polyline.at-queue").count() > 0
     b = box.locator(".at-bound[data-bound='host-bound']")
-    assert "issue work sooner" in b.inner_text()
+    assert "12.5 %" in b.inner_text()
+    # the headline: its message, its next step above its figures, times with their units
+    d = box.locator(".at-diagnosis[data-code='launch-overhead']").inner_text()
+    assert d.index("the device waits 3.0 ms") < d.index("issue work sooner") < d.index("3 ms")
+    assert "idle_ns" not in d
+    assert "{" not in d
     assert "clock skew" in box.locator(".at-warnings").inner_text()
     assert box.locator(".at-syncs").count() == 1
     # zooming redraws the lanes

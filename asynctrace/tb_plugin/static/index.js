@@ -53,16 +53,41 @@ function ms(ns) {
   return (ns / 1e6).toFixed(3);
 }
 
+// a duration in the largest unit that keeps it at 1 or more ("4.43 ms", "310 ns")
+function dur(ns) {
+  const a = Math.abs(ns);
+  for (const [unit, scale] of [["s", 1e9], ["ms", 1e6], ["µs", 1e3]]) {
+    if (a >= scale) return `${Number((ns / scale).toPrecision(3))} ${unit}`;
+  }
+  return `${Math.round(ns)} ns`;
+}
+
 function fmtValue(key, v) {
   if (v === null || v === undefined) return "—";
   if (typeof v === "number") {
-    if (key.endsWith("_ns")) return `${ms(v)} ms`;
+    if (key.endsWith("_ns")) return dur(v);
     if (key.endsWith("_pct") || key.endsWith("pct")) return `${v.toFixed(1)} %`;
     if (key.endsWith("fraction") || key.endsWith("_frac")) return `${(v * 100).toFixed(1)} %`;
     return Number.isInteger(v) ? String(v) : v.toFixed(3);
   }
   if (typeof v === "string") return v;
-  return JSON.stringify(v);
+  if (typeof v === "boolean") return v ? "yes" : "no";
+  if (Array.isArray(v)) return v.map((x) => fmtValue(key, x)).join("; ");
+  // an object (a sync site, a host frame): its fields as "name value", never raw JSON
+  return Object.entries(v).map(([k, x]) => `${keyName(k)} ${fmtValue(inherit(key, k), x)}`).join(", ");
+}
+
+// a mapping's key under a key that names the unit ("idle_ns_by_cause" → its "host" is in ns)
+function inherit(parent, k) {
+  if (/_(ns|pct)$/.test(k)) return k;
+  if (/_ns(_|$)/.test(parent)) return `${k}_ns`;
+  if (/_pct(_|$)/.test(parent)) return `${k}_pct`;
+  return k;
+}
+
+// a field's name as people read it: its unit is in the value ("region_ns" -> "region")
+function keyName(k) {
+  return k.replace(/_(ns|pct)$/, "").replaceAll("_", " ");
 }
 
 function table(head, rows, cls = "") {
@@ -94,6 +119,28 @@ function verdictBox(v, line) {
   return box;
 }
 
+// The diagnosis (report.diagnosis) as every view shows it: the headline (diagnosis[0]) with its
+// code in bold, its next step, its evidence as readable figures; then the other findings ranked
+// by what each costs.
+function diagnosisBox(d) {
+  const head = d[0];
+  const box = el("div", { class: "at-diagnosis", "data-code": head.code });
+  const p = el("p", { class: "at-headline" }, el("b", {}, head.code));
+  p.appendChild(document.createTextNode(
+    head.message.startsWith(head.code) ? head.message.slice(head.code.length) : `: ${head.message}`));
+  box.appendChild(p);
+  if (head.advice) box.appendChild(el("p", { class: "at-advice" }, "next step: ", head.advice));
+  const ev = Object.entries(head.evidence || {});
+  if (ev.length) box.appendChild(table(["evidence", ""], ev.map(([k, v]) => [keyName(k), fmtValue(k, v)]), "at-small"));
+  if (d.length > 1) {
+    box.appendChild(el("p", {}, "then, ranked by what each costs:"));
+    box.appendChild(el("ol", {}, ...d.slice(1).map((f) => el("li", { "data-code": f.code },
+      el("b", {}, f.code), ` — ${f.message} `,
+      el("span", { class: "at-notes" }, f.cost_ns > 0 ? `(${dur(f.cost_ns)}, ${Math.round(100 * f.share)}%)` : "(no step time)")))));
+  }
+  return box;
+}
+
 // The bound label (report.bound) as the analysis writes it: its label, then every other field
 // as it comes — numbers and mappings of numbers as tables, strings and lists as text — so fields
 // added later show without a change here.
@@ -103,20 +150,22 @@ function boundBox(b) {
   box.appendChild(el("b", {}, label));
   const rows = [];
   for (const [k, v] of Object.entries(b)) {
-    if (k === "label" || k === "code") continue;
+    // the next step is the diagnosis's, shown above the figures
+    if (k === "label" || k === "code" || k === "advice") continue;
     if (v && typeof v === "object" && !Array.isArray(v)) {
-      const sub = Object.entries(v).map(([c, x]) => [c, fmtValue(k, x)]);
-      box.appendChild(el("div", { class: "at-bound-part" }, el("span", { class: "at-key" }, k.replaceAll("_", " ")),
+      // a mapping's values keep its own unit: idle_ns_by_cause holds ns, idle_pct_by_cause %
+      const sub = Object.entries(v).map(([c, x]) => [keyName(c), fmtValue(inherit(k, c), x)]);
+      box.appendChild(el("div", { class: "at-bound-part" }, el("span", { class: "at-key" }, keyName(k).replace(" by cause", " (by cause)")),
         table(["", "value"], sub, "at-small")));
     } else if (Array.isArray(v)) {
       if (v.length) {
-        box.appendChild(el("div", { class: "at-bound-part" }, el("span", { class: "at-key" }, k.replaceAll("_", " ")),
-          el("ul", {}, ...v.map((x) => el("li", {}, typeof x === "string" ? x : JSON.stringify(x))))));
+        box.appendChild(el("div", { class: "at-bound-part" }, el("span", { class: "at-key" }, keyName(k)),
+          el("ul", {}, ...v.map((x) => el("li", {}, fmtValue(k, x))))));
       }
     } else if (typeof v === "string" && v.length > 40) {
       box.appendChild(el("p", {}, el("span", { class: "at-key" }, `${k.replaceAll("_", " ")}: `), v));
     } else {
-      rows.push([k.replaceAll("_", " "), fmtValue(k, v)]);
+      rows.push([keyName(k), fmtValue(k, v)]);
     }
   }
   if (rows.length) box.insertBefore(table(["", "value"], rows, "at-small"), box.children[1] || null);
@@ -333,7 +382,9 @@ function renderSource(box, src, answer, colors, labels) {
   box.dataset.status = "ok";
   const r = answer.report;
   box.appendChild(el("p", { class: "at-meta" }, metaLine(r)));
-  box.appendChild(verdictBox(r.verdict, answer.verdict_line));
+  // one headline: the diagnosis's first finding (a report of an older asynctrace: its verdict)
+  if (Array.isArray(r.diagnosis) && r.diagnosis.length) box.appendChild(diagnosisBox(r.diagnosis));
+  else box.appendChild(verdictBox(r.verdict, answer.verdict_line));
   if (r.bound) box.appendChild(boundBox(r.bound));
   if (Array.isArray(r.warnings) && r.warnings.length) box.appendChild(warningsBox(r.warnings));
   if (answer.bars && answer.bars.bars.length) {
