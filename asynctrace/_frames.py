@@ -23,6 +23,7 @@ _OWN_MODULES = frozenset(
         "_known_syncs.py",
         "_many.py",
         "_output.py",
+        "_regression.py",
         "_text.py",
         "analysis",
         "capture",

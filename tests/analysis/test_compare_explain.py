@@ -179,8 +179,12 @@ def test_warmup_steps_are_left_out_and_said(tmp_path: Path) -> None:
     ]
     a = _records(tmp_path, "a", steps=steps)
     b = _records(tmp_path, "b", steps=steps)
+    # a session's records find their slow leading steps themselves (the diagnosis' warm-up)
+    assert a.warmup is not None
+    assert a.warmup.steps == 3
     wa = msgspec.structs.replace(a, warmup=WarmUp(end_ns=0, span_ns=150_000_000, steps=3))
-    c = compare(wa, b)
+    # B as a report that says nothing of warm-up (an older baseline)
+    c = compare(wa, msgspec.structs.replace(b, warmup=None))
     assert c.steps.a_warmup == 3
     assert c.steps.b_warmup == 0
     step = next(f for f in c.figures if f.figure == "step time")
@@ -190,8 +194,13 @@ def test_warmup_steps_are_left_out_and_said(tmp_path: Path) -> None:
     assert c.steps.b_only == 3
     assert any("warm-up left out: 3 step(s) of A, 0 of B" in n for n in c.notes)
     assert c.outcome == "same"
+    # both sessions' reports find the warm-up themselves, and both sides leave it out
+    both = compare(a, b)
+    assert next(f for f in both.figures if f.figure == "step time").a_n == 30
+    assert any("warm-up left out: 3 step(s) of A, 3 of B" in n for n in both.notes)
     # without the warm-up rule the slow steps would be compared too
-    assert next(f for f in compare(a, b).figures if f.figure == "step time").a_n == 33
+    bare = [msgspec.structs.replace(r, warmup=None) for r in (a, b)]
+    assert next(f for f in compare(*bare).figures if f.figure == "step time").a_n == 33
 
 
 def test_steps_are_matched_by_number(tmp_path: Path) -> None:
@@ -248,7 +257,10 @@ def test_headline_findings_and_what_appeared(tmp_path: Path) -> None:
     assert bound.appeared == ["over-synchronized", "sync-bound"]
     assert bound.vanished == ["launch-overhead"]
     # no diagnosis on either side (a report saved before it): no headline, nothing moved
-    plain = compare(_records(tmp_path, "c", steps=steps), _records(tmp_path, "d", steps=steps))
+    c, d = (
+        msgspec.structs.replace(_records(tmp_path, n, steps=steps), diagnosis=[]) for n in "cd"
+    )
+    plain = compare(c, d)
     assert plain.explain.bound.a is None
     assert plain.explain.bound.appeared == []
 
