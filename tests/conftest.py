@@ -16,6 +16,17 @@ settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
+#: ``ASYNCTRACE_FULL_PROPERTIES=1``: the fuzz and property tests explore their full number of
+#: examples (the nightly run, and before a release: docs/contributing.md); every other run, CI's
+#: included, explores the smaller number each names, the same examples every CI run
+FULL_PROPERTIES = os.environ.get("ASYNCTRACE_FULL_PROPERTIES", "") not in ("", "0")
+
+
+def examples(full: int, *, quick: int) -> int:
+    """A property test's ``max_examples``: ``full`` in the full run, else ``quick``."""
+    return full if FULL_PROPERTIES else quick
+
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
 KINETO_DIR = SHARED_TRACES / "kineto"
