@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,11 +22,27 @@ from asynctrace.records import Note, SessionHeader
 __all__ = ["TensorBoardSink", "run_stamp"]
 
 
+_stamps_given: set[str] = set()
+_stamps_lock = threading.Lock()
+
+
 def run_stamp(started_unix_ns: int) -> str:
     """``<YYYYmmdd-HHMMSS>-<pid>``: a session's TensorBoard run under ``<dir>/<name>/``, one
-    run per session, sorted by time."""
+    run per session, sorted by time.
+
+    The stamp has one-second resolution, so a second session of this process in the same
+    second gets ``-2``, a third ``-3`` (and so on): two sessions never share a run folder,
+    whose scalars would mix. Another process has another pid.
+    """
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started_unix_ns / 1e9))
-    return f"{stamp}-{os.getpid()}"
+    base = f"{stamp}-{os.getpid()}"
+    with _stamps_lock:
+        run, n = base, 1
+        while run in _stamps_given:
+            n += 1
+            run = f"{base}-{n}"
+        _stamps_given.add(run)
+    return run
 
 
 class TensorBoardSink(BaseSink):

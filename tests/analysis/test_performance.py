@@ -49,9 +49,10 @@ def test_replicated_real_trace_scales_and_stays_fast() -> None:
     copies = 20  # ≈ 300 MB of raw JSON, ≈ 900k events
     big = _replicate(one, copies)
     small_report = analyze(one)
-    start = time.perf_counter()
+    # CPU time, not wall time: a loaded machine stretches the wall clock, not the work
+    start = time.process_time()
     report = analyze(big)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     # figures scale exactly: every copy is the same run shifted in time and ids
     assert report.trace.activities.total == copies * small_report.trace.activities.total
     assert report.trace.launch.matched == copies * small_report.trace.launch.matched
@@ -59,4 +60,4 @@ def test_replicated_real_trace_scales_and_stays_fast() -> None:
     assert report.trace.queue["7"].max == small_report.trace.queue["7"].max
     assert report.trace.launch.queue_delay_ns == small_report.trace.launch.queue_delay_ns
     # measured ≈ 0.1 s on a shared 2-core CI box; the bound leaves room for a busy machine
-    assert elapsed < 2.0, f"analyze took {elapsed:.2f} s on {big.n_events} events"
+    assert elapsed < 2.0, f"analyze took {elapsed:.2f} s of CPU on {big.n_events} events"

@@ -911,11 +911,16 @@ def test_dataloader_workers(tmp_path: Path, context: str) -> None:
     assert [inherited for _, _, inherited in items] == [0] * n
     # data wait, against the loop's own clock (the CPU device's: perf_counter_ns): each step's
     # wait sits inside the gap from the previous body's end to its batch's arrival
+    uncovered: list[int] = []
     for r, got, before in zip(rec.steps, got_ns, end_ns[:n], strict=True):
         gap = got - before
         assert 0 < r.data_wait_ns <= gap
-        assert gap - r.data_wait_ns < 2_000_000
         assert r.data_wait_ns <= r.frontend_ns
+        uncovered.append(gap - r.data_wait_ns)
+    # and covers nearly all of it: the rest is the step boundary's own work, tens of µs. A
+    # loaded machine may deschedule the loop right there in a few steps, not in most (each
+    # step was held to 2 ms, and could fail on a loaded machine)
+    assert sorted(uncovered)[n // 2] < 2_000_000, uncovered
     # two workers, delay_s per item and nothing else to do: the loop waits for most of it
     total = sum(r.data_wait_ns for r in rec.steps)
     assert total >= (n // 2 - 1) * delay_s * 1e9

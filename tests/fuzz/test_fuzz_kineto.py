@@ -23,7 +23,7 @@ from asynctrace.errors import TraceFormatError
 from asynctrace.traces._io import iter_blocks
 from asynctrace.traces.kineto import load_kineto
 from asynctrace.traces.load import load
-from tests.conftest import KINETO_DIR
+from tests.conftest import KINETO_DIR, examples
 from tests.fuzz._mutators import (
     CORPUS,
     KINETO_OPS,
@@ -34,9 +34,10 @@ from tests.fuzz._mutators import (
     mutate_kineto,
 )
 
-#: CI-sized: with the other fuzz tests, over 10,000 cases in about two minutes on 2 cores
-CORPUS_EXAMPLES = 3000
-SHARED_EXAMPLES = 2000
+#: the full run (ASYNCTRACE_FULL_PROPERTIES=1): with the other fuzz tests, over 10,000 cases in
+#: about two minutes on 2 cores; every push: about a third of them
+CORPUS_EXAMPLES = examples(3000, quick=1000)
+SHARED_EXAMPLES = examples(2000, quick=500)
 
 _FUZZ = settings(
     derandomize=True,

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from asynctrace.errors import TraceFormatError
 from asynctrace.traces.load import load
-from tests.conftest import NSYS_DIR
+from tests.conftest import NSYS_DIR, examples
 from tests.fuzz._mutators import (
     CORPUS,
     NSYS_OPS,
@@ -30,8 +30,8 @@ from tests.fuzz._mutators import (
     nsys_shared_seeds,
 )
 
-CORPUS_EXAMPLES = 1000
-SHARED_EXAMPLES = 500
+CORPUS_EXAMPLES = examples(1000, quick=300)
+SHARED_EXAMPLES = examples(500, quick=150)
 
 _FUZZ = settings(
     derandomize=True,

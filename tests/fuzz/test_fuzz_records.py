@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from asynctrace.capture._writer import records_file_name, sanitize_name
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import RECORDS_SUFFIX, read_records
+from tests.conftest import examples
 from tests.fuzz._mutators import (
     CORPUS,
     RECORDS_OPS,
@@ -24,7 +25,7 @@ from tests.fuzz._mutators import (
     records_corpus_seeds,
 )
 
-EXAMPLES = 3500
+EXAMPLES = examples(3500, quick=1000)
 
 _FUZZ = settings(
     derandomize=True,

@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from asynctrace.errors import TraceFormatError
 from asynctrace.traces import kineto
 from asynctrace.traces.kineto import DEFAULT_CHUNK_BYTES, HAVE_ACCELERATOR, load_kineto
-from tests.conftest import KINETO_DIR
+from tests.conftest import KINETO_DIR, examples
 from tests.fuzz._mutators import CORPUS, KINETO_OPS, Op, kineto_corpus_seeds, mutate_kineto
 
 if not HAVE_ACCELERATOR:
@@ -608,10 +608,11 @@ def trace_texts(draw: Callable[[Any], Any]) -> bytes:
     return b"{" + b",\n".join(parts) + b"}\n"
 
 
-#: about 30 s together on 2 cores (the accelerated and the reference load of each case)
-GENERATED_EXAMPLES = 1000
-MUTATED_EXAMPLES = 500
-CORPUS_EXAMPLES = 300
+#: the full run (ASYNCTRACE_FULL_PROPERTIES=1): about 30 s together on 2 cores (the accelerated
+#: and the reference load of each case); every push: about a third
+GENERATED_EXAMPLES = examples(1000, quick=300)
+MUTATED_EXAMPLES = examples(500, quick=150)
+CORPUS_EXAMPLES = examples(300, quick=100)
 
 _CHUNKS = st.sampled_from((64, 100, 257, 600, 1000, 1500, 4096, 4096, DEFAULT_CHUNK_BYTES))
 

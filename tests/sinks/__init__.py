@@ -1,0 +1,1 @@
+"""Sink tests: what ``trace()`` plugs into a session (``asynctrace/sinks/``)."""
