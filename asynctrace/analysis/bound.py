@@ -843,6 +843,8 @@ def _sync_costs(syncs: SyncSummary, g0: I64, g1: I64, cls: I64) -> list[SyncCost
     c_end = c_start + np.array([c.dur_ns for c in calls], np.int64)
     keys: dict[tuple[str, str], int] = {}
     c_key = np.array([keys.setdefault((c.site, c.op), len(keys)) for c in calls], np.intp)
+    # a blocking copy where any call of the (site, op) is one (one op is one kind in practice)
+    copies = {(c.site, c.op) for c in calls if c.kind == "blocking-copy"}
     opened = np.zeros(len(keys), np.int64)
     sg = np.flatnonzero(cls == _SYNC)
     if len(sg):
@@ -867,6 +869,7 @@ def _sync_costs(syncs: SyncSummary, g0: I64, g1: I64, cls: I64) -> list[SyncCost
             wait_ns=int(wait[i]),
             idle_ns=int(opened[i]),
             cost_ns=int(wait[i] + opened[i]),
+            kind="blocking-copy" if (site, op) in copies else "sync",
         )
         for (site, op), i in keys.items()
     ]

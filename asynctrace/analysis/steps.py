@@ -22,6 +22,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from asynctrace._known_syncs import TRACE_SYNC_OPS
 from asynctrace.analysis.launches import LaunchLinks
 from asynctrace.analysis.queue import QueueSeries, depth_max_between
 from asynctrace.records import StepRecord
@@ -31,10 +32,12 @@ __all__ = [
     "SYNC_KINDS",
     "StepSplit",
     "StepWindow",
+    "SyncRows",
     "TraceStep",
     "host_span",
     "split_steps",
     "step_windows",
+    "sync_rows",
     "union_length",
     "without_clock_figures",
 ]
@@ -43,11 +46,99 @@ I64 = npt.NDArray[np.int64]
 
 #: runtime kinds whose calls block the host until device work completes
 SYNC_KINDS: tuple[RuntimeKind, ...] = (RuntimeKind.SYNC, RuntimeKind.BLOCKING_MEMCPY)
+#: SyncRows.kind: a synchronize call (or an op that reads a value to the host), a blocking copy
+SYNC, BLOCKING_COPY = 0, 1
+_KIND_NAMES = ("sync", "blocking-copy")
 
 _STEP_NAME = re.compile(r"(?i)(?:^|[^a-z])step(?:[^a-z]|$)|profilerstep")
 _LAST_INT = re.compile(r"(\d+)(?!.*\d)")
 #: the annotation torch.optim puts around every ``optimizer.step()``
 _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
+
+
+class SyncRows(msgspec.Struct, frozen=True, eq=False):
+    """The trace's synchronizing host intervals, sorted by start (docs/how-it-works.md, "Blocking
+    copy"): its runtime calls of :data:`SYNC_KINDS` (a loader makes a queued copy to or from
+    pageable memory one, ``BLOCKING_MEMCPY``); and, in a trace with no device activity (the CPU,
+    where torch's ops leave no runtime call), the operators of
+    :data:`~asynctrace._known_syncs.TRACE_SYNC_OPS` (``aten::item``, ``aten::nonzero``...),
+    the outermost one of each nest. ``kind``: :data:`SYNC` or :data:`BLOCKING_COPY`."""
+
+    start: I64
+    end: I64
+    pid: I64
+    tid: I64
+    name: npt.NDArray[np.int32]
+    kind: npt.NDArray[np.uint8]
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def kind_name(self, i: int) -> str:
+        return _KIND_NAMES[int(self.kind[i])]
+
+
+def sync_rows(trace: Trace) -> SyncRows:
+    """The trace's synchronizing host intervals (:class:`SyncRows`)."""
+    rt = trace.runtime
+    is_sync = np.isin(rt.kind, np.array([int(k) for k in SYNC_KINDS], dtype=np.uint8))
+    parts = [
+        (
+            rt.start_ns[is_sync],
+            rt.dur_ns[is_sync],
+            rt.pid[is_sync],
+            rt.tid[is_sync],
+            rt.name[is_sync],
+            np.where(rt.kind[is_sync] == int(RuntimeKind.BLOCKING_MEMCPY), BLOCKING_COPY, SYNC),
+        )
+    ]
+    r = trace.ranges
+    if not len(trace.activities) and len(r):
+        wanted = {f"aten::{op}" for op in TRACE_SYNC_OPS}
+        named = np.array([x in wanted for x in trace.strings] or [False], dtype=bool)
+        ops = np.flatnonzero((r.kind == RangeKind.OP) & named[r.name])
+        ops = ops[_outermost_per_thread(r.start_ns[ops], r.dur_ns[ops], r.pid[ops], r.tid[ops])]
+        parts.append(
+            (
+                r.start_ns[ops],
+                r.dur_ns[ops],
+                r.pid[ops],
+                r.tid[ops],
+                r.name[ops],
+                np.full(len(ops), SYNC),
+            )
+        )
+    start, dur, pid, tid, name, kind = (np.concatenate(c) for c in zip(*parts, strict=True))
+    order = np.argsort(start, kind="stable")
+    return SyncRows(
+        start=start[order].astype(np.int64),
+        end=(start + dur)[order].astype(np.int64),
+        pid=pid[order].astype(np.int64),
+        tid=tid[order].astype(np.int64),
+        name=name[order].astype(np.int32),
+        kind=kind[order].astype(np.uint8),
+    )
+
+
+def _outermost_per_thread(start: I64, dur: I64, pid: I64, tid: I64) -> npt.NDArray[np.intp]:
+    """The rows not inside an earlier (or equal, wider) row of the same thread: one interval
+    per nest (``aten::item`` around its ``aten::_local_scalar_dense``)."""
+    if not len(start):
+        return np.zeros(0, np.intp)
+    end = start + dur
+    order = np.lexsort((-end, start, tid, pid))
+    p, t, e = pid[order], tid[order], end[order]
+    new_thread = np.r_[True, (p[1:] != p[:-1]) | (t[1:] != t[:-1])]
+    # the furthest end reached so far on the thread, before each row
+    keep = np.ones(len(order), bool)
+    thread_id = np.cumsum(new_thread) - 1
+    for k in np.unique(thread_id).tolist():
+        rows = np.flatnonzero(thread_id == k)
+        reach = np.maximum.accumulate(e[rows])
+        before = np.r_[np.iinfo(np.int64).min, reach[:-1]]
+        keep[rows] = e[rows] > before
+    kept: npt.NDArray[np.intp] = np.sort(order[keep])
+    return kept
 
 
 class StepWindow(msgspec.Struct, frozen=True):
@@ -301,19 +392,15 @@ def _with_in_flight(records: list[StepRecord], extras: list[TraceStep]) -> list[
 
 
 class _SyncCalls(msgspec.Struct, frozen=True):
-    """The trace's synchronizing host calls, sorted by start."""
+    """The trace's synchronizing host intervals (:func:`sync_rows`), sorted by start."""
 
     start: I64
     end: I64
 
     @classmethod
     def of(cls, trace: Trace) -> _SyncCalls:
-        rt = trace.runtime
-        is_sync = np.isin(rt.kind, np.array([int(k) for k in SYNC_KINDS], dtype=np.uint8))
-        s_start = rt.start_ns[is_sync]
-        s_end = s_start + rt.dur_ns[is_sync]
-        order = np.argsort(s_start, kind="stable")
-        return cls(s_start[order], s_end[order])
+        rows = sync_rows(trace)
+        return cls(rows.start, rows.end)
 
     def within(self, start_ns: int, end_ns: int) -> tuple[int, int]:
         """Calls that started in [start, end), and the host time inside any call, clipped to

@@ -1,8 +1,11 @@
 """Synchronizing host calls: each one with its wait, step, thread and Python call site.
 
-A sync is a runtime call of kind ``SYNC`` (stream/device/event synchronize) or
-``BLOCKING_MEMCPY``. Device-side ``cuda_sync`` records (``Trace.device_syncs``) describe the same
-waits and are not counted again.
+A sync is a synchronizing host interval of :func:`~asynctrace.analysis.steps.sync_rows`: a
+runtime call of kind ``SYNC`` (stream/device/event synchronize) or ``BLOCKING_MEMCPY`` (a
+``cudaMemcpy``, or a queued copy to or from pageable memory: ``kind="blocking-copy"``), and in a
+trace without device activity the operators that would synchronize an accelerator
+(``aten::item``, ``aten::nonzero``...). Device-side ``cuda_sync`` records
+(``Trace.device_syncs``) describe the same waits and are not counted again.
 
 Where the trace has Python frames (``with_stack=True``) a sync's **site** is the innermost user
 frame on the same thread that encloses the call, written ``file:line``; frames in a ``torch``,
@@ -19,7 +22,7 @@ import msgspec
 import numpy as np
 
 from asynctrace._frames import is_user_frame, site_of
-from asynctrace.analysis.steps import SYNC_KINDS, StepWindow
+from asynctrace.analysis.steps import StepWindow, sync_rows
 from asynctrace.traces.model import I32, I64, Trace
 
 __all__ = ["SyncCall", "SyncSiteStats", "SyncSummary", "find_syncs", "is_user_frame", "site_of"]
@@ -61,32 +64,30 @@ class SyncSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 def find_syncs(trace: Trace, *, windows: Sequence[StepWindow] = ()) -> SyncSummary:
     """Every synchronizing call, attributed to a step and a user call site."""
-    rt = trace.runtime
-    is_sync = np.isin(rt.kind, np.array([int(k) for k in SYNC_KINDS], dtype=np.uint8))
-    idx = np.flatnonzero(is_sync)
+    rows = sync_rows(trace)
     threads: dict[tuple[int, int], _ThreadFrames] = {}
     py = trace.python_frames
-    if len(py) and len(idx):
+    if len(py) and len(rows):
         user_name = np.array([is_user_frame(s) for s in trace.strings] or [False], dtype=bool)
         user = user_name[py.name]
         f_pid, f_tid = py.pid[user], py.tid[user]
         f_start = py.start_ns[user]
         f_end = f_start + py.dur_ns[user]
         f_name = py.name[user]
-        for pid, tid in {(int(rt.pid[i]), int(rt.tid[i])) for i in idx.tolist()}:
+        for pid, tid in set(zip(rows.pid.tolist(), rows.tid.tolist(), strict=True)):
             on = (f_pid == pid) & (f_tid == tid)
             if on.any():
                 threads[pid, tid] = _ThreadFrames(f_start[on], f_end[on], f_name[on])
     w_start = np.array([w.start_ns for w in windows], np.int64)
     w_end = np.array([w.end_ns for w in windows], np.int64)
     calls: list[SyncCall] = []
-    for i in idx.tolist():
-        start, dur = int(rt.start_ns[i]), int(rt.dur_ns[i])
-        pid, tid = int(rt.pid[i]), int(rt.tid[i])
+    for i in range(len(rows)):
+        start, end = int(rows.start[i]), int(rows.end[i])
+        pid, tid = int(rows.pid[i]), int(rows.tid[i])
         site = ""
         frames = threads.get((pid, tid))
         if frames is not None:
-            name = frames.innermost(start, start + dur, trace.strings)
+            name = frames.innermost(start, end, trace.strings)
             if name >= 0:
                 site = site_of(trace.name_of(name))
         step: int | None = None
@@ -96,13 +97,14 @@ def find_syncs(trace: Trace, *, windows: Sequence[StepWindow] = ()) -> SyncSumma
                 step = windows[int(inside[-1])].step
         calls.append(
             SyncCall(
-                op=trace.name_of(int(rt.name[i])),
+                op=trace.name_of(int(rows.name[i])),
                 start_ns=start,
-                dur_ns=dur,
+                dur_ns=end - start,
                 pid=pid,
                 tid=tid,
                 step=step,
                 site=site,
+                kind=rows.kind_name(i),
             )
         )
     # a stable order whatever order the rows came in (ties in start time included)
