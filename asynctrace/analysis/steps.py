@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from asynctrace._known_syncs import TRACE_SYNC_OPS
+from asynctrace._known_syncs import COPY_OPS, TRACE_SYNC_OPS
 from asynctrace.analysis.launches import LaunchLinks
 from asynctrace.analysis.queue import QueueSeries, depth_max_between
 from asynctrace.records import StepRecord
@@ -93,9 +93,18 @@ def sync_rows(trace: Trace) -> SyncRows:
         )
     ]
     r = trace.ranges
+    if len(r) and len(parts[0][0]):
+        # a synchronize inside a copy operator (``aten::to``, ``copy_``: a copy to the host
+        # without non_blocking) is the copy's wait
+        s0, d0, p0, t0, n0, k0 = parts[0]
+        copy_op = _named(trace, {f"aten::{op}" for op in ("to", *COPY_OPS)})
+        ops = np.flatnonzero((r.kind == RangeKind.OP) & copy_op[r.name])
+        inside = _enclosed(
+            s0, s0 + d0, p0, t0, r.start_ns[ops], r.dur_ns[ops], r.pid[ops], r.tid[ops]
+        )
+        parts[0] = (s0, d0, p0, t0, n0, np.where(inside, BLOCKING_COPY, k0))
     if not len(trace.activities) and len(r):
-        wanted = {f"aten::{op}" for op in TRACE_SYNC_OPS}
-        named = np.array([x in wanted for x in trace.strings] or [False], dtype=bool)
+        named = _named(trace, {f"aten::{op}" for op in TRACE_SYNC_OPS})
         ops = np.flatnonzero((r.kind == RangeKind.OP) & named[r.name])
         ops = ops[_outermost_per_thread(r.start_ns[ops], r.dur_ns[ops], r.pid[ops], r.tid[ops])]
         parts.append(
@@ -118,6 +127,32 @@ def sync_rows(trace: Trace) -> SyncRows:
         name=name[order].astype(np.int32),
         kind=kind[order].astype(np.uint8),
     )
+
+
+def _named(trace: Trace, names: set[str]) -> npt.NDArray[np.bool_]:
+    """Per string id: whether the string is one of ``names``."""
+    return np.array([x in names for x in trace.strings] or [False], dtype=bool)
+
+
+def _enclosed(
+    start: I64, end: I64, pid: I64, tid: I64, o_start: I64, o_dur: I64, o_pid: I64, o_tid: I64
+) -> npt.NDArray[np.bool_]:
+    """Per interval: whether one of the ``o_`` intervals of its thread encloses it (one that
+    started at or before it reaches at least its end)."""
+    out = np.zeros(len(start), bool)
+    if not len(o_start):
+        return out
+    o_end = o_start + o_dur
+    for p, t in set(zip(pid.tolist(), tid.tolist(), strict=True)):
+        mine = np.flatnonzero((pid == p) & (tid == t))
+        theirs = np.flatnonzero((o_pid == p) & (o_tid == t))
+        if not len(theirs):
+            continue
+        order = theirs[np.argsort(o_start[theirs], kind="stable")]
+        reach = np.maximum.accumulate(o_end[order])
+        k = np.searchsorted(o_start[order], start[mine], side="right") - 1
+        out[mine] = (k >= 0) & (reach[np.maximum(k, 0)] >= end[mine])
+    return out
 
 
 def _outermost_per_thread(start: I64, dur: I64, pid: I64, tid: I64) -> npt.NDArray[np.intp]:

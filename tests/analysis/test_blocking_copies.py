@@ -115,6 +115,29 @@ def _pageable_calls(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def _blocking_copies(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pageable copies, and the synchronize calls inside a copy operator of their thread."""
+    copy_ops = [
+        e
+        for e in events
+        if e.get("cat") == "cpu_op" and e["name"] in ("aten::to", "aten::_to_copy", "aten::copy_")
+    ]
+    waits = [
+        e
+        for e in events
+        if e.get("cat") == "cuda_runtime"
+        and e["name"].endswith("Synchronize")
+        and any(
+            o["pid"] == e["pid"]
+            and o["tid"] == e["tid"]
+            and o["ts"] <= e["ts"]
+            and o["ts"] + o["dur"] >= e["ts"] + e["dur"]
+            for o in copy_ops
+        )
+    ]
+    return _pageable_calls(events) + waits
+
+
 def test_the_16_rank_a100_trace_holds_the_host_146_ms_a_step_in_blocking_copies() -> None:
     name = "hta_a100_16ranks_rank0_graphlaunch.json.gz"
     events = _raw(name)
@@ -133,7 +156,7 @@ def test_the_16_rank_a100_trace_holds_the_host_146_ms_a_step_in_blocking_copies(
         want_wait.append(
             _union_us([(max(e["ts"], lo), min(e["ts"] + e["dur"], hi)) for e in inside])
         )
-        want_copy.append(sum(e["dur"] for e in copies if lo <= e["ts"] < hi))
+        want_copy.append(sum(e["dur"] for e in _blocking_copies(events) if lo <= e["ts"] < hi))
     assert len(copies) == 75
     assert min(want_copy) > 140_000  # µs: ~146 ms a step, under ## sparse_data_dist ##
     r = analyze(load_kineto(shared_trace("kineto", name)))
@@ -146,7 +169,7 @@ def test_the_16_rank_a100_trace_holds_the_host_146_ms_a_step_in_blocking_copies(
         if c.kind == "blocking-copy":
             by_step[c.step] += c.dur_ns
     assert [by_step[s.step] for s in r.steps] == [round(w * 1000) for w in want_copy]
-    (site,) = [s for s in r.bound.evidence.sync_sites if s.kind == "blocking-copy"]
+    site = next(s for s in r.bound.evidence.sync_sites if s.kind == "blocking-copy")
     assert (site.op, site.count) == ("cudaMemcpyAsync", 75)
     # no longer "cheap syncs": they cost most of the step
     assert r.bound.evidence.sync_cost_pct > 50
@@ -156,9 +179,38 @@ def test_the_16_rank_a100_trace_holds_the_host_146_ms_a_step_in_blocking_copies(
 def test_the_alexnet_trace_counts_its_pageable_copies() -> None:
     name = "hta_a100_alexnet_syncs.json.gz"
     events = _raw(name)
-    copies = _pageable_calls(events)
+    copies = _blocking_copies(events)
+    assert len(_pageable_calls(events)) == 16
     r = analyze(load_kineto(shared_trace("kineto", name)))
     assert r.trace is not None
     got = [c for c in r.trace.syncs.calls if c.kind == "blocking-copy"]
-    assert len(got) == len(copies) > 0
+    assert len(got) == len(copies) > 16
     assert sum(c.dur_ns for c in got) == sum(round(e["dur"] * 1000) for e in copies)
+
+
+def test_a_sync_inside_a_copy_to_the_host_is_the_copy_s_wait() -> None:
+    # .cpu() of a device tensor into pinned memory, without non_blocking: aten::to → copy_ →
+    # cudaMemcpyAsync (returns at once) + cudaStreamSynchronize (waits): a blocking copy
+    b = TraceBuilder()
+    b.range("ProfilerStep#0", 0, 20 * MS, kind=RangeKind.STEP, step=0)
+    b.runtime("cudaLaunchKernel", 0, 1000, kind=RuntimeKind.LAUNCH, correlation=1)
+    b.activity("k0", 10_000, 8 * MS, correlation=1)
+    b.range("aten::to", MS, 8 * MS)
+    b.range("aten::copy_", MS + 100, 8 * MS - 200)
+    b.runtime("cudaMemcpyAsync", MS + 200, 1000, kind=RuntimeKind.MEMCPY, correlation=2)
+    b.activity(
+        "Memcpy DtoH (Device -> Pinned)",
+        8 * MS + 10_000,
+        100_000,
+        kind=ActivityKind.MEMCPY,
+        correlation=2,
+    )
+    b.runtime("cudaStreamSynchronize", MS + 2000, 7 * MS, kind=RuntimeKind.SYNC)
+    # a synchronize of its own, outside any copy
+    b.runtime("cudaDeviceSynchronize", 10 * MS, MS, kind=RuntimeKind.SYNC)
+    r = analyze(b.build())
+    assert r.trace is not None
+    assert [(c.op, c.kind) for c in r.trace.syncs.calls] == [
+        ("cudaStreamSynchronize", "blocking-copy"),
+        ("cudaDeviceSynchronize", "sync"),
+    ]
