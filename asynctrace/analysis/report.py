@@ -30,7 +30,7 @@ from asynctrace.analysis.bound import (
     Bound,
     IdleGaps,
     ReportWarning,
-    bound_of_records,
+    bound_columns_of_records,
     bound_of_trace,
 )
 from asynctrace.analysis.diagnosis import Finding
@@ -501,13 +501,13 @@ def _records_report(records: Records) -> Report:
 def _bounds(report: Report, *, max_bins: int) -> BoundSeries:
     """Each step's bound in bins; a session's estimated here, for drawing only (its report
     holds the run's)."""
-    bounds = report.step_bounds
+    bounds: list[StepBound] | npt.NDArray[np.int64] = report.step_bounds
     estimated = report.trace is None
     if not bounds and report.steps and estimated:
-        bounds = bound_of_records(report.steps, asynchronous=report.source.asynchronous).steps
+        bounds = bound_columns_of_records(report.steps, asynchronous=report.source.asynchronous)
     return bound_series(
         bounds,
-        [s.step for s in report.steps] if bounds else [],
+        [s.step for s in report.steps] if len(bounds) else [],
         label=report.bound.label if report.bound is not None else "undetermined",
         estimated=estimated,
         max_bins=max_bins,
