@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from asynctrace.analysis._bound_model import StepBound, WarmUp
+from asynctrace.analysis._trust import check_trust
 from asynctrace.analysis.accumulate import FigureStats, StepAccumulator
 from asynctrace.analysis.bound import (
     Bound,
@@ -383,7 +384,8 @@ def _figures(acc: StepAccumulator) -> dict[str, FigureStats]:
 def _trace_analysis(
     trace: Trace, *, queue_cap: int, keep_sync_calls: bool
 ) -> tuple[Report, TraceDetail]:
-    links = link_launches(trace)
+    trust = check_trust(trace, link_launches(trace))
+    links = trust.links
     groups = stream_groups(trace)
     series = queue_series(trace, links, groups=groups)
     windows = step_windows(trace)
@@ -404,7 +406,9 @@ def _trace_analysis(
         group_of=group_of,
     )
     # where the clocks disagree, the figures that compare them would be wrong: left out
-    split = without_clock_figures(plain) if tb.clocks_disagree else plain
+    split = (
+        without_clock_figures(plain) if tb.clocks_disagree or trust.run_ahead_withheld else plain
+    )
     whole = bool(windows) and windows[0].source == "trace"
     v = judge_steps(
         split.steps,
@@ -426,12 +430,12 @@ def _trace_analysis(
             skipped=dict(trace.skipped),
         ),
         steps=split.steps,
-        step_bounds=tb.steps,
+        step_bounds=trust.step_bounds(tb.steps),
         figures=_figures(acc),
         sync_sites=sites,
         verdict=VerdictInfo(code=v.code, message=v.message, findings=list(v.findings)),
-        bound=tb.run,
-        warnings=tb.warnings,
+        bound=trust.bound(tb.run),
+        warnings=[*tb.warnings, *trust.warnings],
         trace=TraceFigures(
             activities=_activity_counts(trace, keys, group_of),
             launch=launch_stats(trace, links),
