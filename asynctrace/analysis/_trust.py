@@ -149,8 +149,11 @@ def _host_span_ns(trace: Trace) -> int | None:
 def _implausible(trace: Trace) -> tuple[int, int] | None:
     """(how many, the longest) device activities too long to be real, or None."""
     act = trace.activities
+    # most traces stop here: no activity longer than the shortest limit
+    if not len(act) or int(act.dur_ns.max()) <= IMPLAUSIBLE_MIN_NS:
+        return None
     span = _host_span_ns(trace)
-    if not len(act) or span is None:
+    if span is None:
         return None
     limit = max(IMPLAUSIBLE_SPAN_FACTOR * span, IMPLAUSIBLE_MIN_NS)
     long = act.dur_ns > limit
@@ -165,10 +168,20 @@ def _unshared(trace: Trace, links: LaunchLinks) -> tuple[LaunchLinks, ReportWarn
     overlap on one thread are one call written twice (some exports nest them); a graph launch
     is one call for all its kernels."""
     rt = trace.runtime
-    kinds = [int(k) for k in LAUNCHING_KINDS if k != RuntimeKind.GRAPH_LAUNCH]
-    rows = np.flatnonzero(np.isin(rt.kind, np.array(kinds, np.uint8)) & (rt.correlation >= 0))
+    launching = np.zeros(256, dtype=bool)
+    launching[[int(k) for k in LAUNCHING_KINDS if k != RuntimeKind.GRAPH_LAUNCH]] = True
+    rows = np.flatnonzero(launching[rt.kind] & (rt.correlation >= 0))
     if len(rows) < 2:
         return links, None
+    ids = rt.correlation[rows]
+    top = int(ids.max())
+    if top < 8 * len(ids):
+        repeated = bool((np.bincount(ids, minlength=top + 1) > 1).any())
+    else:
+        s = np.sort(ids)
+        repeated = bool((s[1:] == s[:-1]).any())
+    if not repeated:
+        return links, None  # no id on two calls: the usual case
     pid, tid, corr = rt.pid[rows], rt.tid[rows], rt.correlation[rows]
     start, end = rt.start_ns[rows], rt.start_ns[rows] + rt.dur_ns[rows]
     order = np.lexsort((start, tid, corr, pid))

@@ -56,6 +56,7 @@ from asynctrace.analysis.steps import (
     TraceStep,
     split_steps,
     step_windows,
+    sync_rows,
     without_clock_figures,
 )
 from asynctrace.analysis.syncs import SyncCall, SyncSummary, find_syncs
@@ -389,11 +390,12 @@ def _trace_analysis(
     groups = stream_groups(trace)
     series = queue_series(trace, links, groups=groups)
     windows = step_windows(trace)
-    syncs = find_syncs(trace, windows=windows)
+    blocking = sync_rows(trace)
+    syncs = find_syncs(trace, windows=windows, rows=blocking)
     sites = sync_sites(syncs)  # from the calls: before they may be dropped
     group_of, keys = groups
     has_device = len(trace.activities) > 0
-    plain = split_steps(trace, links, windows=windows, queues=series)
+    plain = split_steps(trace, links, windows=windows, queues=series, syncs=blocking)
     tb = bound_of_trace(
         trace,
         links,

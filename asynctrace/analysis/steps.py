@@ -81,7 +81,9 @@ class SyncRows(msgspec.Struct, frozen=True, eq=False):
 def sync_rows(trace: Trace) -> SyncRows:
     """The trace's synchronizing host intervals (:class:`SyncRows`)."""
     rt = trace.runtime
-    is_sync = np.isin(rt.kind, np.array([int(k) for k in SYNC_KINDS], dtype=np.uint8))
+    syncing = np.zeros(256, dtype=bool)
+    syncing[[int(k) for k in SYNC_KINDS]] = True
+    is_sync = syncing[rt.kind]
     parts = [
         (
             rt.start_ns[is_sync],
@@ -354,9 +356,11 @@ def split_steps(
     *,
     windows: list[StepWindow] | None = None,
     queues: Mapping[str, tuple[QueueSeries, QueueSeries]] | None = None,
+    syncs: SyncRows | None = None,
 ) -> StepSplit:
     """Figures of every step; ``queues`` (from :func:`~asynctrace.analysis.queue.queue_series`)
-    gives ``queue_max``, 0 without it."""
+    gives ``queue_max``, 0 without it; ``syncs``: the trace's :func:`sync_rows`, where the
+    caller has them."""
     if windows is None:
         windows = step_windows(trace)
     act = trace.activities
@@ -367,7 +371,7 @@ def split_steps(
     launch_sorted = launch[order]
     a_start = act.start_ns
     a_end = act.start_ns + act.dur_ns
-    syncs = _SyncCalls.of(trace)
+    sync_calls = _SyncCalls.of(syncs if syncs is not None else sync_rows(trace))
     records: list[StepRecord] = []
     extras: list[TraceStep] = []
     for w in windows:
@@ -375,7 +379,7 @@ def split_steps(
         sel = by_launch[i0:i1]
         dev_start = int(a_start[sel].min()) if len(sel) else None
         dev_end = int(a_end[sel].max()) if len(sel) else None
-        count, wait = syncs.within(w.start_ns, w.end_ns)
+        count, wait = sync_calls.within(w.start_ns, w.end_ns)
         qmax = 0
         if queues:
             qmax = max(depth_max_between(d, w.start_ns, w.end_ns) for d, _ in queues.values())
@@ -433,8 +437,7 @@ class _SyncCalls(msgspec.Struct, frozen=True):
     end: I64
 
     @classmethod
-    def of(cls, trace: Trace) -> _SyncCalls:
-        rows = sync_rows(trace)
+    def of(cls, rows: SyncRows) -> _SyncCalls:
         return cls(rows.start, rows.end)
 
     def within(self, start_ns: int, end_ns: int) -> tuple[int, int]:

@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 from asynctrace._frames import is_user_frame, site_of
-from asynctrace.analysis.steps import StepWindow, sync_rows
+from asynctrace.analysis.steps import StepWindow, SyncRows, sync_rows
 from asynctrace.traces.model import I32, I64, Trace
 
 __all__ = ["SyncCall", "SyncSiteStats", "SyncSummary", "find_syncs", "is_user_frame", "site_of"]
@@ -62,9 +62,13 @@ class SyncSummary(msgspec.Struct, frozen=True, kw_only=True):
     device_records: int = 0
 
 
-def find_syncs(trace: Trace, *, windows: Sequence[StepWindow] = ()) -> SyncSummary:
-    """Every synchronizing call, attributed to a step and a user call site."""
-    rows = sync_rows(trace)
+def find_syncs(
+    trace: Trace, *, windows: Sequence[StepWindow] = (), rows: SyncRows | None = None
+) -> SyncSummary:
+    """Every synchronizing call, attributed to a step and a user call site; ``rows``: the
+    trace's :func:`~asynctrace.analysis.steps.sync_rows`, where the caller has them."""
+    if rows is None:
+        rows = sync_rows(trace)
     threads: dict[tuple[int, int], _ThreadFrames] = {}
     py = trace.python_frames
     if len(py) and len(rows):
@@ -78,33 +82,35 @@ def find_syncs(trace: Trace, *, windows: Sequence[StepWindow] = ()) -> SyncSumma
             on = (f_pid == pid) & (f_tid == tid)
             if on.any():
                 threads[pid, tid] = _ThreadFrames(f_start[on], f_end[on], f_name[on])
-    w_start = np.array([w.start_ns for w in windows], np.int64)
-    w_end = np.array([w.end_ns for w in windows], np.int64)
+    steps = _steps_of(rows.start, windows)
+    kinds = ("sync", "blocking-copy")
     calls: list[SyncCall] = []
-    for i in range(len(rows)):
-        start, end = int(rows.start[i]), int(rows.end[i])
-        pid, tid = int(rows.pid[i]), int(rows.tid[i])
+    columns = (
+        rows.start.tolist(),
+        rows.end.tolist(),
+        rows.pid.tolist(),
+        rows.tid.tolist(),
+        rows.name.tolist(),
+        rows.kind.tolist(),
+        steps,
+    )
+    for start, end, pid, tid, name_id, kind, step in zip(*columns, strict=True):
         site = ""
         frames = threads.get((pid, tid))
         if frames is not None:
             name = frames.innermost(start, end, trace.strings)
             if name >= 0:
                 site = site_of(trace.name_of(name))
-        step: int | None = None
-        if len(windows):
-            inside = np.flatnonzero((w_start <= start) & (start < w_end))
-            if len(inside):
-                step = windows[int(inside[-1])].step
         calls.append(
             SyncCall(
-                op=trace.name_of(int(rows.name[i])),
+                op=trace.name_of(name_id),
                 start_ns=start,
                 dur_ns=end - start,
                 pid=pid,
                 tid=tid,
                 step=step,
                 site=site,
-                kind=rows.kind_name(i),
+                kind=kinds[kind],
             )
         )
     # a stable order whatever order the rows came in (ties in start time included)
@@ -130,6 +136,26 @@ def find_syncs(trace: Trace, *, windows: Sequence[StepWindow] = ()) -> SyncSumma
         calls=calls,
         device_records=len(trace.device_syncs),
     )
+
+
+def _steps_of(start: I64, windows: Sequence[StepWindow]) -> list[int | None]:
+    """Per call start: the step of the last window (in the windows' order) whose span holds
+    it, None if none does."""
+    if not len(windows) or not len(start):
+        return [None] * len(start)
+    w_start = np.array([w.start_ns for w in windows], np.int64)
+    w_end = np.array([w.end_ns for w in windows], np.int64)
+    numbers = [w.step for w in windows]
+    if bool((w_start[1:] >= w_end[:-1]).all()):
+        # disjoint windows in time order (the usual case): one binary search for all
+        j = np.searchsorted(w_start, start, side="right") - 1
+        ok = (j >= 0) & (start < w_end[np.maximum(j, 0)])
+        return [numbers[k] if hit else None for k, hit in zip(j.tolist(), ok.tolist(), strict=True)]
+    out: list[int | None] = []
+    for t in start.tolist():
+        inside = np.flatnonzero((w_start <= t) & (t < w_end))
+        out.append(numbers[int(inside[-1])] if len(inside) else None)
+    return out
 
 
 class _ThreadFrames:
