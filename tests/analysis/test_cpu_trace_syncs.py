@@ -131,3 +131,36 @@ def test_a_device_trace_takes_its_syncs_from_the_runtime_calls_only() -> None:
     r = analyze(b.build())
     assert r.trace is not None
     assert [c.op for c in r.trace.syncs.calls] == ["cudaStreamSynchronize"]
+
+
+def test_a_lint_session_s_note_holds_for_the_steps_its_trace_recorded(tmp_path: Path) -> None:
+    # the session end to end: deep mode on the CPU with the lint, whose note says the held
+    # steps' syncs are in the profiler trace
+    from asynctrace.capture.profiler import Profile
+    from asynctrace.records import read_records
+    from asynctrace.session import Session
+
+    s = Session(
+        "t",
+        dir=tmp_path,
+        device="cpu",
+        detect_syncs="lint",
+        print_summary=False,
+        profile=Profile(wait=0, warmup=1, active=2),
+    )
+    model = torch.nn.Linear(8, 8)
+    with s:
+        for _ in range(5):
+            loss = model(torch.randn(4, 8)).sum()
+            for _ in range(ITEMS_PER_STEP):
+                loss.item()
+            s.step()
+    assert s.records_path is not None
+    records = read_records(s.records_path)
+    assert records.summary is not None
+    assert "lint-held-off" in [n.code for n in records.summary.notes]
+    (trace,) = tmp_path.rglob("*.pt.trace.json.gz")
+    report = analyze(load_kineto(trace))
+    assert report.trace is not None
+    assert len(report.steps) == 2  # the active steps
+    assert [st.sync_count for st in report.steps] == [ITEMS_PER_STEP] * 2
