@@ -30,6 +30,7 @@ from asynctrace.traces.model import RangeKind, RuntimeKind, Trace
 
 __all__ = [
     "SYNC_KINDS",
+    "SYNC_KIND_NAMES",
     "StepSplit",
     "StepWindow",
     "SyncRows",
@@ -48,7 +49,8 @@ I64 = npt.NDArray[np.int64]
 SYNC_KINDS: tuple[RuntimeKind, ...] = (RuntimeKind.SYNC, RuntimeKind.BLOCKING_MEMCPY)
 #: SyncRows.kind: a synchronize call (or an op that reads a value to the host), a blocking copy
 SYNC, BLOCKING_COPY = 0, 1
-_KIND_NAMES = ("sync", "blocking-copy")
+#: the names of those kinds (``SyncCall.kind``), indexed by them
+SYNC_KIND_NAMES = ("sync", "blocking-copy")
 
 _STEP_NAME = re.compile(r"(?i)(?:^|[^a-z])step(?:[^a-z]|$)|profilerstep")
 _LAST_INT = re.compile(r"(\d+)(?!.*\d)")
@@ -62,7 +64,9 @@ class SyncRows(msgspec.Struct, frozen=True, eq=False):
     pageable memory one, ``BLOCKING_MEMCPY``); and, in a trace with no device activity (the CPU,
     where torch's ops leave no runtime call), the operators of
     :data:`~asynctrace._known_syncs.TRACE_SYNC_OPS` (``aten::item``, ``aten::nonzero``...),
-    the outermost one of each nest. ``kind``: :data:`SYNC` or :data:`BLOCKING_COPY`."""
+    the outermost one of each nest. ``kind``: :data:`BLOCKING_COPY` for a ``BLOCKING_MEMCPY``
+    and for a synchronize inside a copy operator of its thread (``aten::to``, ``_to_copy``,
+    ``copy_``), else :data:`SYNC`."""
 
     start: I64
     end: I64
@@ -73,9 +77,6 @@ class SyncRows(msgspec.Struct, frozen=True, eq=False):
 
     def __len__(self) -> int:
         return len(self.start)
-
-    def kind_name(self, i: int) -> str:
-        return _KIND_NAMES[int(self.kind[i])]
 
 
 def sync_rows(trace: Trace) -> SyncRows:

@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 from asynctrace._frames import is_user_frame, site_of
-from asynctrace.analysis.steps import StepWindow, SyncRows, sync_rows
+from asynctrace.analysis.steps import SYNC_KIND_NAMES, StepWindow, SyncRows, sync_rows
 from asynctrace.traces.model import I32, I64, Trace
 
 __all__ = ["SyncCall", "SyncSiteStats", "SyncSummary", "find_syncs", "is_user_frame", "site_of"]
@@ -83,7 +83,6 @@ def find_syncs(
             if on.any():
                 threads[pid, tid] = _ThreadFrames(f_start[on], f_end[on], f_name[on])
     steps = _steps_of(rows.start, windows)
-    kinds = ("sync", "blocking-copy")
     calls: list[SyncCall] = []
     columns = (
         rows.start.tolist(),
@@ -110,7 +109,7 @@ def find_syncs(
                 tid=tid,
                 step=step,
                 site=site,
-                kind=kinds[kind],
+                kind=SYNC_KIND_NAMES[kind],
             )
         )
     # a stable order whatever order the rows came in (ties in start time included)
