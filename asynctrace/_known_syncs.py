@@ -15,9 +15,15 @@ from dataclasses import dataclass
 from types import FrameType
 
 __all__ = [
+    "COPY_OPS",
     "HOST_ONLY_CODE",
     "KNOWN_SYNCS",
     "LIBRARY_TAG",
+    "LINT_OPS",
+    "MASK_OPS",
+    "SCALAR_READ_OPS",
+    "SHAPE_OPS",
+    "TRACE_SYNC_OPS",
     "KnownSync",
     "is_host_only_file",
     "is_library_frame",
@@ -25,6 +31,56 @@ __all__ = [
     "match_frame",
     "tag_of",
 ]
+
+
+#: aten ops that read a scalar to the host: they synchronize whatever their arguments
+SCALAR_READ_OPS: tuple[str, ...] = ("_local_scalar_dense",)
+#: aten ops whose output shape depends on the data: they synchronize whatever their arguments
+SHAPE_OPS: tuple[str, ...] = (
+    "nonzero",
+    "masked_select",
+    "_unique",
+    "_unique2",
+    "unique_dim",
+    "unique_consecutive",
+    "unique_dim_consecutive",
+    "bincount",
+    "equal",
+    "allclose",
+)
+#: aten ops that synchronize when indexed with a boolean mask
+MASK_OPS: tuple[str, ...] = ("index", "index_put_", "index_put", "_index_put_impl_")
+#: aten ops that synchronize when they copy a device tensor to the host without non_blocking
+COPY_OPS: tuple[str, ...] = ("_to_copy", "copy_")
+
+#: aten ops the sync lint flags, with why each would synchronize on an accelerator (the lint
+#: decides from the arguments for the mask, copy and ``repeat_interleave`` ops)
+LINT_OPS: dict[str, str] = {
+    "_local_scalar_dense": "reads a scalar to the host (.item(), bool(), float(), int(), if t:)",
+    "nonzero": "output shape depends on the data (nonzero, torch.where(cond), argwhere)",
+    "masked_select": "output shape depends on the data",
+    "_unique": "output shape depends on the data",
+    "_unique2": "output shape depends on the data (torch.unique)",
+    "unique_dim": "output shape depends on the data",
+    "unique_consecutive": "output shape depends on the data",
+    "unique_dim_consecutive": "output shape depends on the data",
+    "bincount": "output size depends on the data's maximum",
+    "repeat_interleave": "output size depends on the data unless output_size is given",
+    "equal": "returns a Python bool",
+    "allclose": "returns a Python bool",
+    "index": "boolean-mask indexing (x[mask]) computes nonzero",
+    "index_put_": "boolean-mask assignment (x[mask] = v) computes nonzero",
+    "index_put": "boolean-mask assignment computes nonzero",
+    "_index_put_impl_": "boolean-mask assignment computes nonzero",
+    "_to_copy": "copies a device tensor to the host",
+    "copy_": "copies a device tensor into a host tensor",
+}
+
+#: the lint's ops a trace counts as syncs on sight, as the profiler names them
+#: (``aten::<op>``), with ``item`` (the op ``.item()`` records around ``_local_scalar_dense``):
+#: the ops it flags whatever their arguments. A trace does not hold the arguments the others
+#: need (whether an index is a mask, a copy's devices and ``non_blocking``)
+TRACE_SYNC_OPS: tuple[str, ...] = ("item", *SCALAR_READ_OPS, *SHAPE_OPS)
 
 
 @dataclass(frozen=True)

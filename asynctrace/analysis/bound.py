@@ -90,6 +90,7 @@ __all__ = [
     "TraceBound",
     "WaitedOn",
     "advice_for",
+    "bound_columns_of_records",
     "bound_of_records",
     "bound_of_trace",
     "label_of",
@@ -907,6 +908,8 @@ def _sync_costs(syncs: SyncSummary, g0: I64, g1: I64, cls: I64) -> list[SyncCost
     c_end = c_start + np.array([c.dur_ns for c in calls], np.int64)
     keys: dict[tuple[str, str], int] = {}
     c_key = np.array([keys.setdefault((c.site, c.op), len(keys)) for c in calls], np.intp)
+    # a blocking copy where any call of the (site, op) is one (one op is one kind in practice)
+    copies = {(c.site, c.op) for c in calls if c.kind == "blocking-copy"}
     opened = np.zeros(len(keys), np.int64)
     sg = np.flatnonzero(cls == _SYNC)
     if len(sg):
@@ -931,6 +934,7 @@ def _sync_costs(syncs: SyncSummary, g0: I64, g1: I64, cls: I64) -> list[SyncCost
             wait_ns=int(wait[i]),
             idle_ns=int(opened[i]),
             cost_ns=int(wait[i] + opened[i]),
+            kind="blocking-copy" if (site, op) in copies else "sync",
         )
         for (site, op), i in keys.items()
     ]
@@ -1094,30 +1098,93 @@ class _RecordsSums(msgspec.Struct, frozen=True):
     data_wait: int
 
 
-def _step_estimate(st: StepRecord, wall: int, asynchronous: bool) -> tuple[IdleByCause, bool]:
-    """A step record's idle by cause, of its wall time ``wall`` (busy the rest), and whether
-    the device was behind the host (see bound_of_records)."""
-    data = min(max(st.data_wait_ns, 0), wall)
-    sync = min(max(st.sync_wait_ns, 0), wall - data)
+_I64_MAX = np.iinfo(np.int64).max
+
+
+class _RecordsColumns(msgspec.Struct, frozen=True, eq=False):
+    """The step records' figures as int64 columns, and each step's estimate (see
+    bound_of_records): its wall time, its idle by cause (busy is the wall time less the idle),
+    and whether the device was behind the host."""
+
+    start: I64
+    wall: I64
+    sync_wait: I64
+    data_wait: I64
+    host: I64
+    sync: I64
+    input: I64
+    behind: npt.NDArray[np.bool_]
+
+
+def _exact_sum(v: I64) -> int:
+    """The sum of int64 values as a Python int, exact however large (in two 32-bit halves,
+    whose int64 sums cannot wrap below 2**31 values)."""
+    if not len(v):
+        return 0
+    return (int((v >> 32).sum()) << 32) + int((v & 0xFFFFFFFF).sum())
+
+
+def _minus(a: I64, b: I64) -> I64:
+    """``a - b`` for ``a >= 0``, saturated at the int64 maximum (a hostile negative ``b``)."""
+    over = (b < 0) & (a > _I64_MAX + np.minimum(b, 0))
+    out: I64 = np.where(over, _I64_MAX, a - np.where(over, 0, b))
+    return out
+
+
+def _records_columns(steps: Sequence[StepRecord], asynchronous: bool) -> _RecordsColumns:
+    """Each step record's idle by cause, of its wall time, and whether the device was behind
+    (the estimate bound_of_records describes), as arrays: one pass over the records to read
+    their figures, then array arithmetic."""
+    n = len(steps)
+    fig = np.array(
+        [
+            (
+                st.start_ns,
+                st.frontend_ns,
+                st.data_wait_ns,
+                st.sync_wait_ns,
+                0 if st.device_ns is None else st.device_ns,
+                st.device_ns is not None,
+                0 if st.run_ahead_ns is None else st.run_ahead_ns,
+                st.run_ahead_ns is not None,
+                st.in_flight,
+            )
+            for st in steps
+        ],
+        dtype=np.int64,
+    ).reshape(n, 9)
+    start, fe, dw, sw, dev, has_dev, ra, has_ra, flight = fig.T
+    wall = np.maximum(fe, 0)
+    data = np.minimum(np.maximum(dw, 0), wall)
+    sync = np.minimum(np.maximum(sw, 0), wall - data)
+    zero = np.zeros(n, np.int64)
     if not asynchronous:
         # the host ran every op itself: "busy" is the host's own compute, idle its waits
-        return IdleByCause(sync=sync, input=data), False
-    dev = st.device_ns
-    ra = st.run_ahead_ns
-    behind = ra is not None and ra > RECORDS_BEHIND_FRACTION * wall
-    if behind or st.in_flight >= RECORDS_FULL_IN_FLIGHT:
-        # the device still had this step's work queued when the host moved on: it sets the pace
-        gap = max(0, wall - dev) if dev is not None else 0
-        return IdleByCause(host=gap), True
-    # the device kept pace: it waited for the host; markers cannot see how long, so the idle
-    # is at least what the host spent not issuing work (data, sync), the marker window's
+        return _RecordsColumns(start, wall, sw, dw, zero, sync, data, np.zeros(n, bool))
+    behind_ra = (has_ra != 0) & (ra > RECORDS_BEHIND_FRACTION * wall.astype(np.float64))
+    late = behind_ra | (flight >= RECORDS_FULL_IN_FLIGHT)
+    # the marker window's shortfall (frontend - device), 0 without a device figure
+    shortfall = np.where(has_dev != 0, np.maximum(_minus(wall, dev), 0), 0)
+    # kept pace: the device waited for the host; markers cannot see how long, so the idle is
+    # at least what the host spent not issuing work (data, sync), the marker window's
     # shortfall, and never below the device-bound threshold
-    shortfall = max(0, wall - dev) if dev is not None else 0
-    floor = int(np.ceil(DEVICE_BOUND_IDLE_FRACTION * wall))
-    idle_ns = min(wall, max(shortfall, data + sync, floor))
-    s_part = min(idle_ns, sync)
-    i_part = min(idle_ns - s_part, data)
-    return IdleByCause(host=idle_ns - s_part - i_part, sync=s_part, input=i_part), False
+    floor = np.ceil(DEVICE_BOUND_IDLE_FRACTION * wall.astype(np.float64)).astype(np.int64)
+    idle = np.minimum(wall, np.maximum(np.maximum(shortfall, data + sync), floor))
+    s_part = np.minimum(idle, sync)
+    i_part = np.minimum(idle - s_part, data)
+    # behind: the device still had this step's work queued when the host moved on: it sets
+    # the pace, and the idle is the shortfall alone
+    host = np.where(late, shortfall, idle - s_part - i_part)
+    return _RecordsColumns(
+        start,
+        wall,
+        sw,
+        dw,
+        host,
+        np.where(late, 0, s_part),
+        np.where(late, 0, i_part),
+        late,
+    )
 
 
 def _estimated_evidence(
@@ -1146,37 +1213,81 @@ def _estimated_evidence(
     )
 
 
-def _record_bound(st: StepRecord, wall: int, idle: IdleByCause) -> StepBound:
-    """One step record's label and figures."""
-    busy = wall - idle.total()
-    label, lead = label_of(wall, busy, idle)
-    evidence = _estimated_evidence(
-        wall, busy, idle, lead, sync_wait_ns=st.sync_wait_ns, data_wait_ns=st.data_wait_ns
+def _record_bounds(c: _RecordsColumns) -> list[StepBound]:
+    """Each step record's label and figures, from its columns."""
+    idle_total = c.host + c.sync + c.input
+    busy = c.wall - idle_total
+    # label_of, over the columns: the leading cause (most idle; ties to the earlier cause),
+    # device-bound below the idle threshold, undetermined without a wall time
+    by = np.stack([c.host, c.sync, c.input])  # host, sync, input: the causes a record has
+    lead = np.argmax(by, axis=0)
+    dev_bound = (c.wall - busy) < DEVICE_BOUND_IDLE_FRACTION * c.wall.astype(np.float64)
+    labels = np.where(
+        c.wall <= 0, 5, np.where(dev_bound, 0, lead + 1)
+    )  # index in LABELS: device, host, sync, input
+    # what busy and each cause are of the wall time, as _pct rounds them (Python's round)
+    columns = (
+        c.start.tolist(),
+        c.wall.tolist(),
+        busy.tolist(),
+        c.host.tolist(),
+        c.sync.tolist(),
+        c.input.tolist(),
+        c.sync_wait.tolist(),
+        c.data_wait.tolist(),
+        labels.tolist(),
+        lead.tolist(),
     )
-    return _step_bound(label, st.start_ns, st.start_ns + wall, wall, busy, idle, evidence)
+    out: list[StepBound] = []
+    for start, wall, b, h, sy, inp, sw, dw, label, lc in zip(*columns, strict=True):
+        idle = IdleByCause(host=h, sync=sy, input=inp)
+        evidence = BoundEvidence(
+            busy_pct=_pct(b, wall),
+            idle_pct_by_cause={
+                "host": _pct(h, wall),
+                "sync": _pct(sy, wall),
+                "input": _pct(inp, wall),
+                "dependency": 0.0,
+                "unattributed": 0.0,
+            },
+            leading_cause=CAUSES[lc],
+            host_work_ns=h,
+            sync_wait_ns=sw,
+            sync_wait_pct=_pct(sw, wall),
+            sync_cost_pct=_pct(sw, wall),
+            data_wait_ns=dw,
+            estimated=True,
+        )
+        out.append(
+            StepBound(
+                label=LABELS[label],
+                share_start_ns=start,
+                share_end_ns=start + wall,
+                region_ns=wall,
+                busy_ns=b,
+                idle_ns=h + sy + inp,
+                idle_ns_by_cause=idle,
+                evidence=evidence,
+            )
+        )
+    return out
 
 
 def _sum_records(
     steps: Sequence[StepRecord], asynchronous: bool, per_step: bool
 ) -> tuple[_RecordsSums, list[StepBound]]:
-    """The sums over the step records and, with ``per_step``, each step's bound: one pass."""
-    per: list[StepBound] = []
-    # idle by cause (host, sync, data); the host's own sync and data waits, as recorded
-    region = host = sync = data = behind = w_sync = w_data = 0
-    for st in steps:
-        wall = max(st.frontend_ns, 0)
-        idle, late = _step_estimate(st, wall, asynchronous)
-        behind += late
-        region += wall
-        host += idle.host
-        sync += idle.sync
-        data += idle.input
-        w_sync += st.sync_wait_ns
-        w_data += st.data_wait_ns
-        if per_step:
-            per.append(_record_bound(st, wall, idle))
-    total = IdleByCause(host=host, sync=sync, input=data)
-    return _RecordsSums(len(steps), behind, region, total, w_sync, w_data), per
+    """The sums over the step records and, with ``per_step``, each step's bound."""
+    c = _records_columns(steps, asynchronous)
+    total = IdleByCause(host=_exact_sum(c.host), sync=_exact_sum(c.sync), input=_exact_sum(c.input))
+    sums = _RecordsSums(
+        len(steps),
+        int(np.count_nonzero(c.behind)),
+        _exact_sum(c.wall),
+        total,
+        _exact_sum(c.sync_wait),
+        _exact_sum(c.data_wait),
+    )
+    return sums, _record_bounds(c) if per_step else []
 
 
 def _records_run(sums: _RecordsSums, *, asynchronous: bool) -> Bound:
@@ -1234,3 +1345,15 @@ def bound_of_records(
     """
     sums, per = _sum_records(steps, asynchronous, per_step)
     return RecordsBound(run=_records_run(sums, asynchronous=asynchronous), steps=per)
+
+
+def bound_columns_of_records(
+    steps: Sequence[StepRecord], *, asynchronous: bool
+) -> npt.NDArray[np.int64]:
+    """Each step record's figures of :func:`bound_of_records` as an ``(n, 7)`` array: its
+    region (wall time), busy, and idle by cause in :data:`CAUSES` order; for views that bin
+    a long session's steps (no per-step objects: 10⁶ steps in about a second)."""
+    c = _records_columns(steps, asynchronous)
+    zero = np.zeros(len(steps), np.int64)
+    busy = c.wall - (c.host + c.sync + c.input)
+    return np.stack([c.wall, busy, c.host, c.sync, c.input, zero, zero], axis=1)

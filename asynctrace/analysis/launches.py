@@ -1,10 +1,11 @@
 """Launch linking: which host call put each device activity in the queue, and how long it waited.
 
 Each device activity is joined to the runtime call that launched it by its correlation id within
-one process. Launching calls are the runtime kinds ``LAUNCH``, ``MEMCPY``, ``MEMSET``,
-``GRAPH_LAUNCH`` and ``BLOCKING_MEMCPY`` (a blocking ``cudaMemcpy`` also enqueues the copy it
-waits for). A graph launch has one correlation id for all the kernels of the graph, so many
-activities may share one launch call.
+one process (where a Kineto trace holds several launching processes, whose ids collide, the
+process is found as :func:`link_launches` says). Launching calls are the runtime kinds
+``LAUNCH``, ``MEMCPY``, ``MEMSET``, ``GRAPH_LAUNCH`` and ``BLOCKING_MEMCPY`` (a blocking
+``cudaMemcpy`` also enqueues the copy it waits for). A graph launch has one correlation id for
+all the kernels of the graph, so many activities may share one launch call.
 
 Figures per matched activity (definitions in docs/analysis.md):
 
@@ -23,6 +24,7 @@ import numpy.typing as npt
 from asynctrace.traces.model import RuntimeKind, Trace
 
 __all__ = [
+    "DEVICE_PROCESS_SHARE",
     "LAUNCHING_KINDS",
     "LaunchLinks",
     "LaunchStats",
@@ -105,9 +107,14 @@ def percentiles(values: npt.NDArray[np.int64]) -> Percentiles:
 def link_launches(trace: Trace) -> LaunchLinks:
     """Join every activity to its launch call by (process, correlation id); vectorised.
 
-    Loaders differ on what an activity's ``pid`` holds (the process, or the device as Kineto
-    writes it); where an activity's pid is not a process with launch calls and the trace has
-    exactly one such process, the activity is joined within that process.
+    Loaders differ on what an activity's ``pid`` holds: the process (Nsight Systems), or the
+    device, as Kineto writes it (the pid is then the activity's device number). An activity
+    whose pid is a launching process is joined within it. One whose pid is its device is
+    joined within the one launching process where there is one; where several processes
+    launched (their correlation ids are per process and collide), within the process that
+    launched its correlation id where only one did; else within the process the other
+    activities of its device were joined in (90% of them or more); else to the latest launch
+    of its correlation id that started at or before it (the earliest where none did).
     """
     act = trace.activities
     rt = trace.runtime
@@ -121,29 +128,107 @@ def link_launches(trace: Trace) -> LaunchLinks:
         return LaunchLinks(none, zeros, zeros.copy())
     l_pid = rt.pid[l_idx]
     l_corr = rt.correlation[l_idx]
-    a_pid = act.pid
     a_corr = act.correlation
     # (a comparison, not len(np.unique(l_pid)) == 1: unique's hash path imports numpy.ma, ~9 ms)
     if bool((l_pid == l_pid[0]).all()):
         # one launching process (the common case): the correlation id alone is the key
-        l_key, a_key = l_corr, a_corr
+        pos = _join(l_corr, rt.start_ns[l_idx], a_corr)
     else:
-        # Factorise (pid, correlation) pairs into one int64 key without overflow.
-        _pids, pid_inv = np.unique(np.concatenate([l_pid, a_pid]), return_inverse=True)
-        corrs, corr_inv = np.unique(np.concatenate([l_corr, a_corr]), return_inverse=True)
-        key = pid_inv.astype(np.int64) * len(corrs) + corr_inv.astype(np.int64)
-        l_key, a_key = key[: len(l_idx)], key[len(l_idx) :]
-    # Duplicate launch rows for one key (some exports write two): the earliest start wins.
-    order = np.lexsort((rt.start_ns[l_idx], l_key))
-    sorted_key = l_key[order]
-    pos = np.searchsorted(sorted_key, a_key, side="left")
-    pos_c = np.minimum(pos, len(sorted_key) - 1)
-    hit = (pos < len(sorted_key)) & (sorted_key[pos_c] == a_key) & (a_corr >= 0)
-    index = np.where(hit, l_idx[order[pos_c]], -1).astype(np.int64)
+        pos = _join_processes(
+            l_pid, l_corr, rt.start_ns[l_idx], act.pid, act.device, a_corr, act.start_ns
+        )
+    hit = (pos >= 0) & (a_corr >= 0)
+    index = np.where(hit, l_idx[np.maximum(pos, 0)], -1).astype(np.int64)
     safe = np.where(hit, index, 0)
     start = np.where(hit, rt.start_ns[safe], 0).astype(np.int64)
     end = np.where(hit, rt.start_ns[safe] + rt.dur_ns[safe], 0).astype(np.int64)
     return LaunchLinks(index, start, end)
+
+
+def _join(l_key: I64, l_start: I64, a_key: I64) -> I64:
+    """Per activity key: the position (in the launch rows) of the launch with that key, the
+    earliest where several have it (some exports write a call twice), -1 where none has."""
+    order = np.lexsort((l_start, l_key))
+    sorted_key = l_key[order]
+    pos = np.searchsorted(sorted_key, a_key, side="left")
+    pos_c = np.minimum(pos, len(sorted_key) - 1)
+    hit = (pos < len(sorted_key)) & (sorted_key[pos_c] == a_key)
+    out: I64 = np.where(hit, order[pos_c], -1).astype(np.int64)
+    return out
+
+
+#: a device is taken to belong to one process when this share of its joined activities does
+DEVICE_PROCESS_SHARE = 0.9
+
+
+def _join_processes(
+    l_pid: I64,
+    l_corr: I64,
+    l_start: I64,
+    a_pid: I64,
+    a_device: npt.NDArray[np.int32],
+    a_corr: I64,
+    a_start: I64,
+) -> I64:
+    """:func:`_join` where several processes launched (see :func:`link_launches`)."""
+    procs = np.unique(l_pid)
+    corrs, corr_inv = np.unique(np.concatenate([l_corr, a_corr]), return_inverse=True)
+    corr_inv = corr_inv.reshape(-1).astype(np.int64)
+    lc, ac = corr_inv[: len(l_corr)], corr_inv[len(l_corr) :]
+    width = len(corrs)
+    l_key = np.searchsorted(procs, l_pid).astype(np.int64) * width + lc
+
+    def within(proc: I64) -> I64:
+        """Per activity: the launch of its correlation id in process ``proc`` (-1: none)."""
+        rank = np.searchsorted(procs, proc)
+        known = (rank < len(procs)) & (procs[np.minimum(rank, len(procs) - 1)] == proc)
+        found = _join(l_key, l_start, rank.astype(np.int64) * width + ac)
+        out: I64 = np.where(known, found, -1)
+        return out
+
+    is_proc = np.isin(a_pid, procs)
+    pos = np.full(len(a_corr), -1, np.int64)
+    pos[is_proc] = within(a_pid)[is_proc]
+    # activities whose pid is their device, as Kineto writes it
+    on_device = ~is_proc & (a_pid == a_device)
+    if not on_device.any():
+        return pos
+    # the processes that launched each correlation id: one → that one
+    pairs = np.unique(lc * len(procs) + np.searchsorted(procs, l_pid))
+    pair_corr, pair_proc = pairs // len(procs), pairs % len(procs)
+    n_proc = np.bincount(pair_corr, minlength=width)
+    only = np.full(width, -1, np.int64)
+    single = n_proc[pair_corr] == 1
+    only[pair_corr[single]] = pair_proc[single]
+    proc_of = np.where(on_device, only[ac], -1)
+    # the process each device's unambiguous activities were joined in, where one holds most
+    voted = on_device & (proc_of >= 0)
+    if voted.any():
+        devs, dev_inv = np.unique(a_device[on_device], return_inverse=True)
+        dev_of = np.full(len(a_corr), -1, np.int64)
+        dev_of[on_device] = dev_inv.reshape(-1)
+        votes = np.zeros((len(devs), len(procs)), np.int64)
+        np.add.at(votes, (dev_of[voted], proc_of[voted]), 1)
+        best = np.argmax(votes, axis=1)
+        sure = votes[np.arange(len(devs)), best] >= DEVICE_PROCESS_SHARE * votes.sum(axis=1)
+        owner = np.where(sure & (votes.sum(axis=1) > 0), best, -1)
+        rest = on_device & (proc_of < 0) & (dev_of >= 0)
+        proc_of[rest] = owner[dev_of[rest]]
+    resolved = on_device & (proc_of >= 0)
+    pos[resolved] = within(procs[np.maximum(proc_of, 0)])[resolved]
+    # the rest: the latest launch of the correlation id at or before the activity's start
+    left = np.flatnonzero(on_device & (proc_of < 0))
+    if len(left):
+        times = np.unique(np.concatenate([l_start, a_start[left]]))
+        t_width = len(times) + 1
+        lk = lc * t_width + np.searchsorted(times, l_start)
+        ak = ac[left] * t_width + np.searchsorted(times, a_start[left])
+        order = np.argsort(lk, kind="stable")
+        j = np.searchsorted(lk[order], ak, side="right") - 1
+        ok = (j >= 0) & (lk[order][np.maximum(j, 0)] // t_width == ac[left])
+        earliest = _join(lc, l_start, ac[left])
+        pos[left] = np.where(ok, order[np.maximum(j, 0)], earliest)
+    return pos
 
 
 def activity_delays(trace: Trace, links: LaunchLinks) -> tuple[I64, I64]:

@@ -25,12 +25,13 @@ import numpy as np
 import numpy.typing as npt
 
 from asynctrace.analysis._bound_model import CAUSES, StepBound, WarmUp
+from asynctrace.analysis._trust import check_trust
 from asynctrace.analysis.accumulate import FigureStats, StepAccumulator
 from asynctrace.analysis.bound import (
     Bound,
     IdleGaps,
     ReportWarning,
-    bound_of_records,
+    bound_columns_of_records,
     bound_of_trace,
 )
 from asynctrace.analysis.diagnosis import Finding, diagnose, sync_cost_fraction
@@ -56,6 +57,7 @@ from asynctrace.analysis.steps import (
     TraceStep,
     split_steps,
     step_windows,
+    sync_rows,
     without_clock_figures,
 )
 from asynctrace.analysis.syncs import SyncCall, SyncSummary, find_syncs
@@ -457,15 +459,17 @@ def _figures(acc: StepAccumulator) -> dict[str, FigureStats]:
 def _trace_analysis(
     trace: Trace, *, queue_cap: int, keep_sync_calls: bool
 ) -> tuple[Report, TraceDetail]:
-    links = link_launches(trace)
+    trust = check_trust(trace, link_launches(trace))
+    links = trust.links
     groups = stream_groups(trace)
     series = queue_series(trace, links, groups=groups)
     windows = step_windows(trace)
-    syncs = find_syncs(trace, windows=windows)
+    blocking = sync_rows(trace)
+    syncs = find_syncs(trace, windows=windows, rows=blocking)
     sites = sync_sites(syncs)  # from the calls: before they may be dropped
     group_of, keys = groups
     has_device = len(trace.activities) > 0
-    plain = split_steps(trace, links, windows=windows, queues=series)
+    plain = split_steps(trace, links, windows=windows, queues=series, syncs=blocking)
     tb = bound_of_trace(
         trace,
         links,
@@ -478,7 +482,9 @@ def _trace_analysis(
         group_of=group_of,
     )
     # where the clocks disagree, the figures that compare them would be wrong: left out
-    split = without_clock_figures(plain) if tb.clocks_disagree else plain
+    split = (
+        without_clock_figures(plain) if tb.clocks_disagree or trust.run_ahead_withheld else plain
+    )
     whole = bool(windows) and windows[0].source == "trace"
     # start-up work outside the steady state (none found here yet)
     warmup: WarmUp | None = None
@@ -505,15 +511,15 @@ def _trace_analysis(
             skipped=dict(trace.skipped),
         ),
         steps=split.steps,
-        step_bounds=tb.steps,
+        step_bounds=trust.step_bounds(tb.steps),
         figures=_figures(acc),
         sync_sites=sites,
         verdict=VerdictInfo(
             code=v.code, message=v.message, findings=list(v.findings), codes=list(v.codes)
         ),
-        bound=tb.run,
+        bound=trust.bound(tb.run),
         warmup=warmup,
-        warnings=tb.warnings,
+        warnings=[*tb.warnings, *trust.warnings],
         trace=TraceFigures(
             activities=_activity_counts(trace, keys, group_of),
             launch=launch_stats(trace, links),
@@ -657,13 +663,13 @@ def _records_report(records: Records) -> Report:
 def _bounds(report: Report, *, max_bins: int) -> BoundSeries:
     """Each step's bound in bins; a session's estimated here, for drawing only (its report
     holds the run's)."""
-    bounds = report.step_bounds
+    bounds: list[StepBound] | npt.NDArray[np.int64] = report.step_bounds
     estimated = report.trace is None
     if not bounds and report.steps and estimated:
-        bounds = bound_of_records(report.steps, asynchronous=report.source.asynchronous).steps
+        bounds = bound_columns_of_records(report.steps, asynchronous=report.source.asynchronous)
     return bound_series(
         bounds,
-        [s.step for s in report.steps] if bounds else [],
+        [s.step for s in report.steps] if len(bounds) else [],
         label=report.bound.label if report.bound is not None else "undetermined",
         estimated=estimated,
         max_bins=max_bins,

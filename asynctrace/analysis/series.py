@@ -163,26 +163,30 @@ class BoundSeries(Bins):
 
 
 def bound_series(
-    bounds: Sequence[StepBound],
+    bounds: Sequence[StepBound] | npt.NDArray[np.int64],
     numbers: Sequence[int],
     *,
     label: str,
     estimated: bool = False,
     max_bins: int = MAX_BINS,
 ) -> BoundSeries:
-    """The steps' bounds (``report.step_bounds``, ``bound_of_records(...).steps``) with
-    their step numbers, in at most ``max_bins`` bins (bin means, see :class:`BoundSeries`)."""
+    """The steps' bounds (``report.step_bounds``, ``bound_of_records(...).steps``, or their
+    columns: ``bound_columns_of_records``) with their step numbers, in at most ``max_bins``
+    bins (bin means, see :class:`BoundSeries`)."""
     n = len(bounds)
     if len(numbers) != n:
         raise ValueError(f"{n} step bounds but {len(numbers)} step numbers")
     k = bin_size(n, max_bins=max_bins)
-    cols = np.array(
-        [
-            (b.region_ns, b.busy_ns, *(getattr(b.idle_ns_by_cause, c) for c in CAUSES))
-            for b in bounds
-        ],
-        dtype=np.float64,
-    ).reshape(n, 2 + len(CAUSES))
+    if isinstance(bounds, np.ndarray):
+        cols = bounds.astype(np.float64).reshape(n, 2 + len(CAUSES))
+    else:
+        cols = np.array(
+            [
+                (b.region_ns, b.busy_ns, *(getattr(b.idle_ns_by_cause, c) for c in CAUSES))
+                for b in bounds
+            ],
+            dtype=np.float64,
+        ).reshape(n, 2 + len(CAUSES))
     heads = np.arange(0, n, k)
     if n:
         sums = np.add.reduceat(cols, heads, axis=0)

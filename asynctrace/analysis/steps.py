@@ -22,6 +22,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from asynctrace._known_syncs import COPY_OPS, TRACE_SYNC_OPS
 from asynctrace.analysis.launches import LaunchLinks
 from asynctrace.analysis.queue import QueueSeries, depth_max_between
 from asynctrace.records import StepRecord
@@ -29,12 +30,15 @@ from asynctrace.traces.model import RangeKind, RuntimeKind, Trace
 
 __all__ = [
     "SYNC_KINDS",
+    "SYNC_KIND_NAMES",
     "StepSplit",
     "StepWindow",
+    "SyncRows",
     "TraceStep",
     "host_span",
     "split_steps",
     "step_windows",
+    "sync_rows",
     "union_length",
     "without_clock_figures",
 ]
@@ -43,11 +47,136 @@ I64 = npt.NDArray[np.int64]
 
 #: runtime kinds whose calls block the host until device work completes
 SYNC_KINDS: tuple[RuntimeKind, ...] = (RuntimeKind.SYNC, RuntimeKind.BLOCKING_MEMCPY)
+#: SyncRows.kind: a synchronize call (or an op that reads a value to the host), a blocking copy
+SYNC, BLOCKING_COPY = 0, 1
+#: the names of those kinds (``SyncCall.kind``), indexed by them
+SYNC_KIND_NAMES = ("sync", "blocking-copy")
 
 _STEP_NAME = re.compile(r"(?i)(?:^|[^a-z])step(?:[^a-z]|$)|profilerstep")
 _LAST_INT = re.compile(r"(\d+)(?!.*\d)")
 #: the annotation torch.optim puts around every ``optimizer.step()``
 _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
+
+
+class SyncRows(msgspec.Struct, frozen=True, eq=False):
+    """The trace's synchronizing host intervals, sorted by start (docs/how-it-works.md, "Blocking
+    copy"): its runtime calls of :data:`SYNC_KINDS` (a loader makes a queued copy to or from
+    pageable memory one, ``BLOCKING_MEMCPY``); and, in a trace with no device activity (the CPU,
+    where torch's ops leave no runtime call), the operators of
+    :data:`~asynctrace._known_syncs.TRACE_SYNC_OPS` (``aten::item``, ``aten::nonzero``...),
+    the outermost one of each nest. ``kind``: :data:`BLOCKING_COPY` for a ``BLOCKING_MEMCPY``
+    and for a synchronize inside a copy operator of its thread (``aten::to``, ``_to_copy``,
+    ``copy_``), else :data:`SYNC`."""
+
+    start: I64
+    end: I64
+    pid: I64
+    tid: I64
+    name: npt.NDArray[np.int32]
+    kind: npt.NDArray[np.uint8]
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+def sync_rows(trace: Trace) -> SyncRows:
+    """The trace's synchronizing host intervals (:class:`SyncRows`)."""
+    rt = trace.runtime
+    syncing = np.zeros(256, dtype=bool)
+    syncing[[int(k) for k in SYNC_KINDS]] = True
+    is_sync = syncing[rt.kind]
+    parts = [
+        (
+            rt.start_ns[is_sync],
+            rt.dur_ns[is_sync],
+            rt.pid[is_sync],
+            rt.tid[is_sync],
+            rt.name[is_sync],
+            np.where(rt.kind[is_sync] == int(RuntimeKind.BLOCKING_MEMCPY), BLOCKING_COPY, SYNC),
+        )
+    ]
+    r = trace.ranges
+    if len(r) and len(parts[0][0]):
+        # a synchronize inside a copy operator (``aten::to``, ``copy_``: a copy to the host
+        # without non_blocking) is the copy's wait
+        s0, d0, p0, t0, n0, k0 = parts[0]
+        copy_op = _named(trace, {f"aten::{op}" for op in ("to", *COPY_OPS)})
+        ops = np.flatnonzero((r.kind == RangeKind.OP) & copy_op[r.name])
+        inside = _enclosed(
+            s0, s0 + d0, p0, t0, r.start_ns[ops], r.dur_ns[ops], r.pid[ops], r.tid[ops]
+        )
+        parts[0] = (s0, d0, p0, t0, n0, np.where(inside, BLOCKING_COPY, k0))
+    if not len(trace.activities) and len(r):
+        named = _named(trace, {f"aten::{op}" for op in TRACE_SYNC_OPS})
+        ops = np.flatnonzero((r.kind == RangeKind.OP) & named[r.name])
+        ops = ops[_outermost_per_thread(r.start_ns[ops], r.dur_ns[ops], r.pid[ops], r.tid[ops])]
+        parts.append(
+            (
+                r.start_ns[ops],
+                r.dur_ns[ops],
+                r.pid[ops],
+                r.tid[ops],
+                r.name[ops],
+                np.full(len(ops), SYNC),
+            )
+        )
+    start, dur, pid, tid, name, kind = (np.concatenate(c) for c in zip(*parts, strict=True))
+    order = np.argsort(start, kind="stable")
+    return SyncRows(
+        start=start[order].astype(np.int64),
+        end=(start + dur)[order].astype(np.int64),
+        pid=pid[order].astype(np.int64),
+        tid=tid[order].astype(np.int64),
+        name=name[order].astype(np.int32),
+        kind=kind[order].astype(np.uint8),
+    )
+
+
+def _named(trace: Trace, names: set[str]) -> npt.NDArray[np.bool_]:
+    """Per string id: whether the string is one of ``names``."""
+    return np.array([x in names for x in trace.strings] or [False], dtype=bool)
+
+
+def _enclosed(
+    start: I64, end: I64, pid: I64, tid: I64, o_start: I64, o_dur: I64, o_pid: I64, o_tid: I64
+) -> npt.NDArray[np.bool_]:
+    """Per interval: whether one of the ``o_`` intervals of its thread encloses it (one that
+    started at or before it reaches at least its end)."""
+    out = np.zeros(len(start), bool)
+    if not len(o_start):
+        return out
+    o_end = o_start + o_dur
+    for p, t in set(zip(pid.tolist(), tid.tolist(), strict=True)):
+        mine = np.flatnonzero((pid == p) & (tid == t))
+        theirs = np.flatnonzero((o_pid == p) & (o_tid == t))
+        if not len(theirs):
+            continue
+        order = theirs[np.argsort(o_start[theirs], kind="stable")]
+        reach = np.maximum.accumulate(o_end[order])
+        k = np.searchsorted(o_start[order], start[mine], side="right") - 1
+        out[mine] = (k >= 0) & (reach[np.maximum(k, 0)] >= end[mine])
+    return out
+
+
+def _outermost_per_thread(start: I64, dur: I64, pid: I64, tid: I64) -> npt.NDArray[np.intp]:
+    """The rows not inside an earlier (or equal, wider) row of the same thread: one interval
+    per nest (``aten::item`` around its ``aten::_local_scalar_dense``)."""
+    if not len(start):
+        return np.zeros(0, np.intp)
+    end = start + dur
+    order = np.lexsort((-end, start, tid, pid))
+    p, t, e = pid[order], tid[order], end[order]
+    new_thread = np.r_[True, (p[1:] != p[:-1]) | (t[1:] != t[:-1])]
+    # the furthest end reached so far on the thread, before each row
+    keep = np.ones(len(order), bool)
+    thread_id = np.cumsum(new_thread) - 1
+    for k in np.unique(thread_id).tolist():
+        rows = np.flatnonzero(thread_id == k)
+        reach = np.maximum.accumulate(e[rows])
+        before = np.r_[np.iinfo(np.int64).min, reach[:-1]]
+        keep[rows] = e[rows] > before
+    kept: npt.NDArray[np.intp] = np.sort(order[keep])
+    return kept
 
 
 class StepWindow(msgspec.Struct, frozen=True):
@@ -228,9 +357,11 @@ def split_steps(
     *,
     windows: list[StepWindow] | None = None,
     queues: Mapping[str, tuple[QueueSeries, QueueSeries]] | None = None,
+    syncs: SyncRows | None = None,
 ) -> StepSplit:
     """Figures of every step; ``queues`` (from :func:`~asynctrace.analysis.queue.queue_series`)
-    gives ``queue_max``, 0 without it."""
+    gives ``queue_max``, 0 without it; ``syncs``: the trace's :func:`sync_rows`, where the
+    caller has them."""
     if windows is None:
         windows = step_windows(trace)
     act = trace.activities
@@ -241,7 +372,7 @@ def split_steps(
     launch_sorted = launch[order]
     a_start = act.start_ns
     a_end = act.start_ns + act.dur_ns
-    syncs = _SyncCalls.of(trace)
+    sync_calls = _SyncCalls.of(syncs if syncs is not None else sync_rows(trace))
     records: list[StepRecord] = []
     extras: list[TraceStep] = []
     for w in windows:
@@ -249,7 +380,7 @@ def split_steps(
         sel = by_launch[i0:i1]
         dev_start = int(a_start[sel].min()) if len(sel) else None
         dev_end = int(a_end[sel].max()) if len(sel) else None
-        count, wait = syncs.within(w.start_ns, w.end_ns)
+        count, wait = sync_calls.within(w.start_ns, w.end_ns)
         qmax = 0
         if queues:
             qmax = max(depth_max_between(d, w.start_ns, w.end_ns) for d, _ in queues.values())
@@ -301,19 +432,14 @@ def _with_in_flight(records: list[StepRecord], extras: list[TraceStep]) -> list[
 
 
 class _SyncCalls(msgspec.Struct, frozen=True):
-    """The trace's synchronizing host calls, sorted by start."""
+    """The trace's synchronizing host intervals (:func:`sync_rows`), sorted by start."""
 
     start: I64
     end: I64
 
     @classmethod
-    def of(cls, trace: Trace) -> _SyncCalls:
-        rt = trace.runtime
-        is_sync = np.isin(rt.kind, np.array([int(k) for k in SYNC_KINDS], dtype=np.uint8))
-        s_start = rt.start_ns[is_sync]
-        s_end = s_start + rt.dur_ns[is_sync]
-        order = np.argsort(s_start, kind="stable")
-        return cls(s_start[order], s_end[order])
+    def of(cls, rows: SyncRows) -> _SyncCalls:
+        return cls(rows.start, rows.end)
 
     def within(self, start_ns: int, end_ns: int) -> tuple[int, int]:
         """Calls that started in [start, end), and the host time inside any call, clipped to

@@ -1,8 +1,11 @@
 """Synchronizing host calls: each one with its wait, step, thread and Python call site.
 
-A sync is a runtime call of kind ``SYNC`` (stream/device/event synchronize) or
-``BLOCKING_MEMCPY``. Device-side ``cuda_sync`` records (``Trace.device_syncs``) describe the same
-waits and are not counted again.
+A sync is a synchronizing host interval of :func:`~asynctrace.analysis.steps.sync_rows`: a
+runtime call of kind ``SYNC`` (stream/device/event synchronize) or ``BLOCKING_MEMCPY`` (a
+``cudaMemcpy``, or a queued copy to or from pageable memory: ``kind="blocking-copy"``), and in a
+trace without device activity the operators that would synchronize an accelerator
+(``aten::item``, ``aten::nonzero``...). Device-side ``cuda_sync`` records
+(``Trace.device_syncs``) describe the same waits and are not counted again.
 
 Where the trace has Python frames (``with_stack=True``) a sync's **site** is the innermost user
 frame on the same thread that encloses the call, written ``file:line``; frames in a ``torch``,
@@ -19,7 +22,7 @@ import msgspec
 import numpy as np
 
 from asynctrace._frames import is_user_frame, site_of
-from asynctrace.analysis.steps import SYNC_KINDS, StepWindow
+from asynctrace.analysis.steps import SYNC_KIND_NAMES, StepWindow, SyncRows, sync_rows
 from asynctrace.traces.model import I32, I64, Trace
 
 __all__ = ["SyncCall", "SyncSiteStats", "SyncSummary", "find_syncs", "is_user_frame", "site_of"]
@@ -59,50 +62,54 @@ class SyncSummary(msgspec.Struct, frozen=True, kw_only=True):
     device_records: int = 0
 
 
-def find_syncs(trace: Trace, *, windows: Sequence[StepWindow] = ()) -> SyncSummary:
-    """Every synchronizing call, attributed to a step and a user call site."""
-    rt = trace.runtime
-    is_sync = np.isin(rt.kind, np.array([int(k) for k in SYNC_KINDS], dtype=np.uint8))
-    idx = np.flatnonzero(is_sync)
+def find_syncs(
+    trace: Trace, *, windows: Sequence[StepWindow] = (), rows: SyncRows | None = None
+) -> SyncSummary:
+    """Every synchronizing call, attributed to a step and a user call site; ``rows``: the
+    trace's :func:`~asynctrace.analysis.steps.sync_rows`, where the caller has them."""
+    if rows is None:
+        rows = sync_rows(trace)
     threads: dict[tuple[int, int], _ThreadFrames] = {}
     py = trace.python_frames
-    if len(py) and len(idx):
+    if len(py) and len(rows):
         user_name = np.array([is_user_frame(s) for s in trace.strings] or [False], dtype=bool)
         user = user_name[py.name]
         f_pid, f_tid = py.pid[user], py.tid[user]
         f_start = py.start_ns[user]
         f_end = f_start + py.dur_ns[user]
         f_name = py.name[user]
-        for pid, tid in {(int(rt.pid[i]), int(rt.tid[i])) for i in idx.tolist()}:
+        for pid, tid in set(zip(rows.pid.tolist(), rows.tid.tolist(), strict=True)):
             on = (f_pid == pid) & (f_tid == tid)
             if on.any():
                 threads[pid, tid] = _ThreadFrames(f_start[on], f_end[on], f_name[on])
-    w_start = np.array([w.start_ns for w in windows], np.int64)
-    w_end = np.array([w.end_ns for w in windows], np.int64)
+    steps = _steps_of(rows.start, windows)
     calls: list[SyncCall] = []
-    for i in idx.tolist():
-        start, dur = int(rt.start_ns[i]), int(rt.dur_ns[i])
-        pid, tid = int(rt.pid[i]), int(rt.tid[i])
+    columns = (
+        rows.start.tolist(),
+        rows.end.tolist(),
+        rows.pid.tolist(),
+        rows.tid.tolist(),
+        rows.name.tolist(),
+        rows.kind.tolist(),
+        steps,
+    )
+    for start, end, pid, tid, name_id, kind, step in zip(*columns, strict=True):
         site = ""
         frames = threads.get((pid, tid))
         if frames is not None:
-            name = frames.innermost(start, start + dur, trace.strings)
+            name = frames.innermost(start, end, trace.strings)
             if name >= 0:
                 site = site_of(trace.name_of(name))
-        step: int | None = None
-        if len(windows):
-            inside = np.flatnonzero((w_start <= start) & (start < w_end))
-            if len(inside):
-                step = windows[int(inside[-1])].step
         calls.append(
             SyncCall(
-                op=trace.name_of(int(rt.name[i])),
+                op=trace.name_of(name_id),
                 start_ns=start,
-                dur_ns=dur,
+                dur_ns=end - start,
                 pid=pid,
                 tid=tid,
                 step=step,
                 site=site,
+                kind=SYNC_KIND_NAMES[kind],
             )
         )
     # a stable order whatever order the rows came in (ties in start time included)
@@ -128,6 +135,26 @@ def find_syncs(trace: Trace, *, windows: Sequence[StepWindow] = ()) -> SyncSumma
         calls=calls,
         device_records=len(trace.device_syncs),
     )
+
+
+def _steps_of(start: I64, windows: Sequence[StepWindow]) -> list[int | None]:
+    """Per call start: the step of the last window (in the windows' order) whose span holds
+    it, None if none does."""
+    if not len(windows) or not len(start):
+        return [None] * len(start)
+    w_start = np.array([w.start_ns for w in windows], np.int64)
+    w_end = np.array([w.end_ns for w in windows], np.int64)
+    numbers = [w.step for w in windows]
+    if bool((w_start[1:] >= w_end[:-1]).all()):
+        # disjoint windows in time order (the usual case): one binary search for all
+        j = np.searchsorted(w_start, start, side="right") - 1
+        ok = (j >= 0) & (start < w_end[np.maximum(j, 0)])
+        return [numbers[k] if hit else None for k, hit in zip(j.tolist(), ok.tolist(), strict=True)]
+    out: list[int | None] = []
+    for t in start.tolist():
+        inside = np.flatnonzero((w_start <= t) & (t < w_end))
+        out.append(numbers[int(inside[-1])] if len(inside) else None)
+    return out
 
 
 class _ThreadFrames:

@@ -48,7 +48,15 @@ from types import FrameType
 from typing import Any, Literal, ParamSpec, TypeVar, cast
 
 from asynctrace._frames import is_user_file, short_path
-from asynctrace._known_syncs import is_host_only_file, match_frame, tag_of
+from asynctrace._known_syncs import (
+    LINT_OPS,
+    MASK_OPS,
+    SCALAR_READ_OPS,
+    SHAPE_OPS,
+    is_host_only_file,
+    match_frame,
+    tag_of,
+)
 from asynctrace.errors import AsyncTraceWarning, CaptureError, OptionError, UnexpectedSyncError
 
 __all__ = [
@@ -66,28 +74,6 @@ DETECT_MODES = ("auto", "cuda", "lint", "off")
 
 #: frames kept in :attr:`SyncEvent.stack`, from the site outwards
 MAX_STACK_DEPTH = 16
-
-#: aten ops the lint flags, with why each would synchronize on an accelerator
-LINT_OPS: dict[str, str] = {
-    "_local_scalar_dense": "reads a scalar to the host (.item(), bool(), float(), int(), if t:)",
-    "nonzero": "output shape depends on the data (nonzero, torch.where(cond), argwhere)",
-    "masked_select": "output shape depends on the data",
-    "_unique": "output shape depends on the data",
-    "_unique2": "output shape depends on the data (torch.unique)",
-    "unique_dim": "output shape depends on the data",
-    "unique_consecutive": "output shape depends on the data",
-    "unique_dim_consecutive": "output shape depends on the data",
-    "bincount": "output size depends on the data's maximum",
-    "repeat_interleave": "output size depends on the data unless output_size is given",
-    "equal": "returns a Python bool",
-    "allclose": "returns a Python bool",
-    "index": "boolean-mask indexing (x[mask]) computes nonzero",
-    "index_put_": "boolean-mask assignment (x[mask] = v) computes nonzero",
-    "index_put": "boolean-mask assignment computes nonzero",
-    "_index_put_impl_": "boolean-mask assignment computes nonzero",
-    "_to_copy": "copies a device tensor to the host",
-    "copy_": "copies a device tensor into a host tensor",
-}
 
 _SYNC_WARNING = "called a synchronizing CUDA operation"
 _HOST_DEVICE_TYPES = ("cpu", "meta")
@@ -612,23 +598,9 @@ def _make_lint_mode(hub: _Hub) -> Any:
     mode_base: Any = TorchDispatchMode
 
     aten = torch.ops.aten
-    scalar_reads = {aten._local_scalar_dense}
-    shape_ops = {
-        getattr(aten, n)
-        for n in (
-            "nonzero",
-            "masked_select",
-            "_unique",
-            "_unique2",
-            "unique_dim",
-            "unique_consecutive",
-            "unique_dim_consecutive",
-            "bincount",
-            "equal",
-            "allclose",
-        )
-    }
-    mask_ops = {aten.index, aten.index_put_, aten.index_put, aten._index_put_impl_}
+    scalar_reads = {getattr(aten, n) for n in SCALAR_READ_OPS}
+    shape_ops = {getattr(aten, n) for n in SHAPE_OPS}
+    mask_ops = {getattr(aten, n) for n in MASK_OPS}
     mask_dtypes = (torch.bool, torch.uint8)
     candidates = frozenset(
         scalar_reads | shape_ops | mask_ops | {aten.repeat_interleave, aten._to_copy, aten.copy_}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from asynctrace.traces._columns import blocking_copies
 from asynctrace.traces.model import (
     Activities,
     ActivityKind,
@@ -115,12 +116,26 @@ class TraceBuilder:
         metadata: Mapping[str, str] | None = None,
         skipped: Mapping[str, int] | None = None,
     ) -> Trace:
+        """The trace; a ``MEMCPY`` call whose copy is named ``... Pageable ...`` (as Kineto names
+        it) becomes a ``BLOCKING_MEMCPY``, as the loaders make it."""
+        import numpy as np
+
+        strings = self.strings.freeze()
+        activities = Activities.from_rows(self._act).sorted_by_start()
+        paged = np.array(["Pageable" in x for x in strings] or [False], dtype=bool)
+        pageable = (activities.kind == int(ActivityKind.MEMCPY)) & paged[activities.name]
+        runtime = blocking_copies(
+            RuntimeCalls.from_rows(self._rt).sorted_by_start(),
+            activities.pid,
+            activities.correlation,
+            pageable,
+        )
         return Trace(
             source=self.source,
             format=self.format,
-            strings=self.strings.freeze(),
-            runtime=RuntimeCalls.from_rows(self._rt).sorted_by_start(),
-            activities=Activities.from_rows(self._act).sorted_by_start(),
+            strings=strings,
+            runtime=runtime,
+            activities=activities,
             ranges=HostRanges.from_rows(self._rng).sorted_by_start(),
             python_frames=PythonFrames.from_rows(self._py).sorted_by_start(),
             device_syncs=DeviceSyncs.from_rows(self._dsync).sorted_by_start(),

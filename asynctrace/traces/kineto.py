@@ -34,7 +34,7 @@ import msgspec
 from asynctrace.errors import TraceFormatError
 from asynctrace.traces import model
 from asynctrace.traces._apis import RUNTIME_CATEGORIES, classify_runtime
-from asynctrace.traces._columns import clamp_durations, distinct
+from asynctrace.traces._columns import blocking_copies, clamp_durations, distinct
 from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES, iter_blocks, prefetched
 
 try:
@@ -927,6 +927,9 @@ class _Loader:
         del f_ts
         activities = self._activities(a_ts, ends)
         del a_ts, ends
+        runtime = blocking_copies(
+            runtime, activities.pid, activities.correlation, _pageable(activities, strings)
+        )
         ranges = self._ranges(r_ts, strings)
         del r_ts
         metadata, base_ns = self._metadata(env)
@@ -1068,6 +1071,20 @@ class _Loader:
         if self.not_numeric:
             skipped["non-numeric id or stream (read as -1)"] = self.not_numeric
         return skipped
+
+
+def _pageable(activities: model.Activities, strings: tuple[str, ...]) -> npt.NDArray[np.bool_]:
+    """The copies to or from pageable memory: Kineto names them ``Memcpy DtoH (Device ->
+    Pageable)``, ``Memcpy HtoD (Pageable -> Device)``."""
+    import numpy as np
+
+    copy = activities.kind == int(model.ActivityKind.MEMCPY)
+    names = distinct(activities.name[copy])
+    paged = np.zeros(max(len(strings), 1), dtype=np.bool_)
+    for nid in names.tolist():
+        paged[nid] = "Pageable" in strings[nid]
+    out: npt.NDArray[np.bool_] = copy & paged[activities.name]
+    return out
 
 
 def _join(cols: _Cols, name: str, dtype: Any = "int64") -> npt.NDArray[Any]:

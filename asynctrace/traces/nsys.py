@@ -56,11 +56,12 @@ from typing import TypeVar
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from asynctrace.errors import TraceFormatError
 from asynctrace.traces import model
 from asynctrace.traces._apis import classify_runtime
-from asynctrace.traces._columns import clamp_durations, distinct
+from asynctrace.traces._columns import blocking_copies, clamp_durations, distinct
 from asynctrace.traces.model import I32, I64
 
 __all__ = [
@@ -188,6 +189,8 @@ class _Reader:
         self.conn = conn
         self.strings = model.StringTable()
         self.skipped: dict[str, int] = {}
+        #: per activity (as _activities concatenates them): a copy to or from pageable memory
+        self.pageable: npt.NDArray[np.bool_] = np.zeros(0, np.bool_)
         self.columns: dict[str, frozenset[str]] = {}
         self.views: set[str] = set()
         self._string_ids: dict[int, str] | None = None
@@ -290,6 +293,7 @@ class _Reader:
             return moved.sorted_by_start()
 
         runtime, activities, device_syncs, ranges = tables
+        runtime = blocking_copies(runtime, activities.pid, activities.correlation, self.pageable)
         metadata = self._metadata()
         metadata["pid_encoding"] = encoding
         return model.Trace(
@@ -349,6 +353,7 @@ class _Reader:
     def _activities(self) -> model.Activities:
         """Kernels, copies and memsets, table by table: raw times, process keys as pids."""
         parts: list[model.Activities] = []
+        pageable: list[npt.NDArray[np.bool_]] = []
         for table, kind in (
             (_KERNEL, model.ActivityKind.KERNEL),
             (_MEMCPY, model.ActivityKind.MEMCPY),
@@ -370,13 +375,19 @@ class _Reader:
                 label = c(table, "copyKind", "0")
             else:
                 label = "0"
+            # CUPTI's memory kind 1 is pageable host memory
+            paged = "0"
+            if kind is model.ActivityKind.MEMCPY:
+                paged = f"({c(table, 'srcKind', '0')} = 1 OR {c(table, 'dstKind', '0')} = 1)"
             rows = self._ints(
                 table,
                 f"SELECT start, end, {c(table, 'globalPid')}, {c(table, 'deviceId')}, "
-                f"{c(table, 'streamId')}, {c(table, 'correlationId')}, {label} FROM {table}",
-                7,
+                f"{c(table, 'streamId')}, {c(table, 'correlationId')}, {label}, {paged} "
+                f"FROM {table}",
+                8,
             )
-            start, end, gpid, dev, stream, corr, label_v = (rows[:, i] for i in range(7))
+            start, end, gpid, dev, stream, corr, label_v, paged_v = (rows[:, i] for i in range(8))
+            pageable.append(paged_v != 0)
             if kind is model.ActivityKind.KERNEL:
                 name = self._intern_ids(label_v)
             elif kind is model.ActivityKind.MEMCPY:
@@ -397,6 +408,7 @@ class _Reader:
                     correlation=_correlation(corr),
                 )
             )
+        self.pageable = np.concatenate(pageable) if pageable else np.zeros(0, np.bool_)
         return model.Activities.concat(parts)
 
     def _syncs(self) -> model.DeviceSyncs:

@@ -49,6 +49,41 @@ def _is_sync(name: str) -> bool:
     return name.endswith("Synchronize") or name in _BLOCKING_COPIES
 
 
+def _kineto_syncs(runtime: list[dict[str, Any]], acts: list[dict[str, Any]]) -> list[Any]:
+    """The synchronizing calls: by name, and the queued copies (``cudaMemcpyAsync``) whose
+    device copy Kineto names ``... Pageable ...``, joined by correlation id (a copy to or from
+    pageable memory holds the host until it ends)."""
+    paged = {
+        int(a["args"]["correlation"])
+        for a in acts
+        if "Pageable" in str(a.get("name", "")) and a.get("args", {}).get("correlation") is not None
+    }
+    return [
+        e
+        for e in runtime
+        if _is_sync(e["name"])
+        or (
+            _is_launch(e["name"])
+            and "Memcpy" in e["name"]
+            and e.get("args", {}).get("correlation") in paged
+        )
+    ]
+
+
+def _nsys_pageable(con: Any, tables: set[str]) -> set[tuple[int, int]]:
+    """(process, correlation id) of the copies to or from pageable memory (CUPTI's memory
+    kind 1) in an Nsight Systems export."""
+    if "CUPTI_ACTIVITY_KIND_MEMCPY" not in tables:
+        return set()
+    return {
+        (gpid >> 24, corr)
+        for gpid, corr in con.execute(
+            "SELECT globalPid, correlationId FROM CUPTI_ACTIVITY_KIND_MEMCPY"
+            " WHERE srcKind = 1 OR dstKind = 1"
+        )
+    }
+
+
 def _is_launch(name: str) -> bool:
     return not name.endswith("Synchronize") and any(
         w in name for w in ("Launch", "Memcpy", "Memset")
@@ -111,7 +146,7 @@ def reference_figures(path: Path) -> dict[str, Any]:
             best = max(best, depth)
         queue_max[stream] = best
 
-    syncs = [e for e in runtime if _is_sync(e["name"])]
+    syncs = _kineto_syncs(runtime, acts)
     steps = [
         e
         for e in events
@@ -164,6 +199,7 @@ def reference_nsys_figures(path: Path) -> dict[str, Any]:
         strings = dict(con.execute("SELECT id, value FROM StringIds"))
         launches: dict[tuple[int, int], tuple[int, int]] = {}
         sync_keys: set[tuple[int, int]] = set()
+        paged = _nsys_pageable(con, tables)
         for corr, start, end, name_id, gtid in con.execute(
             "SELECT correlationId, start, end, nameId, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME"
             " ORDER BY start"
@@ -172,7 +208,7 @@ def reference_nsys_figures(path: Path) -> dict[str, Any]:
             key = (gtid >> 24, corr)
             if _is_launch(name) and key not in launches:
                 launches[key] = (start, end)
-            if _is_sync(name):
+            if _is_sync(name) or ("Memcpy" in name and _is_launch(name) and key in paged):
                 # 2022 exports write some calls twice (bare and _vNNNN names): one call per id
                 sync_keys.add(key)
         per_stream: Counter[str] = Counter()
@@ -592,7 +628,7 @@ def reference_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
         for e in acts
         if args(e).get("device") == device
     ]
-    sync_iv = [(start(e), end(e)) for e in runtime if _is_sync(e["name"])]
+    sync_iv = [(start(e), end(e)) for e in _kineto_syncs(runtime, acts)]
     data_iv = [
         (start(e), end(e))
         for e in events
@@ -611,7 +647,7 @@ def reference_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
     bound["region"] = region[1] - region[0]
     bound["clocks_bad"] = clocks_bad
 
-    syncs = [e for e in runtime if _is_sync(e["name"])]
+    syncs = _kineto_syncs(runtime, acts)
     steps: list[dict[str, Any]] = []
     for (n, w0, w1), (_lo, _hi, busy, idle) in zip(windows, shares, strict=True):
         mine = [m for m in matched if w0 <= m[1] < w1]
@@ -695,6 +731,7 @@ def reference_nsys_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any
     try:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         strings = dict(con.execute("SELECT id, value FROM StringIds"))
+        paged = _nsys_pageable(con, tables)
         calls: dict[Any, tuple[int, int, str]] = {}
         for i, (s, e, name_id, gtid, corr) in enumerate(
             con.execute(
@@ -762,7 +799,12 @@ def reference_nsys_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any
         depth_max.append(max(v for _, v in depth))
     w0 = min(s for s, _ in host) - origin
     w1 = max(e for _, e in host) - origin
-    syncs = [(s - origin, e - origin) for s, e, name in calls.values() if _is_sync(name)]
+    syncs = [
+        (s - origin, e - origin)
+        for k, (s, e, name) in calls.items()
+        if _is_sync(name)
+        or (isinstance(k, tuple) and "Memcpy" in name and _is_launch(name) and k[:2] in paged)
+    ]
     mine = [m for m in matched if w0 <= m[1] < w1]
     d0, d1 = min(m[3] for m in mine), max(m[4] for m in mine)
     # no steps: the region is the whole trace, the device timeline every activity on the

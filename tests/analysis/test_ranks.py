@@ -64,7 +64,8 @@ def test_two_real_ranks_match_independent_reading() -> None:
         assert row.frontend_ns_mean == pytest.approx(mean(steps, "cpu_ns"))
         assert row.device_ns_mean == pytest.approx(mean(steps, "device_ns"))
         assert row.gpu_busy_ns_mean == pytest.approx(mean(steps, "gpu_busy_ns"))
-        assert row.sync_wait_ns_mean == mean(steps, "sync_wait_ns") == 0
+        # their cudaMemcpyAsync to or from pageable memory are blocking copies (syncs)
+        assert row.sync_wait_ns_mean == mean(steps, "sync_wait_ns") > 0
     assert c.slowest_rank == 1  # 619.27 ms mean host step vs 615.12 ms
     by_step = {s["step"]: [s["cpu_ns"]] for s in refs[0]}
     for s in refs[1]:

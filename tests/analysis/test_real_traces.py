@@ -178,7 +178,13 @@ def test_known_landmarks() -> None:
     assert len(v100.steps) == 5
     a100 = _report("hta_a100_16ranks_rank0_graphlaunch.json.gz")
     assert a100.source.rank == 0
-    assert a100.trace.syncs.count == 76  # 75 cudaStreamSynchronize + 1 cudaDeviceSynchronize
+    # 75 cudaStreamSynchronize + 1 cudaDeviceSynchronize, and (since blocking copies count as
+    # syncs) the 75 cudaMemcpyAsync to or from pageable memory, which hold the host
+    assert a100.trace.syncs.count == 76 + 75
+    copies = [c.op for c in a100.trace.syncs.calls if c.kind == "blocking-copy"]
+    # ... and each cudaStreamSynchronize waits inside a copy operator (aten::to / copy_)
+    assert sorted(set(copies)) == ["cudaMemcpyAsync", "cudaStreamSynchronize"]
+    assert (copies.count("cudaMemcpyAsync"), copies.count("cudaStreamSynchronize")) == (75, 75)
     bert = _report("tracelens_h100_bert_small_with_stack.json.gz")
     assert bert.trace.syncs.sites[0].site.endswith(".py:34") or any(
         s.site == "moca/library/profiling/profile.py:34" for s in bert.trace.syncs.sites
