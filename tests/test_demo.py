@@ -16,9 +16,7 @@ torch = pytest.importorskip("torch")
 
 from rich.console import Console  # noqa: E402
 
-from asynctrace.capture.devices import CpuDevice, FakeClock, FakeDevice  # noqa: E402
-from asynctrace.cli import main  # noqa: E402
-from asynctrace.demo import (  # noqa: E402
+from asynctrace._commands._demo_loops import (  # noqa: E402
     _median,
     _torch_device,
     clear_previous,
@@ -27,6 +25,8 @@ from asynctrace.demo import (  # noqa: E402
     run_loop,
     run_statements,
 )
+from asynctrace.capture.devices import CpuDevice, FakeClock, FakeDevice  # noqa: E402
+from asynctrace.cli import main  # noqa: E402
 from asynctrace.records import read_records  # noqa: E402
 from tests.export._trace_event_validator import (  # noqa: E402
     load_events,
@@ -430,8 +430,8 @@ def test_demo_without_matplotlib_writes_everything_but_the_pictures(tmp_path: Pa
 
 
 def test_profiler_overhead_sentence_follows_the_measurement() -> None:
+    from asynctrace._commands._demo_loops import DEMO_PROFILE, LoopResult, _records_notes
     from asynctrace.analysis.report import analyze
-    from asynctrace.demo import DEMO_PROFILE, LoopResult, _records_notes
     from asynctrace.records import Records, SessionHeader
 
     def loop(name: str, median_ns: float, frontend_ns: int = 0) -> LoopResult:
@@ -460,8 +460,8 @@ def test_profiler_overhead_sentence_follows_the_measurement() -> None:
 
 def test_the_synced_loops_picture_marks_its_syncs(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="needs the plot extra")
+    from asynctrace._commands._demo_loops import LoopResult, _mark_syncs
     from asynctrace.analysis.report import analyze_detail
-    from asynctrace.demo import LoopResult, _mark_syncs
     from asynctrace.records import Records, SessionHeader, StepRecord
     from asynctrace.render import plot
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from asynctrace._output import write_atomically
+from asynctrace.render.output import write_atomically
 
 if TYPE_CHECKING:
     from asynctrace.analysis.bound import Bound, ReportWarning

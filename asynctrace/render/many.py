@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 from rich.table import Table
 
-from asynctrace._text import printable
+from asynctrace.render.printable import printable
 from asynctrace.render.text import format_ns, render_ranks
 
 if TYPE_CHECKING:

@@ -9,10 +9,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from asynctrace._text import printable
 from asynctrace.analysis.bound import Bound, BoundEvidence
 from asynctrace.analysis.ranks import RankComparison
 from asynctrace.analysis.report import Report, TraceFigures, VerdictInfo
+from asynctrace.render.printable import printable
 
 __all__ = [
     "bound_lines",

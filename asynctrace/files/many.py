@@ -48,9 +48,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from asynctrace._extras import require
-from asynctrace._output import fs_name
 from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
 from asynctrace.errors import OptionError, TraceFormatError
+from asynctrace.render.output import fs_name
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ProcessPoolExecutor

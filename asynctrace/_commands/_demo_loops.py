@@ -48,9 +48,9 @@ from asynctrace.analysis.report import Analysis, Report, analyze, analyze_detail
 from asynctrace.capture.benchmark import Benchmark, BenchmarkResult
 from asynctrace.capture.devices import Device, get_device
 from asynctrace.capture.profiler import Profile
+from asynctrace.files.sources import load_source
 from asynctrace.records import StepRecord
 from asynctrace.session import trace
-from asynctrace.sources import load_source
 from asynctrace.traces.load import ANNOTATED_SUFFIX
 
 __all__ = [
