@@ -49,7 +49,8 @@ import torch
 from rich.console import Console
 
 import asynctrace
-from asynctrace._commands._demo_loops import run_demo, run_loop
+from asynctrace._commands._demo_loops import run_loop
+from asynctrace._commands._demo_run import run_demo
 from asynctrace.capture.benchmark import Benchmark
 from asynctrace.capture.devices import get_device
 

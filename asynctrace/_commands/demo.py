@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from asynctrace._commands._demo_loops import run_demo
+    from asynctrace._commands._demo_run import run_demo
     from asynctrace.capture.devices import get_device
     from asynctrace.errors import CaptureError
     from asynctrace.render.output import output_folder, stdout_console, utf8

@@ -372,7 +372,7 @@ def _print_text(args: argparse.Namespace, reports: list[Report], runs: list[RunC
         render_report(r, console, steps=args.steps, top_sites=args.top)
         console.print()
     if runs:
-        from asynctrace.render.many import render_runs
+        from asynctrace.render.ranks import render_runs
 
         render_runs(runs, console)
 

@@ -27,8 +27,7 @@ from asynctrace.render.output import write_atomically
 
 if TYPE_CHECKING:
     from asynctrace.analysis.bound import Bound, ReportWarning
-    from asynctrace.analysis.many import CrossRank
-    from asynctrace.analysis.ranks import RankComparison
+    from asynctrace.analysis.ranks import CrossRank, RankComparison
     from asynctrace.analysis.report import Analysis, Report, TraceFigures, VerdictInfo
 
 __all__ = ["combined_html", "report_html", "write_html"]

@@ -13,8 +13,7 @@ import pytest
 
 pytest.importorskip("matplotlib", reason="the HTML report's plots need matplotlib")
 
-from asynctrace.analysis.many import cross_rank
-from asynctrace.analysis.ranks import compare_ranks
+from asynctrace.analysis.ranks import compare_ranks, cross_rank
 from asynctrace.analysis.report import Analysis, VerdictInfo, analyze_detail
 from asynctrace.files.sources import load_source
 from asynctrace.records import SyncSite
