@@ -21,7 +21,6 @@ from asynctrace.errors import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from asynctrace._many import analyze_many
     from asynctrace._regression import assert_no_regression
     from asynctrace.analysis.report import Analysis, Report, analyze, analyze_detail
     from asynctrace.capture.benchmark import Benchmark
@@ -30,8 +29,9 @@ if TYPE_CHECKING:
     from asynctrace.capture.ranges import range
     from asynctrace.capture.sinks import BaseSink, SessionEnd, Sink
     from asynctrace.capture.syncs import expect_syncs
+    from asynctrace.files.many import analyze_many
+    from asynctrace.files.sources import find_sources, load_source
     from asynctrace.session import Session, current_session, trace
-    from asynctrace.sources import find_sources, load_source
     from asynctrace.traces.load import load
 
 __all__ = [
@@ -82,9 +82,9 @@ _LAZY: dict[str, str] = {
     "analyze": "asynctrace.analysis.report",
     "analyze_detail": "asynctrace.analysis.report",
     "Analysis": "asynctrace.analysis.report",
-    "load_source": "asynctrace.sources",
-    "find_sources": "asynctrace.sources",
-    "analyze_many": "asynctrace._many",
+    "load_source": "asynctrace.files.sources",
+    "find_sources": "asynctrace.files.sources",
+    "analyze_many": "asynctrace.files.many",
     "assert_no_regression": "asynctrace._regression",
 }
 

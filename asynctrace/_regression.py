@@ -45,7 +45,7 @@ def load_report(path: str | os.PathLike[str]) -> Report:
     read (a trace or a session's records). Raises :class:`TraceFormatError` for anything
     unreadable."""
     from asynctrace.analysis.report import Report, analyze
-    from asynctrace.sources import load_source
+    from asynctrace.files.sources import load_source
 
     p = Path(path)
     _check_file(p)

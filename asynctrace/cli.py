@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from asynctrace import __version__
-from asynctrace._text import printable
 from asynctrace.errors import AsyncTraceError
+from asynctrace.render.printable import printable
 
 __all__ = ["console", "main"]
 

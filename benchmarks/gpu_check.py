@@ -49,9 +49,10 @@ import torch
 from rich.console import Console
 
 import asynctrace
+from asynctrace._commands._demo_loops import run_loop
+from asynctrace._commands._demo_run import run_demo
 from asynctrace.capture.benchmark import Benchmark
 from asynctrace.capture.devices import get_device
-from asynctrace.demo import run_demo, run_loop
 
 __all__ = ["main"]
 
@@ -112,7 +113,7 @@ def kineto_trace(tdev: torch.device, out: Path, width: int, batch: int, steps: i
 def trace_figures(path: str) -> dict[str, Any]:
     """What ``asynctrace report`` reads from the trace: the analysis of our own capture."""
     from asynctrace.analysis.report import analyze
-    from asynctrace.sources import load_source
+    from asynctrace.files.sources import load_source
 
     r = analyze(load_source(path))
     t = r.trace

@@ -16,17 +16,17 @@ torch = pytest.importorskip("torch")
 
 from rich.console import Console  # noqa: E402
 
-from asynctrace.capture.devices import CpuDevice, FakeClock, FakeDevice  # noqa: E402
-from asynctrace.cli import main  # noqa: E402
-from asynctrace.demo import (  # noqa: E402
+from asynctrace._commands._demo_files import clear_previous  # noqa: E402
+from asynctrace._commands._demo_loops import (  # noqa: E402
     _median,
     _torch_device,
-    clear_previous,
-    render_demo,
-    run_demo,
     run_loop,
     run_statements,
 )
+from asynctrace._commands._demo_run import run_demo  # noqa: E402
+from asynctrace._commands._demo_text import render_demo  # noqa: E402
+from asynctrace.capture.devices import CpuDevice, FakeClock, FakeDevice  # noqa: E402
+from asynctrace.cli import main  # noqa: E402
 from asynctrace.records import read_records  # noqa: E402
 from tests.export._trace_event_validator import (  # noqa: E402
     load_events,
@@ -120,9 +120,9 @@ def test_run_demo_small_on_cpu(tmp_path: Path) -> None:
 
 def test_the_cpu_demo_shows_the_synced_loops_sync_with_its_line(tmp_path: Path) -> None:
     out = io.StringIO()
-    res = run_demo(
-        device="cpu", out=tmp_path, steps=3, size=64, views=False, console=Console(file=out)
-    )
+    # wide enough that the line naming the site is not wrapped, however long the path
+    console = Console(file=out, width=400)
+    res = run_demo(device="cpu", out=tmp_path, steps=3, size=64, views=False, console=console)
     synced, unsynced = res.loops
     # before: the default detector sees nothing on CPU, so both loops recorded 0 syncs
     assert [st["sync_count"] for st in synced.steps] == [1, 1, 1]
@@ -430,8 +430,9 @@ def test_demo_without_matplotlib_writes_everything_but_the_pictures(tmp_path: Pa
 
 
 def test_profiler_overhead_sentence_follows_the_measurement() -> None:
+    from asynctrace._commands._demo_files import _records_notes
+    from asynctrace._commands._demo_loops import DEMO_PROFILE, LoopResult
     from asynctrace.analysis.report import analyze
-    from asynctrace.demo import DEMO_PROFILE, LoopResult, _records_notes
     from asynctrace.records import Records, SessionHeader
 
     def loop(name: str, median_ns: float, frontend_ns: int = 0) -> LoopResult:
@@ -460,8 +461,9 @@ def test_profiler_overhead_sentence_follows_the_measurement() -> None:
 
 def test_the_synced_loops_picture_marks_its_syncs(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="needs the plot extra")
+    from asynctrace._commands._demo_files import _mark_syncs
+    from asynctrace._commands._demo_loops import LoopResult
     from asynctrace.analysis.report import analyze_detail
-    from asynctrace.demo import LoopResult, _mark_syncs
     from asynctrace.records import Records, SessionHeader, StepRecord
     from asynctrace.render import plot
 

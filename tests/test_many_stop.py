@@ -1,4 +1,4 @@
-"""How a signal stops the local map (``asynctrace._many``): raised only where the map can
+"""How a signal stops the local map (``asynctrace.files._pool``): raised only where the map can
 unwind (while it waits), held otherwise until the next check, never lost, and then what it
 would have done: the caller's own handler runs (here, in this process), handlers are restored."""
 
@@ -9,8 +9,8 @@ import signal
 
 import pytest
 
-from asynctrace._many import _signals_stop_the_map, _Stopped
 from asynctrace.errors import OptionError
+from asynctrace.files._pool import _signals_stop_the_map, _Stopped
 
 
 def _two_signals_outside_the_wait(sig: int) -> None:

@@ -119,7 +119,7 @@ def test_views_call_no_analysis_function(path: Path) -> None:
 
 
 def test_commands_ask_the_loader_what_a_file_is() -> None:
-    # one loader (asynctrace.sources): no command or view decides a file's kind by its name
+    # one loader (asynctrace.files.sources): no command or view decides a file's kind by its name
     offenders = sorted(
         str(p.relative_to(PACKAGE))
         for d in ("_commands", "render", "export")

@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from asynctrace.analysis.many import CrossRank
-    from asynctrace.analysis.ranks import RankComparison
+    from asynctrace.analysis.ranks import CrossRank, RankComparison
     from asynctrace.analysis.report import Analysis
 
 __all__ = ["write_report_html"]

@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from asynctrace._many import FileRun
+    from asynctrace.files.many import FileRun
 
 __all__ = ["FileProgress"]
 

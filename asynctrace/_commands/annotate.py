@@ -10,8 +10,8 @@ import os
 import sys
 from pathlib import Path
 
-from asynctrace._output import output_file, write_failed
 from asynctrace.errors import TraceFormatError
+from asynctrace.render.output import output_file, write_failed
 
 __all__ = ["add_arguments", "run"]
 
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from asynctrace.analysis.report import analyze_detail
     from asynctrace.export.chrome import annotate_file, overlay_source
-    from asynctrace.sources import load_source
+    from asynctrace.files.sources import load_source
     from asynctrace.traces._io import sniff
     from asynctrace.traces.model import Trace
 

@@ -33,10 +33,10 @@ from asynctrace._commands._script import (
     run_script,
     stdout_to_stderr,
 )
-from asynctrace._output import output_folder, utf8
-from asynctrace._text import printable
 from asynctrace.errors import AsyncTraceError
 from asynctrace.records import Note
+from asynctrace.render.output import output_folder, utf8
+from asynctrace.render.printable import printable
 
 __all__ = ["CHECK_SCHEMA_VERSION", "CheckResult", "add_arguments", "run", "split_trailing_options"]
 
@@ -156,9 +156,9 @@ _WHOLE_RUN_NOTE = Note(
 def run(args: argparse.Namespace) -> int:
     from asynctrace.analysis.budget import sync_budget
     from asynctrace.analysis.verdict import judge_steps
+    from asynctrace.files.sources import load_source
     from asynctrace.records import Records
     from asynctrace.session import trace
-    from asynctrace.sources import load_source
 
     script_args, budget, as_json = split_trailing_options(args.args)
     budget = budget if budget is not None else args.max_syncs_per_step

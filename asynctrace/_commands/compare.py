@@ -17,9 +17,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from asynctrace._output import json_text, stdout_console
-from asynctrace._text import printable
 from asynctrace.errors import TraceFormatError
+from asynctrace.render.output import json_text, stdout_console
+from asynctrace.render.printable import printable
 
 __all__ = ["add_arguments", "run"]
 

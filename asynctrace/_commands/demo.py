@@ -40,10 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from asynctrace._output import output_folder, stdout_console, utf8
+    from asynctrace._commands._demo_run import run_demo
     from asynctrace.capture.devices import get_device
-    from asynctrace.demo import run_demo
     from asynctrace.errors import CaptureError
+    from asynctrace.render.output import output_folder, stdout_console, utf8
 
     steps = args.steps if args.steps is not None else (QUICK_STEPS if args.quick else 20)
     if steps < 2:

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from asynctrace._commands.report import _at_least, add_queue_cap
-from asynctrace._text import printable
 from asynctrace.errors import AsyncTraceError, TraceFormatError
+from asynctrace.render.printable import printable
 
 __all__ = ["add_arguments", "run"]
 
@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _shown(text: str) -> str:
     """``text`` safe to print: a file name's odd bytes (not UTF-8) as ``\\xNN``, control
-    characters escaped as ``report`` shows them (:func:`asynctrace._text.printable`)."""
+    characters escaped as ``report`` shows them (:func:`asynctrace.render.printable.printable`)."""
     try:
         raw = text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
@@ -75,7 +75,7 @@ def _is_utf8(text: str) -> bool:
 def _inputs(paths: list[str], skipped: list[str]) -> tuple[list[Path], list[Path]]:
     """The traces and the session records to export; a file whose name is not UTF-8 goes to
     ``skipped`` (Parquet strings are UTF-8: its ``source`` column could not name it)."""
-    from asynctrace.sources import find_sources, source_kind
+    from asynctrace.files.sources import find_sources, source_kind
 
     traces: list[Path] = []
     records: list[Path] = []
@@ -105,7 +105,7 @@ def _export_records(
     """Each session's records, read and written here (reading them is the work)."""
     from asynctrace.analysis.report import analyze
     from asynctrace.export.parquet import write_rank_tables
-    from asynctrace.sources import load_source
+    from asynctrace.files.sources import load_source
 
     out = []
     for p in paths:
@@ -121,8 +121,8 @@ def _export_records(
 def run(args: argparse.Namespace) -> int:
     from asynctrace._commands._progress import FileProgress
     from asynctrace._extras import require
-    from asynctrace._many import export_many, file_size
-    from asynctrace._output import output_folder
+    from asynctrace.files.many import export_many, file_size
+    from asynctrace.render.output import output_folder
 
     # before any work: the install hints (one line, exit 2)
     require("pyarrow", extra="parquet", what="--parquet", packages="pyarrow")

@@ -6,9 +6,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from asynctrace._output import output_file, write_failed
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import RECORDS_SUFFIX
+from asynctrace.render.output import output_file, write_failed
 
 __all__ = ["add_arguments", "parse_steps", "run"]
 
@@ -56,8 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from asynctrace.analysis.report import analyze_detail
+    from asynctrace.files.sources import load_source
     from asynctrace.render import plot
-    from asynctrace.sources import load_source
 
     path = Path(args.path)
     out = Path(args.output)

@@ -2,7 +2,7 @@
 
 Every file becomes one :class:`~asynctrace.analysis.report.Report` (``load_source`` →
 ``analyze``), printed by the one text view. A folder is read as one job
-(:func:`~asynctrace.sources.find_sources`): every trace and every ``*.records.jsonl`` file in it
+(:func:`asynctrace.find_sources`): every trace and every ``*.records.jsonl`` file in it
 is one rank (per-rank table, slowest rank, per-step skew; annotated copies and summaries are
 left out, see ``find_traces``). A file in a folder that cannot be read is named on stderr and
 skipped (exit status 1); a single bad file, or a folder with nothing readable, is an error (one
@@ -21,21 +21,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
-from asynctrace._output import fs_name, json_text, output_file, stdout_console, write_failed
-from asynctrace._text import printable
 from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import RECORDS_SUFFIX
+from asynctrace.render.output import fs_name, json_text, output_file, stdout_console, write_failed
+from asynctrace.render.printable import printable
 
 if TYPE_CHECKING:
     import threading
 
     from rich.console import Console
 
-    from asynctrace._many import ManyReports
     from asynctrace.analysis.ranks import RunComparison
     from asynctrace.analysis.report import Analysis, Report
-    from asynctrace.sources import FolderSources
+    from asynctrace.files.many import ManyReports
+    from asynctrace.files.sources import FolderSources
 
 __all__ = ["add_arguments", "run"]
 
@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
-    from asynctrace.sources import find_sources
+    from asynctrace.files.sources import find_sources
 
     path = Path(args.path)
     if not path.exists():
@@ -314,8 +314,8 @@ def _analyze_file(
     is the report's in escaped form (``\\xNN``), as the worker processes give it."""
     import msgspec
 
+    from asynctrace.files.sources import load_source
     from asynctrace.records import Records
-    from asynctrace.sources import load_source
 
     source = load_source(path)
     shown = fs_name(str(path)) if in_folder else str(path)
@@ -372,7 +372,7 @@ def _print_text(args: argparse.Namespace, reports: list[Report], runs: list[RunC
         render_report(r, console, steps=args.steps, top_sites=args.top)
         console.print()
     if runs:
-        from asynctrace.render.many import render_runs
+        from asynctrace.render.ranks import render_runs
 
         render_runs(runs, console)
 
@@ -383,7 +383,7 @@ def _analyze_traces(
     """The folder's traces through :func:`asynctrace.analyze_many`, with a progress bar on
     stderr where it is a terminal (never with ``--json`` into a pipe)."""
     from asynctrace._commands._progress import FileProgress
-    from asynctrace._many import analyze_many, file_size
+    from asynctrace.files.many import analyze_many, file_size
 
     sizes = sum(file_size(p) for p in trace_paths)
     show = (

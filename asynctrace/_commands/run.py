@@ -46,9 +46,9 @@ from asynctrace._commands._script import (
     script_arguments,
     stdout_to_stderr,
 )
-from asynctrace._output import json_text, output_folder, utf8
 from asynctrace.capture._signals import deferred_signals
 from asynctrace.errors import AsyncTraceError
+from asynctrace.render.output import json_text, output_folder, utf8
 
 if TYPE_CHECKING:
     from asynctrace.session import Session

@@ -114,7 +114,7 @@ _THIS_FILE = os.path.abspath(__file__)
 _WARNINGS_MODULES = frozenset({"warnings", "_py_warnings"})
 #: the command line that runs a user's script (``asynctrace run``/``check``): no frame outside
 #: it is the user's
-_DEMO = _OWN_DIR + "demo.py"
+_DEMO = os.path.join(_OWN_DIR + "_commands", "_demo_loops.py")
 _LAUNCHER = (_OWN_DIR + "_commands" + os.sep, _OWN_DIR + "cli.py", _OWN_DIR + "__main__.py")
 
 

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
-from asynctrace._output import atomic_file
 from asynctrace.errors import TraceFormatError
+from asynctrace.render.output import atomic_file
 from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES
 
 if TYPE_CHECKING:

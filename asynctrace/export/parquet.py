@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from asynctrace._extras import require
-from asynctrace._output import atomic_file, utf8, write_failed
 from asynctrace.errors import TraceFormatError
+from asynctrace.render.output import atomic_file, utf8, write_failed
 
 if TYPE_CHECKING:
     from asynctrace.analysis.report import Report, TraceFigures
@@ -242,7 +242,7 @@ def write_rank_tables(
     (:func:`table_file_name`).
 
     The rank's tables are written all or none: each goes to an unpredictable temporary file
-    (:func:`asynctrace._output.atomic_file`: a link planted at a predictable name is never
+    (:func:`asynctrace.render.output.atomic_file`: a link planted at a predictable name is never
     written through), and they are renamed into place only once every one is written. A
     failed write raises :class:`~asynctrace.errors.AsyncTraceError` naming the file, and leaves
     no table of this rank changed (and no temporary behind).

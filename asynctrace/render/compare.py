@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from asynctrace._text import printable
 from asynctrace.analysis.compare import Comparison, Explanation, FigureDelta, Gate
+from asynctrace.render.printable import printable
 from asynctrace.render.text import format_ns
 
 __all__ = [

@@ -23,13 +23,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from asynctrace._output import write_atomically
+from asynctrace.render.output import write_atomically
 
 if TYPE_CHECKING:
     from asynctrace.analysis.bound import Bound, ReportWarning
     from asynctrace.analysis.diagnosis import Finding
-    from asynctrace.analysis.many import CrossRank
-    from asynctrace.analysis.ranks import RankComparison
+    from asynctrace.analysis.ranks import CrossRank, RankComparison
     from asynctrace.analysis.report import Analysis, Report, TraceFigures
 
 __all__ = ["combined_html", "report_html", "write_html"]

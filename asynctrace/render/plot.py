@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from asynctrace._output import write_atomically
 from asynctrace.errors import AsyncTraceError
 from asynctrace.render.legend import COLORS, IDLE_CAUSE_COLORS, IDLE_CAUSE_LABELS, LABELS
+from asynctrace.render.output import write_atomically
 
 if TYPE_CHECKING:
     from asynctrace.analysis.report import Analysis, TraceDetail

@@ -80,8 +80,8 @@ def print_report(
     none."""
     from rich.table import Table
 
-    from asynctrace._output import stdout_console
-    from asynctrace._text import printable_fields
+    from asynctrace.render.output import stdout_console
+    from asynctrace.render.printable import printable_fields
 
     console = stdout_console(file=file if file is not None else sys.stdout, highlight=False)
     # names, sites and ops come from the program and its files: control characters escaped

@@ -4,25 +4,22 @@ session's records (formatting only)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import PurePath
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from asynctrace._text import printable
 from asynctrace.analysis.bound import Bound, BoundEvidence
 from asynctrace.analysis.diagnosis import Finding
-from asynctrace.analysis.ranks import RankComparison
 from asynctrace.analysis.report import Report, TraceFigures
 from asynctrace.render.diagnosis import diagnosis_text
+from asynctrace.render.printable import printable
 
 __all__ = [
     "bound_lines",
     "diagnosis_markup",
     "evidence_parts",
     "format_ns",
-    "render_ranks",
     "render_report",
 ]
 
@@ -305,51 +302,3 @@ def diagnosis_markup(diagnosis: Sequence[Finding]) -> list[str]:
         if lines[0].startswith(code):
             lines[0] = f"[bold]{code}[/bold]{lines[0][len(code) :]}"
     return lines
-
-
-def render_ranks(comparison: RankComparison, console: Console, *, of: str | None = None) -> None:
-    """Print the per-rank table (slowest rank flagged) and the largest per-step skews; ``of``
-    names the run whose ranks they are."""
-    run = "" if of is None else f" of {_shown(of)}"
-    t = Table(title=f"ranks{run} ({len(comparison.ranks)})")
-    for col in (
-        "rank",
-        "file",
-        "steps",
-        "mean frontend",
-        "mean device",
-        "mean gpu busy",
-        "mean sync wait",
-        "syncs",
-        "bound",
-        "",
-    ):
-        t.add_column(col, justify="right")
-    for r in comparison.ranks:
-        t.add_row(
-            "?" if r.rank is None else str(r.rank),
-            _shown(PurePath(r.source).name),
-            str(r.steps),
-            format_ns(r.frontend_ns_mean),
-            format_ns(r.device_ns_mean),
-            format_ns(r.gpu_busy_ns_mean),
-            format_ns(r.sync_wait_ns_mean),
-            str(r.sync_count),
-            r.bound or "-",
-            "slowest" if r.slowest else "",
-        )
-    console.print(t)
-    if comparison.step_skew:
-        t = Table(title="per-step skew across ranks")
-        for col in ("step", "ranks", "min frontend", "max frontend", "skew", "slowest rank"):
-            t.add_column(col, justify="right")
-        for k in comparison.step_skew:
-            t.add_row(
-                str(k.step),
-                str(k.ranks),
-                format_ns(k.min_frontend_ns),
-                format_ns(k.max_frontend_ns),
-                format_ns(k.skew_ns),
-                "?" if k.slowest_rank is None else str(k.slowest_rank),
-            )
-        console.print(t)

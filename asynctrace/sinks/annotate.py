@@ -24,7 +24,7 @@ class AnnotateSink(BaseSink):
     def trace_written(self, path: Path) -> None:
         from asynctrace.analysis.report import analyze_detail
         from asynctrace.export.chrome import annotate_file, overlay_source
-        from asynctrace.sources import load_source
+        from asynctrace.files.sources import load_source
 
         # analysed once, reduced to what the overlay draws before the trace's text is read
         source = overlay_source(analyze_detail(load_source(path)))

@@ -2,7 +2,7 @@
 
 No tensorboard or werkzeug here (``_plugin.py`` wraps these in WSGI routes), so everything is
 testable as plain functions. Nothing is computed here either: every file is read by
-:func:`~asynctrace.sources.load_source` and analysed by
+:func:`~asynctrace.files.sources.load_source` and analysed by
 :func:`~asynctrace.analysis.report.analyze_detail`, one path for traces and records; its report
 is passed through as JSON (new Report fields show up with no change here), the bars and step
 windows are :mod:`asynctrace.render.views` of the analysis, a comparison is
@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from asynctrace._output import utf8
 from asynctrace.errors import TraceFormatError
+from asynctrace.files.sources import source_kind
 from asynctrace.render.legend import LegendEntry, legend
+from asynctrace.render.output import utf8
 from asynctrace.render.views import DEFAULT_MAX_EVENTS, MAX_EVENTS, StepBars
-from asynctrace.sources import source_kind
 
 if TYPE_CHECKING:
     from asynctrace.analysis.report import Analysis
@@ -234,8 +234,8 @@ def _failure(path: Path, e: Exception) -> _Failure:
 
 def _load(path: Path) -> _Loaded:
     from asynctrace.analysis.report import analyze_detail
+    from asynctrace.files.sources import load_source
     from asynctrace.render.views import step_bars
-    from asynctrace.sources import load_source
 
     # every sync call is in the trace; the page lists the sites
     analysis = analyze_detail(load_source(path), keep_sync_calls=False)

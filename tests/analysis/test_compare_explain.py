@@ -15,8 +15,8 @@ from asynctrace.analysis._bound_model import WarmUp
 from asynctrace.analysis.compare import Comparison, compare
 from asynctrace.analysis.diagnosis import Finding
 from asynctrace.analysis.report import Report, analyze
+from asynctrace.files.sources import load_source
 from asynctrace.records import SyncSite
-from asynctrace.sources import load_source
 from tests.analysis._derive import (
     derive,
     read_events,

@@ -1,12 +1,11 @@
-"""The cross-rank reduce (``asynctrace.analysis.many.cross_rank``): known answers."""
+"""The cross-rank reduce (``asynctrace.analysis.ranks.cross_rank``): known answers."""
 
 from __future__ import annotations
 
 import msgspec
 import pytest
 
-from asynctrace.analysis.many import bound_label, cross_rank
-from asynctrace.analysis.ranks import compare_ranks
+from asynctrace.analysis.ranks import bound_label, compare_ranks, cross_rank
 from asynctrace.analysis.report import Report, analyze
 from asynctrace.traces.builder import TraceBuilder
 from asynctrace.traces.model import RangeKind

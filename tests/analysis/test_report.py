@@ -179,7 +179,7 @@ def test_a_schema_2_report_reads_back_as_the_same_report() -> None:
     # written by asynctrace before the one step model (schema 2) from the same trace
     from pathlib import Path
 
-    from asynctrace.sources import load_source
+    from asynctrace.files.sources import load_source
     from asynctrace.traces._apis import classify_runtime
     from asynctrace.traces.model import RuntimeKind, Trace
     from tests.conftest import shared_trace

@@ -3,8 +3,7 @@ rank, world size and session header alone; every answer here is read off the met
 
 from __future__ import annotations
 
-from asynctrace.analysis.many import group_runs
-from asynctrace.analysis.ranks import compare_runs, job_of
+from asynctrace.analysis.ranks import compare_runs, group_runs, job_of
 from asynctrace.analysis.report import SourceInfo, analyze
 from asynctrace.records import SessionHeader
 from asynctrace.traces.builder import TraceBuilder

@@ -9,9 +9,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from asynctrace._text import printable, printable_fields
 from asynctrace.cli import main
 from asynctrace.records import Note, SessionHeader, SessionSummary, StepRecord, SyncSite
+from asynctrace.render.printable import printable, printable_fields
 
 from .test_check import TRAIN, check
 

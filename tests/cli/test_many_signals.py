@@ -108,7 +108,7 @@ def test_signal_to_the_command_leaves_no_process(
 
 _RAISING = """
 import sys, time
-from asynctrace._many import _map
+from asynctrace.files.many import _map
 
 def task(path, shown):
     if path == "boom":

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from asynctrace._output import write_atomically
 from asynctrace.cli import main
+from asynctrace.render.output import write_atomically
 
 from .test_user_errors import TINY
 
@@ -64,7 +64,7 @@ def test_a_failed_write_leaves_no_temporary(tmp_path: Path) -> None:
     class Boom(Exception):
         pass
 
-    from asynctrace._output import atomic_file
+    from asynctrace.render.output import atomic_file
 
     def write_half() -> None:
         with atomic_file(tmp_path / "x.html") as (f, _):

@@ -62,11 +62,11 @@ def test_html_of_a_folder_compares_its_ranks(tmp_path: Path) -> None:
 def test_the_page_is_written_from_the_analyses_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from asynctrace import records, sources
+    from asynctrace import records
     from asynctrace._commands._html import write_report_html
-    from asynctrace.analysis.many import cross_rank
-    from asynctrace.analysis.ranks import compare_ranks
+    from asynctrace.analysis.ranks import compare_ranks, cross_rank
     from asynctrace.analysis.report import analyze_detail
+    from asynctrace.files import sources
     from asynctrace.traces import load
 
     trace = tmp_path / "rank0.json"

@@ -180,7 +180,7 @@ def test_session_records_are_exported_beside_traces(
 ) -> None:
     duckdb = pytest.importorskip("duckdb")
     from asynctrace.analysis.report import analyze
-    from asynctrace.sources import load_source
+    from asynctrace.files.sources import load_source
 
     folder = tmp_path / "in"
     folder.mkdir()

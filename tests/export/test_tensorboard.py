@@ -28,8 +28,8 @@ from asynctrace.export.tensorboard import (
     summary_markdown,
     write_records,
 )
+from asynctrace.files.sources import load_source
 from asynctrace.records import Note, Records, StepRecord, SyncSite
-from asynctrace.sources import load_source
 from tests.export._records import make_steps, write_records_file
 
 

@@ -224,7 +224,7 @@ def test_html_box_escapes_what_comes_from_the_file_and_leads_with_the_warnings()
 
 def test_records_box_says_estimated(tmp_path: Path) -> None:
     from asynctrace.analysis.report import analyze_detail
-    from asynctrace.sources import load_source
+    from asynctrace.files.sources import load_source
 
     p = write_records_file(tmp_path / "a.records.jsonl", make_steps(8))
     a = analyze_detail(load_source(p))

@@ -14,12 +14,11 @@ import pytest
 pytest.importorskip("matplotlib", reason="the HTML report's plots need matplotlib")
 
 from asynctrace.analysis.diagnosis import Finding
-from asynctrace.analysis.many import cross_rank
-from asynctrace.analysis.ranks import compare_ranks
+from asynctrace.analysis.ranks import compare_ranks, cross_rank
 from asynctrace.analysis.report import Analysis, analyze_detail
+from asynctrace.files.sources import load_source
 from asynctrace.records import SyncSite
 from asynctrace.render.html import combined_html, report_html, write_html
-from asynctrace.sources import load_source
 from asynctrace.traces.builder import TraceBuilder
 from asynctrace.traces.model import RangeKind, RuntimeKind, Trace
 from tests.export._records import make_steps, write_records_file

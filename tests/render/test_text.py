@@ -7,7 +7,8 @@ from rich.console import Console
 from asynctrace.analysis.ranks import compare_ranks
 from asynctrace.analysis.report import analyze
 from asynctrace.records import Records, SessionHeader, SessionSummary, StepRecord, SyncSite
-from asynctrace.render.text import format_ns, render_ranks, render_report
+from asynctrace.render.ranks import render_ranks
+from asynctrace.render.text import format_ns, render_report
 from tests.analysis._traces import launches_trace, steps_trace
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from asynctrace.sources import source_kind
+from asynctrace.files.sources import source_kind
 from asynctrace.tb_plugin._data import PluginData
 from tests.conftest import ROOT, SHARED_TRACES
 
@@ -90,7 +90,7 @@ def _analyze(path: Path) -> Any:
     """The report of a file as the plugin makes it: one loader and one analysis for both
     kinds, the sync calls left out (the page lists the sites)."""
     from asynctrace.analysis.report import analyze
-    from asynctrace.sources import load_source
+    from asynctrace.files.sources import load_source
 
     return analyze(load_source(path), keep_sync_calls=False)
 
@@ -120,7 +120,7 @@ def test_report_is_the_analysis_json_passed_through(logdir: Path) -> None:
 
 def test_unreadable_files_say_why_and_nothing_else_breaks(logdir: Path) -> None:
     from asynctrace.errors import TraceFormatError
-    from asynctrace.sources import load_source
+    from asynctrace.files.sources import load_source
 
     data = PluginData(logdir)
     for rel in ("broken/cut.pt.trace.json.gz", "broken/bad.records.jsonl"):

@@ -103,7 +103,7 @@ def test_find_traces_errors(tmp_path: Path) -> None:
 
 def test_find_sources_lists_traces_and_records(tmp_path: Path) -> None:
     # the one loader of a folder: the error names both kinds, in the loader's own words
-    from asynctrace.sources import find_sources
+    from asynctrace.files.sources import find_sources
 
     with pytest.raises(TraceFormatError) as info:
         find_sources(tmp_path)
