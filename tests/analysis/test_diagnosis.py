@@ -14,8 +14,8 @@ import pytest
 
 from asynctrace.analysis.diagnosis import BOUND_CODES, FINDING_CODES, diagnose, warmup_of_steps
 from asynctrace.analysis.report import Report, analyze
-from asynctrace.records import Records, SessionHeader, SessionSummary, StepRecord, SyncSite
 from asynctrace.files.sources import load_source
+from asynctrace.records import Records, SessionHeader, SessionSummary, StepRecord, SyncSite
 from asynctrace.traces.builder import TraceBuilder
 from asynctrace.traces.model import RangeKind, RuntimeKind
 from tests.conftest import shared_trace

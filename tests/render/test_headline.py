@@ -13,12 +13,12 @@ from rich.console import Console
 
 from asynctrace.analysis.report import Report, analyze_detail
 from asynctrace.export.tensorboard import summary_markdown
+from asynctrace.files.sources import load_source
 from asynctrace.records import SyncSite
 from asynctrace.render.diagnosis import diagnosis_text, evidence_items
 from asynctrace.render.html import report_html
 from asynctrace.render.session import print_report
 from asynctrace.render.text import render_report
-from asynctrace.files.sources import load_source
 from tests.analysis._traces import steps_trace
 from tests.export._records import make_steps, write_records_file
 
