@@ -126,7 +126,9 @@ def print_report(
         more = len(report.sync_sites) - _TOP_SITES
         if more > 0:
             console.print(f"… and {more} more site(s) in the records file", markup=False)
-    if report.bound is not None:
+    # a synchronous device (the CPU backend) has no device timeline: the headline says what the
+    # host spends its step on
+    if report.bound is not None and report.asynchronous:
         from asynctrace.render.text import bound_lines
 
         # markup of our own; every name in it is escaped by bound_lines

@@ -83,8 +83,9 @@ def render_report(
         console.print(line)
     for w in report.warnings:
         console.print(f"[bold yellow]warning[/bold yellow] ({_shown(w.code)}): {_shown(w.message)}")
-    # a trace without device activity has no device timeline to show (its headline says so)
-    if report.bound is not None and not _no_device(report):
+    # a trace without device activity, or a synchronous device (the CPU backend), has no
+    # device timeline to show: its headline says what the host spends its step on
+    if report.bound is not None and report.source.asynchronous and not _no_device(report):
         for line in bound_lines(report.bound, scope=_scope(report)):
             console.print(line)
     clocks = any("clock" in w.code for w in report.warnings)
