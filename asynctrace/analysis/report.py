@@ -59,6 +59,7 @@ from asynctrace.analysis.steps import (
 )
 from asynctrace.analysis.syncs import SyncCall, SyncSummary, find_syncs
 from asynctrace.analysis.verdict import judge_steps, verdict_line
+from asynctrace.analysis.warmup import find_warmup
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import Note, Records, SessionHeader, StepRecord, SyncSite
 from asynctrace.traces.model import ActivityKind, Trace
@@ -392,6 +393,7 @@ def _trace_analysis(
     group_of, keys = groups
     has_device = len(trace.activities) > 0
     plain = split_steps(trace, links, windows=windows, queues=series)
+    warmup = find_warmup(trace, windows)
     tb = bound_of_trace(
         trace,
         links,
@@ -402,6 +404,7 @@ def _trace_analysis(
         step_sync_wait_ns=[s.sync_wait_ns for s in plain.steps],
         group_keys=keys,
         group_of=group_of,
+        warmup=warmup,
     )
     # where the clocks disagree, the figures that compare them would be wrong: left out
     split = without_clock_figures(plain) if tb.clocks_disagree else plain
@@ -432,6 +435,7 @@ def _trace_analysis(
         verdict=VerdictInfo(code=v.code, message=v.message, findings=list(v.findings)),
         bound=tb.run,
         warnings=tb.warnings,
+        warmup=warmup,
         trace=TraceFigures(
             activities=_activity_counts(trace, keys, group_of),
             launch=launch_stats(trace, links),
