@@ -468,9 +468,9 @@ def _kineto_warmup_end(events: list[dict[str, Any]], start: Any, end: Any) -> in
             if name not in seen and end(e) - start(e) >= 10_000_000:
                 ends.append(end(e))
             seen.add(name)
-        if cat in ("user_annotation", "cpu_op") and _WARMUP_WORD.search(name):
-            if not name.startswith("ProfilerStep#"):
-                ends.append(end(e))
+        warm = cat in ("user_annotation", "cpu_op") and _WARMUP_WORD.search(name)
+        if warm and not name.startswith("ProfilerStep#"):
+            ends.append(end(e))
     return max(ends) if ends else None
 
 

@@ -159,7 +159,8 @@ def test_html_box_b200_is_host_bound_with_its_host_frames() -> None:
     assert "<td>75678592</td><td>75.679 ms</td><td>86.6</td>" in box
     assert "513 host-work gaps" in box
     # schema 4: measured frames (the time in each, not one sample per gap)
-    assert "<code>__torch_function__</code> at <code>vllm/model_executor/parameter.py:122</code>" in box
+    frame = "<code>__torch_function__</code> at <code>vllm/model_executor/parameter.py:122</code>"
+    assert frame in box
     assert "next step: host work: " in box
     # the box leads: before the verdict
     assert page.index('class="bound"') < page.index('class="verdict"')
