@@ -1131,18 +1131,50 @@ def _host_frames(
         for (f, st), i in label_of.items()
     ]
     if bare > 0:
-        uncovered = (idle.end_ns - idle.start_ns) - framed_cover.between(idle.start_ns, idle.end_ns)
-        rows.append(
-            HostFrame(
-                frame="(no host frame)", site="", idle_ns=bare, gaps=int((uncovered > 0).sum())
-            )
-        )
+        # idle no host event covers: before the trace's last host event the host ran
+        # something unrecorded; after it (a step range outliving the record window) nothing
+        # was recorded at all
+        last = _last_host_event_end(trace)
+        after = idle.clip(last, hi) if last is not None else Cover.of([], [])
+        tail = after.subtract(framed_cover) if len(after) else after
+        for label, part in (
+            ("(no host frame)", bare - tail.total_ns),
+            ("(nothing recorded: after the last host event)", tail.total_ns),
+        ):
+            if part > 0:
+                rows.append(HostFrame(frame=label, site="", idle_ns=part, gaps=0))
+        uncovered = idle.subtract(framed_cover)
+        gap_of = np.searchsorted(idle.start_ns, uncovered.start_ns, side="right") - 1
+        in_tail = tail.contains(uncovered.start_ns)
+        for h_i, h in enumerate(rows):
+            if h.frame.startswith("("):
+                mask = in_tail if h.frame.startswith("(nothing") else ~in_tail
+                rows[h_i] = msgspec.structs.replace(h, gaps=len(np.unique(gap_of[mask])))
     rows.sort(key=lambda h: (-h.idle_ns, h.frame, h.site))
     listed = rows[:5]
     ids = [label_of[(h.frame, h.site)] for h in listed if (h.frame, h.site) in label_of]
     sel = np.isin(lab, np.array(ids, np.intp))
     explained = Cover.of(s_all[sel], e_all[sel]).total_ns
     return listed, _pct(explained, idle.total_ns)
+
+
+def _last_host_event_end(trace: Trace) -> int | None:
+    """The end of the trace's last host event other than a step range (which can outlive what
+    the profiler recorded)."""
+    r = trace.ranges
+    ends = [
+        (s + d).max()
+        for s, d in (
+            (trace.runtime.start_ns, trace.runtime.dur_ns),
+            (trace.python_frames.start_ns, trace.python_frames.dur_ns),
+            (
+                r.start_ns[(r.kind != RangeKind.STEP) & (r.kind != RangeKind.GPU_ANNOTATION)],
+                r.dur_ns[(r.kind != RangeKind.STEP) & (r.kind != RangeKind.GPU_ANNOTATION)],
+            ),
+        )
+        if len(s)
+    ]
+    return int(max(ends)) if ends else None
 
 
 def _frame_label(trace: Trace, key: int, n_str: int) -> tuple[str, str]:
