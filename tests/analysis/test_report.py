@@ -197,7 +197,5 @@ def test_a_schema_2_report_reads_back_as_the_same_report() -> None:
     bound = msgspec.structs.replace(old.bound, evidence=ev, advice=new.bound.advice)
     # the steps' busy time is unchanged: only idle moves between neighbouring steps
     assert [s.busy_ns for s in old.step_bounds] == [s.busy_ns for s in new.step_bounds]
-    old = msgspec.structs.replace(
-        old, source=new.source, bound=bound, step_bounds=new.step_bounds
-    )
+    old = msgspec.structs.replace(old, source=new.source, bound=bound, step_bounds=new.step_bounds)
     assert old == new
