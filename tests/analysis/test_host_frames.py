@@ -4,6 +4,7 @@ measured on every thread that calls the runtime, and the share of that idle they
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 from decimal import Decimal
 from typing import Any
@@ -76,7 +77,8 @@ def test_bert_frames_match_an_independent_measure() -> None:
     trace = load(path)
     a = analyze_detail(trace)
     b = a.report.bound
-    assert b is not None and b.evidence.leading_cause == "host"
+    assert b is not None
+    assert b.evidence.leading_cause == "host"
     g = a.trace.gaps if a.trace is not None else None
     assert g is not None
     host = CAUSES.index("host")
@@ -110,7 +112,7 @@ def test_bert_frames_match_an_independent_measure() -> None:
     for g0, g1 in gaps:
         mine = [r for r in rows if r[3] < g1 and r[4] > g0]
         cuts = sorted({g0, g1, *(max(r[3], g0) for r in mine), *(min(r[4], g1) for r in mine)})
-        for t0, t1 in zip(cuts, cuts[1:], strict=False):
+        for t0, t1 in itertools.pairwise(cuts):
             for thread in launching:
                 here = [r for r in mine if (r[1], r[2]) == thread and r[3] <= t0 < r[4]]
                 if not here:
@@ -138,7 +140,8 @@ def test_bert_frames_match_an_independent_measure() -> None:
     assert (b.evidence.host_frames[0].frame, b.evidence.host_frames[0].site) == top[0]
     assert b.evidence.host_frames[0].site.startswith("transformers/models/bert/")
     # the listed frames explain more than half of the host idle (schema 3 listed ~10%)
-    assert b.evidence.host_explained_pct is not None and b.evidence.host_explained_pct >= 50
+    assert b.evidence.host_explained_pct is not None
+    assert b.evidence.host_explained_pct >= 50
 
 
 @pytest.mark.real_traces

@@ -47,7 +47,9 @@ def test_compilation_in_the_first_step_leaves_that_step_out_of_the_run() -> None
     assert b is not None
     # step 0 keeps its own figures (host-bound: 9.3 of its 10.5 ms share idle) ...
     s0, s1, s2 = (s.bound for s in flat_steps(r))
-    assert s0 is not None and s1 is not None and s2 is not None
+    assert s0 is not None
+    assert s1 is not None
+    assert s2 is not None
     assert s0.label == "host-bound"
     # ... and the run is the steady steps': busy 18 of the 20 ms from step 1's host start
     # (its share begins there: the device idled from 9.3 ms, waiting on step 1)
