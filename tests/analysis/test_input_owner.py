@@ -84,12 +84,12 @@ def test_resnet50_input_idle_lands_in_the_step_that_fetched() -> None:
         data = json.load(f, parse_float=Decimal)
     raw = data if isinstance(data, list) else data["traceEvents"]
     ev = [e for e in raw if isinstance(e, dict) and e.get("ph") == "X"]
+    launch_names = ("cudaLaunch", "cudaMemcpyAsync", "cudaMemsetAsync")
     launched = {
         (e.get("args") or {}).get("correlation")
         for e in ev
         if str(e.get("cat", "")).lower() == "runtime"
-        and "Launch" in str(e.get("name"))
-        or str(e.get("name", "")).startswith(("cudaMemcpyAsync", "cudaMemsetAsync"))
+        and str(e.get("name", "")).startswith(launch_names)
     }
     acts = [
         e
