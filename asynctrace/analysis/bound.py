@@ -11,12 +11,13 @@ Definitions (docs/how-it-works.md and docs/analysis.md say the same, with exampl
 * **Cause of an idle gap** ``[g0, g1)``, through the launch call of the activity that ends it
   (the first to start at ``g1``): that call ended before ``g0`` → the work was already queued,
   **dependency** (another stream, an event, a collective, launch latency). Otherwise the device
-  waited for the host: **sync** when the host was inside a synchronizing call at ``g0``;
-  **input** when the host spent most of ``[g0, launch)`` waiting for data
-  (``enumerate(DataLoader)…__next__``); **host** otherwise. A gap ended by an activity without a
-  launch call is **unattributed**. The final gap (after the last activity, to the region's end)
-  has no activity ending it and is judged by what the host was doing: sync if it was inside a
-  sync at ``g0``, input if it waited for data most of the gap, else host. Gaps that begin inside
+  waited for the host: **sync** when the host was inside a synchronizing call at ``g0``; else
+  **input** for the time of ``[g0, launch)`` the host spent waiting for data
+  (``enumerate(DataLoader)…__next__``) and **host** for the rest (split by overlap). A gap
+  ended by an activity without a launch call is **unattributed**. The final gap (after the
+  last activity, to the region's end) has no activity ending it and is judged by what the host
+  was doing: sync if it was inside a sync at ``g0``, else its data waits input and the rest
+  host. Gaps that begin inside
   a long sync with no device activity recorded (:data:`MISSING_ACTIVITY_MIN_NS`) and every gap of
   a trace whose clocks disagree are unattributed.
 * **Label.** ``device-bound`` when idle < :data:`DEVICE_BOUND_IDLE_FRACTION` of the region;
@@ -24,13 +25,18 @@ Definitions (docs/how-it-works.md and docs/analysis.md say the same, with exampl
   ``dependency-bound``, or ``undetermined`` when most idle is unattributed.
 * **Per step, without overlap.** Step k owns the device timeline from the start of its first
   activity to the start of step k + 1's first activity (the first step from the region's start,
-  the last to its end; a step with no activity owns nothing): shares partition the region, so the
-  steps' busy and idle (by cause) add up to the run's exactly.
+  the last to its end; a step with no activity owns nothing), except that idle just before a
+  step's first activity is the step's from its host start: shares partition the region, so the
+  steps' busy and idle (by cause) add up to the whole region's exactly.
+* **Steady state.** The run's figures and label leave out the warm-up
+  (:mod:`asynctrace.analysis.warmup`): a whole trace's region begins where it ends, and the
+  warm-up steps are left out (the steady steps add up to the run). Where the clocks disagree
+  the region is the device's own span.
 
 Everything is arithmetic on sorted numpy arrays (:class:`~asynctrace.analysis.timeline.Cover`):
 one merge of the activities, one vectorised classification of the gaps, binary searches for
-the per-step shares. Only the evidence lists (host frames at the longest gaps, at most
-:data:`FRAME_SAMPLE_GAPS`) loop in Python.
+the per-step shares; the host frames are measured per host thread (a loop over threads, not
+gaps). :data:`FRAME_SAMPLE_GAPS` is no longer used (schema 4 measures every gap).
 
 :func:`bound_of_records` gives the same label, from the same rule and thresholds, to a live
 session's step records, which have no per-gap timeline (see its docstring).
@@ -63,7 +69,15 @@ from asynctrace.analysis.launches import LaunchLinks
 from asynctrace.analysis.queue import QueueSeries, launch_cover
 from asynctrace.analysis.steps import SYNC_KINDS, StepWindow, host_span
 from asynctrace.analysis.syncs import SyncSummary
-from asynctrace.analysis.timeline import ClassCover, Cover, innermost_at, start_order, union_runs
+from asynctrace.analysis.timeline import (
+    ClassCover,
+    Cover,
+    innermost_at,
+    sorted_unique,
+    start_order,
+    union_runs,
+    unique_inverse,
+)
 from asynctrace.records import StepRecord
 from asynctrace.traces.model import RangeKind, Trace
 
@@ -386,7 +400,7 @@ def _on_device(trace: Trace) -> npt.NDArray[np.bool_]:
     act = trace.activities
     if not len(act):
         return np.zeros(0, bool)
-    devs, inv = np.unique(act.device, return_inverse=True)
+    devs, inv = unique_inverse(act.device)
     on: npt.NDArray[np.bool_] = act.device == devs[int(np.argmax(np.bincount(inv.reshape(-1))))]
     return on
 
@@ -868,8 +882,9 @@ def _trace_run(
     if clock is not None:
         notes.append(
             "the host and device clocks disagree: busy is measured over the device's own span "
-            "(its first to its last activity); queue depth, run-ahead and the idle causes, "
-            "which compare the two clocks, are withheld"
+            "(its first to its last activity); the idle causes, run-ahead and steps in flight, "
+            "which compare the two clocks, are withheld (queue depth and launch delays compare "
+            "them too: read them with care)"
         )
     evidence = msgspec.structs.replace(
         share.evidence,
@@ -1004,12 +1019,15 @@ def _sync_costs(syncs: SyncSummary, g0: I64, g1: I64, cls: I64) -> list[SyncCost
 #: the host sat in, else the user's innermost Python frame, any Python frame, the operator, the
 #: annotation or NVTX range
 _RT, _USER, _PY, _OP, _ANN = range(5)
+#: the idle the frames explain, by leading cause: the host's when the device waited on
+#: the host (host, sync, input); where it waited on other work, or its cause is unknown, what
+#: the host did then explains nothing, and the frames are those of the host idle
 _FRAME_CLASSES = {
     "host": (_H_SHORT, _H_LONG),
     "sync": (_SYNC,),
     "input": (_INPUT,),
-    "dependency": (_DEP,),
-    "unattributed": (_UNATTR,),
+    "dependency": (_H_SHORT, _H_LONG),
+    "unattributed": (_H_SHORT, _H_LONG),
 }
 
 
@@ -1026,7 +1044,7 @@ def _thread_layers(trace: Trace) -> list[tuple[int, I64, I64, I64, npt.NDArray[n
     if len(rt):
         out.append((_RT, key(rt.pid, rt.tid), rt.start_ns, rt.start_ns + rt.dur_ns, rt.name))
     if len(py):
-        used = np.unique(py.name)
+        used = sorted_unique(py.name)
         user_ids = used[[is_user_frame(strings[int(i)]) for i in used.tolist()]]
         u = np.isin(py.name, user_ids)
         k, s, e = key(py.pid, py.tid), py.start_ns, py.start_ns + py.dur_ns
@@ -1043,7 +1061,7 @@ def _thread_layers(trace: Trace) -> list[tuple[int, I64, I64, I64, npt.NDArray[n
     if len(rt):
         # the threads that call the runtime issue the device's work; a thread that never does
         # (a Python thread waiting on a lock) does not keep the device waiting
-        launching = np.unique(key(rt.pid, rt.tid))
+        launching = sorted_unique(key(rt.pid, rt.tid))
         out = [(ly, k, s, e, n) for ly, k, s, e, n in out if len(k)]
         out = [
             (ly, k[m], s[m], e[m], n[m])
@@ -1081,15 +1099,23 @@ def _host_frames(
     seg_e: list[I64] = []
     seg_key: list[I64] = []
     n_str = len(trace.strings) + 1
-    threads = np.unique(np.concatenate([p[1] for p in parts])) if parts else np.zeros(0, np.int64)
+    threads = (
+        sorted_unique(np.concatenate([p[1] for p in parts])) if parts else np.zeros(0, np.int64)
+    )
     for th in threads.tolist():
         mine = [(layer, s[k == th], e[k == th], n[k == th]) for layer, k, s, e, n in parts]
         mine = [m for m in mine if len(m[1])]
-        cuts = np.unique(
-            np.concatenate([idle.start_ns, idle.end_ns, *(np.r_[s, e] for _, s, e, _ in mine)])
+        # only the idle this thread has events in: the rest has no frame of it
+        mine_idle = idle.intersect(
+            Cover.of(np.concatenate([m[1] for m in mine]), np.concatenate([m[2] for m in mine]))
+        )
+        cuts = sorted_unique(
+            np.concatenate(
+                [mine_idle.start_ns, mine_idle.end_ns, *(np.r_[s, e] for _, s, e, _ in mine)]
+            )
         )
         a, b = cuts[:-1], cuts[1:]
-        inside = idle.contains(a)
+        inside = mine_idle.contains(a)
         a, b = a[inside], b[inside]
         got = np.full((5, len(a)), -1, np.int64)
         for layer, s, e, n in mine:
@@ -1109,8 +1135,7 @@ def _host_frames(
     e_all = np.concatenate(seg_e) if seg_e else np.zeros(0, np.int64)
     k_all = np.concatenate(seg_key) if seg_key else np.zeros(0, np.int64)
     # one entry per (frame, site) as shown
-    uniq, inv = np.unique(k_all, return_inverse=True)
-    inv = inv.reshape(-1)
+    uniq, inv = unique_inverse(k_all)
     label_of: dict[tuple[str, str], int] = {}
     label_id = np.array(
         [
@@ -1122,7 +1147,7 @@ def _host_frames(
     lab = label_id[inv] if len(inv) else np.zeros(0, np.intp)
     total = np.bincount(lab, weights=e_all - s_all, minlength=len(label_of)).astype(np.int64)
     gap = np.searchsorted(idle.start_ns, s_all, side="right") - 1
-    pairs = np.unique(lab.astype(np.int64) * (len(idle) + 1) + gap)
+    pairs = sorted_unique(lab.astype(np.int64) * (len(idle) + 1) + gap)
     gaps = np.bincount(pairs // (len(idle) + 1), minlength=len(label_of))
     framed_cover = Cover.of(s_all, e_all)
     bare = idle.total_ns - framed_cover.total_ns
@@ -1149,7 +1174,7 @@ def _host_frames(
         for h_i, h in enumerate(rows):
             if h.frame.startswith("("):
                 mask = in_tail if h.frame.startswith("(nothing") else ~in_tail
-                rows[h_i] = msgspec.structs.replace(h, gaps=len(np.unique(gap_of[mask])))
+                rows[h_i] = msgspec.structs.replace(h, gaps=len(sorted_unique(gap_of[mask])))
     rows.sort(key=lambda h: (-h.idle_ns, h.frame, h.site))
     listed = rows[:5]
     ids = [label_of[(h.frame, h.site)] for h in listed if (h.frame, h.site) in label_of]
@@ -1195,7 +1220,7 @@ def _top_kernels(trace: Trace, rows: npt.NDArray[np.intp], s: I64, e: I64) -> li
     if not len(rows):
         return []
     names = trace.activities.name[rows]
-    uniq, inv = np.unique(names, return_inverse=True)
+    uniq, inv = unique_inverse(names)
     # summed as floats and held within int64: a hostile trace's durations can sum past it
     total = np.minimum(np.bincount(inv, weights=e - s), 9.2e18).astype(np.int64)
     count = np.bincount(inv)
@@ -1224,12 +1249,12 @@ def _waited_on(
         stream_id = group_of[rows].astype(np.int64)
         keys = list(group_keys)
     else:
-        uniq_s, inv_s = np.unique(act.stream[rows], return_inverse=True)
+        uniq_s, inv_s = unique_inverse(act.stream[rows])
         stream_id = inv_s.reshape(-1).astype(np.int64)
         keys = [str(int(x)) for x in uniq_s.tolist()]
     names = act.name[rows].astype(np.int64)
     pair = stream_id * (int(names.max()) + 1) + names
-    uniq, inv = np.unique(pair, return_inverse=True)
+    uniq, inv = unique_inverse(pair)
     inv = inv.reshape(-1)
     idle = np.bincount(inv, weights=g1[d] - g0[d]).astype(np.int64)
     gaps = np.bincount(inv)

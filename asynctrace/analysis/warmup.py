@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from asynctrace.analysis._bound_model import WarmUp, WarmUpItem
 from asynctrace.analysis.steps import StepWindow, host_span
+from asynctrace.analysis.timeline import unique_inverse
 from asynctrace.traces.model import RangeKind, Trace
 
 __all__ = [
@@ -106,8 +107,7 @@ def _items(
     """One item per name: its calls and their summed time."""
     if not len(names):
         return []
-    uniq, inv = np.unique(names, return_inverse=True)
-    inv = inv.reshape(-1)
+    uniq, inv = unique_inverse(names)
     total = np.bincount(inv, weights=dur).astype(np.int64)
     count = np.bincount(inv)
     return [
@@ -121,7 +121,7 @@ def _first_device_start(trace: Trace) -> int | None:
     act = trace.activities
     if not len(act):
         return None
-    devs, inv = np.unique(act.device, return_inverse=True)
+    devs, inv = unique_inverse(act.device)
     on = act.device == devs[int(np.argmax(np.bincount(inv.reshape(-1))))]
     return int(act.start_ns[on].min())
 
@@ -142,7 +142,10 @@ def find_warmup(trace: Trace, windows: Sequence[StepWindow] = ()) -> WarmUp | No
     # context: the first call of each context name, where it is long
     if len(rt):
         ctx_name = np.array([s in CONTEXT_CALLS for s in strings] or [False], bool)
-        _, first = np.unique(rt.name, return_index=True)
+        # the first call of each name: the table is sorted by start
+        names, inv = unique_inverse(rt.name)
+        first = np.full(len(names), len(rt), np.intp)
+        np.minimum.at(first, inv, np.arange(len(rt)))
         first = first[ctx_name[rt.name[first]] & (rt.dur_ns[first] >= CONTEXT_MIN_NS)]
         if len(first):
             items += _items("context", rt.name[first], rt.dur_ns[first], strings)
