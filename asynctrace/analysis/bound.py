@@ -1032,17 +1032,20 @@ _FRAME_CLASSES = {
 
 
 def _thread_layers(trace: Trace) -> list[tuple[int, I64, I64, I64, npt.NDArray[np.int32]]]:
-    """Every host event that can name a frame, as (layer, thread key, start, end, name)."""
+    """Every host event that can name a frame, as (layer, thread key, start, end, name), on
+    the threads that call the runtime: they issue the device's work; a thread that never does
+    (a Python thread waiting on a lock) is not what the device waits on. None without runtime
+    calls."""
     strings = trace.strings
-    out: list[tuple[int, I64, I64, I64, npt.NDArray[np.int32]]] = []
     rt, r, py = trace.runtime, trace.ranges, trace.python_frames
+    if not len(rt):
+        return []
 
     def key(pid: I64, tid: I64) -> I64:
         k: I64 = (pid.astype(np.int64) << 32) ^ (tid.astype(np.int64) & 0xFFFFFFFF)
         return k
 
-    if len(rt):
-        out.append((_RT, key(rt.pid, rt.tid), rt.start_ns, rt.start_ns + rt.dur_ns, rt.name))
+    out = [(_RT, key(rt.pid, rt.tid), rt.start_ns, rt.start_ns + rt.dur_ns, rt.name)]
     if len(py):
         used = sorted_unique(py.name)
         user_ids = used[[is_user_frame(strings[int(i)]) for i in used.tolist()]]
@@ -1058,17 +1061,10 @@ def _thread_layers(trace: Trace) -> list[tuple[int, I64, I64, I64, npt.NDArray[n
             if on.any():
                 k = key(r.pid[on], r.tid[on])
                 out.append((layer, k, r.start_ns[on], (r.start_ns + r.dur_ns)[on], r.name[on]))
-    if len(rt):
-        # the threads that call the runtime issue the device's work; a thread that never does
-        # (a Python thread waiting on a lock) does not keep the device waiting
-        launching = sorted_unique(key(rt.pid, rt.tid))
-        out = [(ly, k, s, e, n) for ly, k, s, e, n in out if len(k)]
-        out = [
-            (ly, k[m], s[m], e[m], n[m])
-            for ly, k, s, e, n in out
-            if (m := np.isin(k, launching)).any()
-        ]
-    return out
+    launching = sorted_unique(key(rt.pid, rt.tid))
+    return [
+        (ly, k[m], s[m], e[m], n[m]) for ly, k, s, e, n in out if (m := np.isin(k, launching)).any()
+    ]
 
 
 def _host_frames(
