@@ -11,12 +11,13 @@ Definitions (docs/how-it-works.md and docs/analysis.md say the same, with exampl
 * **Cause of an idle gap** ``[g0, g1)``, through the launch call of the activity that ends it
   (the first to start at ``g1``): that call ended before ``g0`` → the work was already queued,
   **dependency** (another stream, an event, a collective, launch latency). Otherwise the device
-  waited for the host: **sync** when the host was inside a synchronizing call at ``g0``;
-  **input** when the host spent most of ``[g0, launch)`` waiting for data
-  (``enumerate(DataLoader)…__next__``); **host** otherwise. A gap ended by an activity without a
-  launch call is **unattributed**. The final gap (after the last activity, to the region's end)
-  has no activity ending it and is judged by what the host was doing: sync if it was inside a
-  sync at ``g0``, input if it waited for data most of the gap, else host. Gaps that begin inside
+  waited for the host: **sync** when the host was inside a synchronizing call at ``g0``; else
+  **input** for the time of ``[g0, launch)`` the host spent waiting for data
+  (``enumerate(DataLoader)…__next__``) and **host** for the rest (split by overlap). A gap
+  ended by an activity without a launch call is **unattributed**. The final gap (after the
+  last activity, to the region's end) has no activity ending it and is judged by what the host
+  was doing: sync if it was inside a sync at ``g0``, else its data waits input and the rest
+  host. Gaps that begin inside
   a long sync with no device activity recorded (:data:`MISSING_ACTIVITY_MIN_NS`) and every gap of
   a trace whose clocks disagree are unattributed.
 * **Label.** ``device-bound`` when idle < :data:`DEVICE_BOUND_IDLE_FRACTION` of the region;
@@ -24,13 +25,18 @@ Definitions (docs/how-it-works.md and docs/analysis.md say the same, with exampl
   ``dependency-bound``, or ``undetermined`` when most idle is unattributed.
 * **Per step, without overlap.** Step k owns the device timeline from the start of its first
   activity to the start of step k + 1's first activity (the first step from the region's start,
-  the last to its end; a step with no activity owns nothing): shares partition the region, so the
-  steps' busy and idle (by cause) add up to the run's exactly.
+  the last to its end; a step with no activity owns nothing), except that idle just before a
+  step's first activity is the step's from its host start: shares partition the region, so the
+  steps' busy and idle (by cause) add up to the whole region's exactly.
+* **Steady state.** The run's figures and label leave out the warm-up
+  (:mod:`asynctrace.analysis.warmup`): a whole trace's region begins where it ends, and the
+  warm-up steps are left out (the steady steps add up to the run). Where the clocks disagree
+  the region is the device's own span.
 
 Everything is arithmetic on sorted numpy arrays (:class:`~asynctrace.analysis.timeline.Cover`):
 one merge of the activities, one vectorised classification of the gaps, binary searches for
-the per-step shares. Only the evidence lists (host frames at the longest gaps, at most
-:data:`FRAME_SAMPLE_GAPS`) loop in Python.
+the per-step shares; the host frames are measured per host thread (a loop over threads, not
+gaps). :data:`FRAME_SAMPLE_GAPS` is no longer used (schema 4 measures every gap).
 
 :func:`bound_of_records` gives the same label, from the same rule and thresholds, to a live
 session's step records, which have no per-gap timeline (see its docstring).
@@ -57,12 +63,21 @@ from asynctrace.analysis._bound_model import (
     StepBound,
     SyncCost,
     WaitedOn,
+    WarmUp,
 )
 from asynctrace.analysis.launches import LaunchLinks
 from asynctrace.analysis.queue import QueueSeries, launch_cover
 from asynctrace.analysis.steps import SYNC_KINDS, StepWindow, host_span
-from asynctrace.analysis.syncs import SyncSummary, _ThreadFrames
-from asynctrace.analysis.timeline import ClassCover, Cover, start_order, union_runs
+from asynctrace.analysis.syncs import SyncSummary
+from asynctrace.analysis.timeline import (
+    ClassCover,
+    Cover,
+    innermost_at,
+    sorted_unique,
+    start_order,
+    union_runs,
+    unique_inverse,
+)
 from asynctrace.records import StepRecord
 from asynctrace.traces.model import RangeKind, Trace
 
@@ -256,13 +271,23 @@ def _kernel_advice(top: Sequence[KernelTime], busy_ns: int) -> str:
     )
 
 
-def advice_for(label: str, b: Bound | None = None, *, asynchronous: bool = True) -> list[str]:
-    """One concrete next step for a label, naming what the evidence names."""
+def advice_for(
+    label: str, b: Bound | None = None, *, asynchronous: bool = True, clocks_disagree: bool = False
+) -> list[str]:
+    """One concrete next step for a label, naming what the evidence names (``clocks_disagree``:
+    the trace's host and device clocks disagree, and the idle causes are withheld)."""
     if b is None:
         return []
     e = b.evidence
     out: list[str]
-    if label == "device-bound" and not asynchronous:
+    if clocks_disagree and label == "undetermined":
+        out = [
+            f"the host and device clocks disagree: the device is busy {e.busy_pct:.0f}% of its "
+            f"own span, and the {_ms(b.idle_ns)} idle cannot be tied to what the host did — "
+            "re-record with host and device on one clock (one profiler session on one machine; "
+            "an export that converts device timestamps to the host clock)"
+        ]
+    elif label == "device-bound" and not asynchronous:
         # the host ran every op itself: no device, no GPU advice
         out = [
             f"the host's own compute fills {e.busy_pct:.0f}% of the step: profile the step "
@@ -369,7 +394,7 @@ def _step_bound(
     )
 
 
-def _run_bound(whole: StepBound, *, asynchronous: bool) -> Bound:
+def _run_bound(whole: StepBound, *, asynchronous: bool, clocks_disagree: bool = False) -> Bound:
     """A run's bound (of a trace or of a session's records): its whole region's, taken as one
     share, with advice."""
     run = Bound(
@@ -381,7 +406,10 @@ def _run_bound(whole: StepBound, *, asynchronous: bool) -> Bound:
         evidence=whole.evidence,
     )
     return msgspec.structs.replace(
-        run, advice=advice_for(run.label, run, asynchronous=asynchronous)
+        run,
+        advice=advice_for(
+            run.label, run, asynchronous=asynchronous, clocks_disagree=clocks_disagree
+        ),
     )
 
 
@@ -437,7 +465,7 @@ def _on_device(trace: Trace) -> npt.NDArray[np.bool_]:
     act = trace.activities
     if not len(act):
         return np.zeros(0, bool)
-    devs, inv = np.unique(act.device, return_inverse=True)
+    devs, inv = unique_inverse(act.device)
     on: npt.NDArray[np.bool_] = act.device == devs[int(np.argmax(np.bincount(inv.reshape(-1))))]
     return on
 
@@ -463,12 +491,27 @@ class _Timeline(msgspec.Struct, frozen=True, eq=False):
     ender: npt.NDArray[np.intp]
 
 
-def _device_timeline(trace: Trace, links: LaunchLinks, windows: Sequence[StepWindow]) -> _Timeline:
-    """The union of the device's activities over the region, and the idle gaps between."""
+def _device_timeline(
+    trace: Trace,
+    links: LaunchLinks,
+    windows: Sequence[StepWindow],
+    *,
+    device_clock: bool = False,
+    warmup_end_ns: int | None = None,
+) -> _Timeline:
+    """The union of the device's activities over the region, and the idle gaps between.
+
+    ``device_clock`` (the clocks disagree): the region is the device's own span, first start
+    to last end of its activities, so that busy is measured on one clock. ``warmup_end_ns``
+    (a whole trace as one step): the region begins where the warm-up ends."""
     act = trace.activities
     a_start, a_end = act.start_ns, act.start_ns + act.dur_ns
     on_dev = _on_device(trace)
     r0, r1 = _region(trace, links, windows, on_dev)
+    if device_clock and on_dev.any():
+        r0, r1 = int(a_start[on_dev].min()), int(a_end[on_dev].max())
+    elif warmup_end_ns is not None and r0 < warmup_end_ns < r1:
+        r0 = warmup_end_ns
     rows = np.flatnonzero(on_dev & (a_end > r0) & (a_start < r1))
     s, e = np.maximum(a_start[rows], r0), np.minimum(a_end[rows], r1)
     nz = e > s
@@ -629,9 +672,11 @@ class _Checks(msgspec.Struct, frozen=True, eq=False):
     missing: Cover
 
 
-def _checks(trace: Trace, links: LaunchLinks, tl: _Timeline, host: _HostWaits) -> _Checks:
-    """The warnings, in the report's order, and what they withhold from the gap causes."""
-    clock = _clock_mismatch(trace, links)
+def _checks(
+    trace: Trace, links: LaunchLinks, tl: _Timeline, host: _HostWaits, clock: ReportWarning | None
+) -> _Checks:
+    """The warnings, in the report's order, and what they withhold from the gap causes
+    (``clock``: the clock-mismatch warning, found first: the timeline depends on it)."""
     missing, dry = _missing_activity(trace, host, tl)
     found = (clock, dry, _activity_before_launch(trace, links))
     return _Checks(
@@ -642,14 +687,18 @@ def _checks(trace: Trace, links: LaunchLinks, tl: _Timeline, host: _HostWaits) -
 
 
 class _Causes(msgspec.Struct, frozen=True, eq=False):
-    """Each gap's class (``_H_SHORT`` … ``_UNATTR``), and the gaps by class as a ClassCover."""
+    """Each gap's class (``_H_SHORT`` … ``_UNATTR``: its larger part, for the views that draw
+    gaps and the gap counts), and the idle by class as a ClassCover: a gap the host was
+    fetching data in for part of the time is split, its input part (the overlap with the data
+    waits) input, the rest host."""
 
     cls: I64
     by_class: ClassCover
 
 
 def _gap_causes(links: LaunchLinks, tl: _Timeline, host: _HostWaits, checks: _Checks) -> _Causes:
-    """Each gap's class, through the launch call of the activity ending it (module docstring)."""
+    """Each gap's class, through the launch call of the activity ending it (module docstring),
+    and the idle by class, split by overlap where the host fetched data for part of a gap."""
     g0, g1, ender = tl.g0, tl.g1, tl.ender
     final = ender < 0
     cls = np.full(len(g0), _UNATTR, np.int64)
@@ -662,12 +711,18 @@ def _gap_causes(links: LaunchLinks, tl: _Timeline, host: _HostWaits, checks: _Ch
     waited = (has & ~dep) | final
     upto = np.where(final, g1, np.maximum(l_start, g0))
     in_sync = host.sync.contains(g0)
-    data = (upto > g0) & (2 * host.data.between(g0, upto) > (upto - g0))
     length = g1 - g0
+    # the device waited for the host: the host's data waits in [g0, upto) are input idle
+    cand = waited & ~in_sync
+    fetched = Cover.of([], [])
+    data_ns = np.zeros(len(g0), np.int64)
+    if len(host.data) and cand.any():
+        fetched = Cover.of(g0[cand], upto[cand]).intersect(host.data)
+        data_ns[cand] = fetched.between(g0[cand], g1[cand])
     cls[dep] = _DEP
     cls[waited & in_sync] = _SYNC
-    cls[waited & ~in_sync & data] = _INPUT
-    on_host = waited & ~in_sync & ~data
+    cls[cand & (2 * data_ns > length)] = _INPUT
+    on_host = cand & (2 * data_ns <= length)
     cls[on_host & (length < LAUNCH_GAP_NS)] = _H_SHORT
     cls[on_host & (length >= LAUNCH_GAP_NS)] = _H_LONG
     if len(checks.missing):
@@ -676,7 +731,19 @@ def _gap_causes(links: LaunchLinks, tl: _Timeline, host: _HostWaits, checks: _Ch
         cls[2 * checks.missing.between(g0, g1) > length] = _UNATTR
     if checks.clocks_disagree:
         cls[:] = _UNATTR
-    return _Causes(cls=cls, by_class=ClassCover.of_disjoint(g0, g1, cls, 6))
+    split = cand & (data_ns > 0) & (cls != _UNATTR)
+    if not split.any():
+        return _Causes(cls=cls, by_class=ClassCover.of_disjoint(g0, g1, cls, 6))
+    # split gaps: their input pieces, and the rest as host (short or long by the gap's length)
+    inp = fetched.intersect(Cover.of(g0[split], g1[split]))
+    rest = Cover.of(g0[split], g1[split]).subtract(inp)
+    rest_gap = np.searchsorted(g0, rest.start_ns, side="right") - 1
+    rest_cls = np.where(length[rest_gap] < LAUNCH_GAP_NS, _H_SHORT, _H_LONG)
+    ps = np.concatenate([g0[~split], inp.start_ns, rest.start_ns])
+    pe = np.concatenate([g1[~split], inp.end_ns, rest.end_ns])
+    pc = np.concatenate([cls[~split], np.full(len(inp), _INPUT, np.int64), rest_cls])
+    order = np.argsort(ps, kind="stable")
+    return _Causes(cls=cls, by_class=ClassCover.of_disjoint(ps[order], pe[order], pc[order], 6))
 
 
 def _blocked_at_cap(
@@ -696,9 +763,23 @@ def _blocked_at_cap(
     return cap_cover.intersect(launch_cover(trace)) if len(cap_cover) else cap_cover
 
 
-def _share_bounds(trace: Trace, links: LaunchLinks, tl: _Timeline, w_start: I64, w_end: I64) -> I64:
+def _share_bounds(
+    trace: Trace,
+    links: LaunchLinks,
+    tl: _Timeline,
+    w_start: I64,
+    w_end: I64,
+    *,
+    one_clock: bool = True,
+) -> I64:
     """The boundaries of the steps' shares (n + 1): each at its step's first activity, the first
-    at the region's start, the last at its end; a step with no activity owns nothing."""
+    at the region's start, the last at its end; a step with no activity owns nothing.
+
+    Where the device was idle just before a step's first activity, the idle gap that ends there
+    is split at the step's host start: the part before it the previous step's (its host was
+    still at work), the part after it this step's (the device waited for this step's fetch and
+    launches). ``one_clock`` False (the clocks disagree): at the first activity, as host and
+    device times cannot be compared."""
     n_steps = len(w_start)
     firsts = np.full(n_steps, tl.r1, np.int64)
     rows = tl.rows
@@ -710,6 +791,14 @@ def _share_bounds(trace: Trace, links: LaunchLinks, tl: _Timeline, w_start: I64,
         ks, first_s = k[ok], np.maximum(trace.activities.start_ns[m_rows][ok], tl.r0)
         if len(ks):
             np.minimum.at(firsts, ks, first_s)
+    if one_clock and len(tl.busy) and n_steps > 1:
+        f = firsts[1:]
+        k = tl.busy.index_at(f)
+        # the device's run starts at this first activity: idle since the run before it
+        idle_before = (k >= 0) & (tl.busy.start_ns[np.maximum(k, 0)] == f) & (f > tl.r0)
+        prev_end = np.where(k > 0, tl.busy.end_ns[np.maximum(k - 1, 0)], tl.r0)
+        moved = np.minimum(np.maximum(w_start[1:], prev_end), f)
+        firsts[1:] = np.where(idle_before, moved, f)
     bounds = np.r_[tl.r0, firsts[1:], tl.r1].astype(np.int64)
     bounds[1:] = np.minimum.accumulate(bounds[1:][::-1])[::-1]
     clipped: I64 = np.clip(bounds, tl.r0, tl.r1)
@@ -783,25 +872,33 @@ def _step_shares(
     parts: _Parts,
     windows: Sequence[StepWindow],
     step_sync_wait_ns: Sequence[int],
+    *,
+    one_clock: bool = True,
 ) -> _Shares:
     """The steps' shares (at least one step); their sync wait: ``step_sync_wait_ns`` where it
     has one per step (each step's, clipped to it), else the syncs inside each window."""
     w_start = np.array([w.start_ns for w in windows], np.int64)
     w_end = np.array([w.end_ns for w in windows], np.int64)
-    bounds = _share_bounds(trace, links, tl, w_start, w_end)
+    bounds = _share_bounds(trace, links, tl, w_start, w_end, one_clock=one_clock)
     gap_step = np.clip(np.searchsorted(bounds, tl.g0, side="right") - 1, 0, len(windows) - 1)
     given = len(step_sync_wait_ns) == len(windows)
     waits = np.array(step_sync_wait_ns, np.int64) if given else None
     return _shares(parts, bounds[:-1], bounds[1:], (w_start, w_end), gap_step, waits)
 
 
-def _region_share(tl: _Timeline, parts: _Parts, steps: _Shares | None) -> _Shares:
-    """The whole region as one share: the run's figures; its sync wait the steps' where any."""
-    lo, hi = np.array([tl.r0], np.int64), np.array([tl.r1], np.int64)
-    wait = np.array([steps.sync_wait.sum()], np.int64) if steps is not None else None
+def _region_share(
+    tl: _Timeline, parts: _Parts, steps: _Shares | None, first_step: int = 0
+) -> _Shares:
+    """The run's share: the region from the start of step ``first_step``'s share (the first
+    steady step, after the warm-up steps) to its end; its sync wait the steady steps' where
+    there are steps."""
+    start = steps.start[first_step] if steps is not None and first_step else tl.r0
+    lo, hi = np.array([start], np.int64), np.array([tl.r1], np.int64)
+    wait = np.array([steps.sync_wait[first_step:].sum()], np.int64) if steps is not None else None
     whole = _shares(parts, lo, hi, (lo, hi), np.zeros(len(tl.g0), np.intp), wait)
     # its length as _Timeline has it (a Python int, never below 0)
-    return msgspec.structs.replace(whole, region=[tl.region], sync_span=[tl.region])
+    region = tl.region if start == tl.r0 else max(tl.r1 - start, 0)
+    return msgspec.structs.replace(whole, region=[region], sync_span=[region])
 
 
 def _share_bound(sh: _Shares, k: int) -> StepBound:
@@ -835,21 +932,39 @@ def _trace_run(
     syncs: SyncSummary,
     group_keys: Sequence[str],
     group_of: npt.NDArray[np.intp] | None,
+    *,
+    clock: ReportWarning | None = None,
 ) -> Bound:
-    """The run's bound: the region's, with the run's lists (host frames, sync sites, kernels,
-    waits) and advice."""
+    """The run's bound: the region's (its share ``whole``: the steady state), with the run's
+    lists (host frames, sync sites, kernels, waits) and advice."""
     share = _share_bound(whole, 0)
-    g0, g1, cls = tl.g0, tl.g1, causes.cls
+    lo = whole.start[0]
+    steady = tl.g1 > lo
+    g0, g1, cls = np.maximum(tl.g0[steady], lo), tl.g1[steady], causes.cls[steady]
+    busy_rows = tl.e > lo
+    frames, explained = _host_frames(trace, causes.by_class, lo, tl.r1, share.evidence)
+    notes = list(share.evidence.notes)
+    if clock is not None:
+        notes.append(
+            "the host and device clocks disagree: busy is measured over the device's own span "
+            "(its first to its last activity); the idle causes, run-ahead and steps in flight, "
+            "which compare the two clocks, are withheld (queue depth and launch delays compare "
+            "them too: read them with care)"
+        )
     evidence = msgspec.structs.replace(
         share.evidence,
-        host_frames=_host_frames(trace, g0, g1, cls, share.evidence.leading_cause),
+        host_frames=frames,
+        host_explained_pct=explained,
         sync_sites=_sync_costs(syncs, g0, g1, cls),
-        top_kernels=_top_kernels(trace, tl.rows, tl.s, tl.e),
-        waited_on=_waited_on(trace, g0, g1, cls, tl.ender, group_keys, group_of),
+        top_kernels=_top_kernels(
+            trace, tl.rows[busy_rows], np.maximum(tl.s[busy_rows], lo), tl.e[busy_rows]
+        ),
+        waited_on=_waited_on(trace, g0, g1, cls, tl.ender[steady], group_keys, group_of),
+        notes=notes,
     )
     share = msgspec.structs.replace(share, evidence=evidence)
     # a trace without device activity ran on the CPU (or recorded none): say what that means
-    return _run_bound(share, asynchronous=tl.n_act > 0)
+    return _run_bound(share, asynchronous=tl.n_act > 0, clocks_disagree=clock is not None)
 
 
 def _idle_gaps(tl: _Timeline, causes: _Causes, steps: _Shares | None) -> IdleGaps:
@@ -878,22 +993,48 @@ def bound_of_trace(
     step_sync_wait_ns: Sequence[int] = (),
     group_keys: Sequence[str] = (),
     group_of: npt.NDArray[np.intp] | None = None,
+    warmup: WarmUp | None = None,
 ) -> TraceBound:
-    """The run's and every step's label, with figures, evidence, advice and warnings."""
-    tl = _device_timeline(trace, links, windows)
+    """The run's and every step's label, with figures, evidence, advice and warnings.
+
+    ``warmup`` (:func:`~asynctrace.analysis.warmup.find_warmup`): the run's figures and label
+    describe the steady state after it — a whole trace's region begins where it ends, and with
+    steps the run leaves out its ``steps`` leading steps (each step keeps its own figures; the
+    steady steps' add up to the run's)."""
+    clock = _clock_mismatch(trace, links)
+    whole_trace = not windows or windows[0].source == "trace"
+    w_end = warmup.end_ns if warmup is not None and whole_trace and clock is None else None
+    tl = _device_timeline(
+        trace, links, windows, device_clock=clock is not None, warmup_end_ns=w_end
+    )
     host = _host_waits(trace, queues, cap)
-    checks = _checks(trace, links, tl, host)
+    checks = _checks(trace, links, tl, host, clock)
     causes = _gap_causes(links, tl, host, checks)
     parts = _Parts(busy=tl.busy, causes=causes, host=host)
-    per = _step_shares(trace, links, tl, parts, windows, step_sync_wait_ns) if windows else None
-    whole = _region_share(tl, parts, per)
+    per = (
+        _step_shares(trace, links, tl, parts, windows, step_sync_wait_ns, one_clock=clock is None)
+        if windows
+        else None
+    )
+    left_out = warmup.steps if warmup is not None and not whole_trace else 0
+    notes: list[str] = []
+    if left_out >= len(windows) > 0:
+        notes.append(f"warm-up lasts through all {len(windows)} step(s): these figures include it")
+        left_out = 0
+    elif left_out:
+        notes.append(f"warm-up: the first {left_out} step(s) are left out of the run's figures")
+    whole = _region_share(tl, parts, per, left_out)
     # what syncs cost: their wait plus the sync idle they opened
     cost = int(whole.sync_wait[0]) + int(whole.cls[_SYNC, 0])
+    run = _trace_run(trace, tl, causes, whole, syncs, group_keys, group_of, clock=clock)
+    if notes:
+        ev = msgspec.structs.replace(run.evidence, notes=[*run.evidence.notes, *notes])
+        run = msgspec.structs.replace(run, evidence=ev)
     return TraceBound(
-        run=_trace_run(trace, tl, causes, whole, syncs, group_keys, group_of),
+        run=run,
         steps=[_share_bound(per, k) for k in range(len(windows))] if per is not None else [],
         warnings=checks.warnings,
-        sync_cost_fraction=cost / tl.region if tl.region > 0 else 0.0,
+        sync_cost_fraction=cost / whole.region[0] if whole.region[0] > 0 else 0.0,
         clocks_disagree=checks.clocks_disagree,
         gaps=_idle_gaps(tl, causes, per),
     )
@@ -942,91 +1083,208 @@ def _sync_costs(syncs: SyncSummary, g0: I64, g1: I64, cls: I64) -> list[SyncCost
     return out[:10]
 
 
-def _main_thread(trace: Trace) -> tuple[int, int] | None:
-    """The thread with most runtime calls (the one launching the work), as (pid, tid)."""
-    rt = trace.runtime
-    if len(rt) == 0:
-        return None
-    tids, counts = np.unique(rt.tid, return_counts=True)
-    tid = tids[int(np.argmax(counts))]
-    pid = rt.pid[int(np.argmax(rt.tid == tid))]
-    return int(pid), int(tid)
+#: the layers of host events, in the order a segment's frame is named by: the runtime call
+#: the host sat in, else the user's innermost Python frame, any Python frame, the operator, the
+#: annotation or NVTX range
+_RT, _USER, _PY, _OP, _ANN = range(5)
+#: the idle the frames explain, by leading cause: the host's when the device waited on
+#: the host (host, sync, input); where it waited on other work, or its cause is unknown, what
+#: the host did then explains nothing, and the frames are those of the host idle
+_FRAME_CLASSES = {
+    "host": (_H_SHORT, _H_LONG),
+    "sync": (_SYNC,),
+    "input": (_INPUT,),
+    "dependency": (_H_SHORT, _H_LONG),
+    "unattributed": (_H_SHORT, _H_LONG),
+}
 
 
-def _host_frames(trace: Trace, g0: I64, g1: I64, cls: I64, leading: str) -> list[HostFrame]:
-    """The innermost host frames at the longest gaps of the leading cause (time-weighted)."""
-    want = {
-        "host": (_H_SHORT, _H_LONG),
-        "sync": (_SYNC,),
-        "input": (_INPUT,),
-        "dependency": (_DEP,),
-        "unattributed": (_UNATTR,),
-    }[leading]
-    idx = np.flatnonzero(np.isin(cls, want))
-    if not len(idx):
-        return []
-    length = g1[idx] - g0[idx]
-    top = idx[np.argsort(-length, kind="stable")[:FRAME_SAMPLE_GAPS]]
-    # a sync gap's frame is the one around the sync the host was in at g0; others at mid-gap
-    at = g0[top] if leading == "sync" else g0[top] + (g1[top] - g0[top]) // 2
-    thread = _main_thread(trace)
-    lookups: list[tuple[_ThreadFrames, bool]] = []
-    py = trace.python_frames
+def _thread_layers(trace: Trace) -> list[tuple[int, I64, I64, I64, npt.NDArray[np.int32]]]:
+    """Every host event that can name a frame, as (layer, thread key, start, end, name), on
+    the threads that call the runtime: they issue the device's work; a thread that never does
+    (a Python thread waiting on a lock) is not what the device waits on. None without runtime
+    calls."""
     strings = trace.strings
-    if thread is not None:
-        pid, tid = thread
-        if len(py):
-            on = (py.pid == pid) & (py.tid == tid)
-            if not on.any():
-                on = np.ones(len(py), bool)
-            fs, fe, fn = py.start_ns[on], py.start_ns[on] + py.dur_ns[on], py.name[on]
-            used = np.unique(fn)
-            user_ids = used[[is_user_frame(strings[int(i)]) for i in used.tolist()]]
-            u = np.isin(fn, user_ids)
-            if u.any():
-                lookups.append((_ThreadFrames(fs[u], fe[u], fn[u]), True))
-            lookups.append((_ThreadFrames(fs, fe, fn), True))
-        r = trace.ranges
-        ops = (r.kind == RangeKind.OP) & (r.pid == pid) & (r.tid == tid)
-        if not ops.any():
-            ops = r.kind == RangeKind.OP
-        if ops.any():
-            lookups.append(
-                (
-                    _ThreadFrames(r.start_ns[ops], r.start_ns[ops] + r.dur_ns[ops], r.name[ops]),
-                    False,
-                )
+    rt, r, py = trace.runtime, trace.ranges, trace.python_frames
+    if not len(rt):
+        return []
+
+    def key(pid: I64, tid: I64) -> I64:
+        k: I64 = (pid.astype(np.int64) << 32) ^ (tid.astype(np.int64) & 0xFFFFFFFF)
+        return k
+
+    out = [(_RT, key(rt.pid, rt.tid), rt.start_ns, rt.start_ns + rt.dur_ns, rt.name)]
+    if len(py):
+        used = sorted_unique(py.name)
+        user_ids = used[[is_user_frame(strings[int(i)]) for i in used.tolist()]]
+        u = np.isin(py.name, user_ids)
+        k, s, e = key(py.pid, py.tid), py.start_ns, py.start_ns + py.dur_ns
+        if u.any():
+            out.append((_USER, k[u], s[u], e[u], py.name[u]))
+        out.append((_PY, k, s, e, py.name))
+    if len(r):
+        op = r.kind == RangeKind.OP
+        ann = (r.kind == RangeKind.ANNOTATION) | (r.kind == RangeKind.NVTX)
+        for layer, on in ((_OP, op), (_ANN, ann)):
+            if on.any():
+                k = key(r.pid[on], r.tid[on])
+                out.append((layer, k, r.start_ns[on], (r.start_ns + r.dur_ns)[on], r.name[on]))
+    launching = sorted_unique(key(rt.pid, rt.tid))
+    return [
+        (ly, k[m], s[m], e[m], n[m]) for ly, k, s, e, n in out if (m := np.isin(k, launching)).any()
+    ]
+
+
+def _host_frames(
+    trace: Trace, by_class: ClassCover, lo: int, hi: int, ev: BoundEvidence
+) -> tuple[list[HostFrame], float | None]:
+    """What the host was in while the device idled for the leading cause: each frame's time
+    inside that idle, measured (on every host thread, the innermost frame of each moment gets
+    it: the runtime call the host sat in, named with the user's line around it, else the
+    user's Python frame, any Python frame, the operator), and the share of the idle the listed
+    frames cover (None where the trace has no host events to measure it from)."""
+    want = np.isin(by_class.cls, _FRAME_CLASSES[ev.leading_cause])
+    ps = np.maximum(by_class.start_ns[want], lo)
+    pe = np.minimum(by_class.end_ns[want], hi)
+    keep = pe > ps
+    idle = Cover._from_disjoint(ps[keep], pe[keep])
+    layers = _thread_layers(trace)
+    if not layers:
+        return [], None
+    if idle.total_ns == 0:
+        return [], 0.0
+    # each layer's events that overlap the idle, by thread
+    parts = []
+    for layer, k, s, e, name in layers:
+        on = (e > s) & (idle.between(s, e) > 0)
+        if on.any():
+            parts.append((layer, k[on], s[on], e[on], name[on]))
+    seg_s: list[I64] = []
+    seg_e: list[I64] = []
+    seg_key: list[I64] = []
+    n_str = len(trace.strings) + 1
+    threads = (
+        sorted_unique(np.concatenate([p[1] for p in parts])) if parts else np.zeros(0, np.int64)
+    )
+    for th in threads.tolist():
+        mine = [(layer, s[k == th], e[k == th], n[k == th]) for layer, k, s, e, n in parts]
+        mine = [m for m in mine if len(m[1])]
+        # only the idle this thread has events in: the rest has no frame of it
+        mine_idle = idle.intersect(
+            Cover.of(np.concatenate([m[1] for m in mine]), np.concatenate([m[2] for m in mine]))
+        )
+        cuts = sorted_unique(
+            np.concatenate(
+                [mine_idle.start_ns, mine_idle.end_ns, *(np.r_[s, e] for _, s, e, _ in mine)]
             )
-    agg: dict[tuple[str, str], list[int]] = {}
-    for t, ln in zip(at.tolist(), (g1[top] - g0[top]).tolist(), strict=True):
-        name = -1
-        python = False
-        for frames, is_python in lookups:
-            name = frames.innermost(t, t + 1, strings)
-            if name >= 0:
-                python = is_python
-                break
-        if name < 0:
-            key = ("(no host frame)", "")
-        elif python:
-            text = trace.name_of(name)
-            fn = text.split("): ", 1)[1] if "): " in text else text
-            key = (fn, site_of(text) if is_user_frame(text) else "")
-        else:
-            key = (trace.name_of(name), "")
-        slot = agg.setdefault(key, [0, 0])
-        slot[0] += ln
-        slot[1] += 1
-    out = [HostFrame(frame=f, site=s, idle_ns=v[0], gaps=v[1]) for (f, s), v in agg.items()]
-    out.sort(key=lambda h: (-h.idle_ns, h.frame))
-    return out[:5]
+        )
+        a, b = cuts[:-1], cuts[1:]
+        inside = mine_idle.contains(a)
+        a, b = a[inside], b[inside]
+        got = np.full((5, len(a)), -1, np.int64)
+        for layer, s, e, n in mine:
+            i = innermost_at(s, e, a)
+            got[layer] = np.where(i >= 0, n[np.maximum(i, 0)], -1)
+        rt_, user, py_, op, ann = got
+        # the frame's layer and name, and (for a runtime call) the user's line around it
+        has = [rt_ >= 0, user >= 0, py_ >= 0, op >= 0, ann >= 0]
+        layer_of = np.select(has, [_RT, _USER, _PY, _OP, _ANN], -1)
+        name_of = np.select(has, [rt_, user, py_, op, ann], -1)
+        site = np.where(rt_ >= 0, user, -1)
+        framed = layer_of >= 0
+        seg_s.append(a[framed])
+        seg_e.append(b[framed])
+        seg_key.append((layer_of[framed] * n_str + name_of[framed]) * n_str + site[framed] + 1)
+    s_all = np.concatenate(seg_s) if seg_s else np.zeros(0, np.int64)
+    e_all = np.concatenate(seg_e) if seg_e else np.zeros(0, np.int64)
+    k_all = np.concatenate(seg_key) if seg_key else np.zeros(0, np.int64)
+    # one entry per (frame, site) as shown
+    uniq, inv = unique_inverse(k_all)
+    label_of: dict[tuple[str, str], int] = {}
+    label_id = np.array(
+        [
+            label_of.setdefault(_frame_label(trace, int(u), n_str), len(label_of))
+            for u in uniq.tolist()
+        ],
+        np.intp,
+    )
+    lab = label_id[inv] if len(inv) else np.zeros(0, np.intp)
+    total = np.bincount(lab, weights=e_all - s_all, minlength=len(label_of)).astype(np.int64)
+    gap = np.searchsorted(idle.start_ns, s_all, side="right") - 1
+    pairs = sorted_unique(lab.astype(np.int64) * (len(idle) + 1) + gap)
+    gaps = np.bincount(pairs // (len(idle) + 1), minlength=len(label_of))
+    framed_cover = Cover.of(s_all, e_all)
+    bare = idle.total_ns - framed_cover.total_ns
+    rows = [
+        HostFrame(frame=f, site=st, idle_ns=int(total[i]), gaps=int(gaps[i]))
+        for (f, st), i in label_of.items()
+    ]
+    if bare > 0:
+        # idle no host event covers: before the trace's last host event the host ran
+        # something unrecorded; after it (a step range outliving the record window) nothing
+        # was recorded at all
+        last = _last_host_event_end(trace)
+        after = idle.clip(last, hi) if last is not None else Cover.of([], [])
+        tail = after.subtract(framed_cover) if len(after) else after
+        for label, part in (
+            ("(no host frame)", bare - tail.total_ns),
+            ("(nothing recorded: after the last host event)", tail.total_ns),
+        ):
+            if part > 0:
+                rows.append(HostFrame(frame=label, site="", idle_ns=part, gaps=0))
+        uncovered = idle.subtract(framed_cover)
+        gap_of = np.searchsorted(idle.start_ns, uncovered.start_ns, side="right") - 1
+        in_tail = tail.contains(uncovered.start_ns)
+        for h_i, h in enumerate(rows):
+            if h.frame.startswith("("):
+                mask = in_tail if h.frame.startswith("(nothing") else ~in_tail
+                rows[h_i] = msgspec.structs.replace(h, gaps=len(sorted_unique(gap_of[mask])))
+    rows.sort(key=lambda h: (-h.idle_ns, h.frame, h.site))
+    listed = rows[:5]
+    ids = [label_of[(h.frame, h.site)] for h in listed if (h.frame, h.site) in label_of]
+    sel = np.isin(lab, np.array(ids, np.intp))
+    explained = Cover.of(s_all[sel], e_all[sel]).total_ns
+    return listed, _pct(explained, idle.total_ns)
+
+
+def _last_host_event_end(trace: Trace) -> int | None:
+    """The end of the trace's last host event other than a step range (which can outlive what
+    the profiler recorded)."""
+    r = trace.ranges
+    ends = [
+        (s + d).max()
+        for s, d in (
+            (trace.runtime.start_ns, trace.runtime.dur_ns),
+            (trace.python_frames.start_ns, trace.python_frames.dur_ns),
+            (
+                r.start_ns[(r.kind != RangeKind.STEP) & (r.kind != RangeKind.GPU_ANNOTATION)],
+                r.dur_ns[(r.kind != RangeKind.STEP) & (r.kind != RangeKind.GPU_ANNOTATION)],
+            ),
+        )
+        if len(s)
+    ]
+    return int(max(ends)) if ends else None
+
+
+def _frame_label(trace: Trace, key: int, n_str: int) -> tuple[str, str]:
+    """A segment key's (frame, site) as the evidence shows them."""
+    site_id = key % n_str - 1
+    name = (key // n_str) % n_str
+    layer = key // (n_str * n_str)
+    text = trace.name_of(name)
+    if layer == _RT:
+        return text, site_of(trace.name_of(site_id)) if site_id >= 0 else ""
+    if layer in (_USER, _PY):
+        fn = text.split("): ", 1)[1] if "): " in text else text
+        return fn, site_of(text) if layer == _USER else ""
+    return text, ""
 
 
 def _top_kernels(trace: Trace, rows: npt.NDArray[np.intp], s: I64, e: I64) -> list[KernelTime]:
     if not len(rows):
         return []
     names = trace.activities.name[rows]
-    uniq, inv = np.unique(names, return_inverse=True)
+    uniq, inv = unique_inverse(names)
     # summed as floats and held within int64: a hostile trace's durations can sum past it
     total = np.minimum(np.bincount(inv, weights=e - s), 9.2e18).astype(np.int64)
     count = np.bincount(inv)
@@ -1055,12 +1313,12 @@ def _waited_on(
         stream_id = group_of[rows].astype(np.int64)
         keys = list(group_keys)
     else:
-        uniq_s, inv_s = np.unique(act.stream[rows], return_inverse=True)
+        uniq_s, inv_s = unique_inverse(act.stream[rows])
         stream_id = inv_s.reshape(-1).astype(np.int64)
         keys = [str(int(x)) for x in uniq_s.tolist()]
     names = act.name[rows].astype(np.int64)
     pair = stream_id * (int(names.max()) + 1) + names
-    uniq, inv = np.unique(pair, return_inverse=True)
+    uniq, inv = unique_inverse(pair)
     inv = inv.reshape(-1)
     idle = np.bincount(inv, weights=g1[d] - g0[d]).astype(np.int64)
     gaps = np.bincount(inv)

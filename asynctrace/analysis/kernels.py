@@ -27,7 +27,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from asynctrace.analysis.bound import _main_thread, _on_device
+from asynctrace.analysis.bound import _on_device
 from asynctrace.traces.model import ActivityKind, RangeKind, Trace
 
 __all__ = ["DeviceTime", "HostOpTime", "device_times", "host_op_times"]
@@ -100,10 +100,24 @@ class HostOpTime(msgspec.Struct, frozen=True, kw_only=True):
     total_ns: int
 
 
+def _launching_thread(trace: Trace) -> tuple[int, int] | None:
+    """The thread with most runtime calls (the one launching the work), as (pid, tid)."""
+    rt = trace.runtime
+    if len(rt) == 0:
+        return None
+    tid_sorted = np.sort(rt.tid)
+    edges = np.flatnonzero(np.diff(tid_sorted)) + 1
+    starts = np.concatenate(([0], edges))
+    counts = np.diff(np.concatenate((starts, [len(tid_sorted)])))
+    tid = tid_sorted[starts[int(np.argmax(counts))]]
+    pid = rt.pid[int(np.argmax(rt.tid == tid))]
+    return int(pid), int(tid)
+
+
 def host_op_times(trace: Trace, *, start_ns: int, end_ns: int) -> list[HostOpTime]:
     """Every top-level operator name of the launching thread over ``[start_ns, end_ns)``, most
     host time first (pure; one vectorised pass)."""
-    thread = _main_thread(trace)
+    thread = _launching_thread(trace)
     r = trace.ranges
     if thread is None or not len(r) or end_ns <= start_ns:
         return []

@@ -63,6 +63,7 @@ from asynctrace.analysis.steps import (
 from asynctrace.analysis.syncs import SyncCall, SyncSummary, find_syncs
 from asynctrace.analysis.timeline import Cover
 from asynctrace.analysis.verdict import judge_steps, verdict_line
+from asynctrace.analysis.warmup import find_warmup
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import Note, Records, SessionHeader, StepRecord, SyncSite
 from asynctrace.traces.model import ActivityKind, Trace
@@ -470,6 +471,7 @@ def _trace_analysis(
     group_of, keys = groups
     has_device = len(trace.activities) > 0
     plain = split_steps(trace, links, windows=windows, queues=series, syncs=blocking)
+    warmup = find_warmup(trace, windows)
     tb = bound_of_trace(
         trace,
         links,
@@ -480,14 +482,13 @@ def _trace_analysis(
         step_sync_wait_ns=[s.sync_wait_ns for s in plain.steps],
         group_keys=keys,
         group_of=group_of,
+        warmup=warmup,
     )
     # where the clocks disagree, the figures that compare them would be wrong: left out
     split = (
         without_clock_figures(plain) if tb.clocks_disagree or trust.run_ahead_withheld else plain
     )
     whole = bool(windows) and windows[0].source == "trace"
-    # start-up work outside the steady state (none found here yet)
-    warmup: WarmUp | None = None
     # syncs are judged by the device idle they open, as the diagnosis ranks them: the host's
     # wait while the device stays busy costs nothing
     sync_cost = _sync_cost_ns(tb.gaps, syncs)

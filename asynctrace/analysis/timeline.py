@@ -13,9 +13,38 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ClassCover", "Cover", "start_order", "union_runs"]
+__all__ = [
+    "ClassCover",
+    "Cover",
+    "innermost_at",
+    "sorted_unique",
+    "start_order",
+    "union_runs",
+    "unique_inverse",
+]
 
 I64 = npt.NDArray[np.int64]
+
+
+def sorted_unique(x: npt.ArrayLike) -> I64:
+    """``np.unique(x)`` for integers, by one sort: numpy's hash-based unique is many times
+    slower on large int64 arrays."""
+    v = np.sort(np.asarray(x, dtype=np.int64).reshape(-1))
+    if len(v) < 2:
+        return v
+    out: I64 = v[np.r_[True, v[1:] != v[:-1]]]
+    return out
+
+
+def unique_inverse(x: npt.ArrayLike) -> tuple[I64, npt.NDArray[np.intp]]:
+    """``np.unique(x, return_inverse=True)`` for integers, by one stable sort."""
+    v = np.asarray(x, dtype=np.int64).reshape(-1)
+    order = np.argsort(v, kind="stable")
+    vs = v[order]
+    head = np.r_[True, vs[1:] != vs[:-1]] if len(vs) else np.zeros(0, bool)
+    inv = np.empty(len(v), np.intp)
+    inv[order] = np.cumsum(head) - 1
+    return vs[head], inv
 
 
 def start_order(start: I64) -> npt.NDArray[np.intp] | None:
@@ -106,10 +135,20 @@ class Cover(msgspec.Struct, frozen=True, eq=False):
         """The intervals covered by both."""
         if len(self) == 0 or len(other) == 0:
             return Cover.of([], [])
-        cuts = np.unique(np.concatenate([self.start_ns, self.end_ns, other.start_ns, other.end_ns]))
+        cuts = sorted_unique(
+            np.concatenate([self.start_ns, self.end_ns, other.start_ns, other.end_ns])
+        )
         lo, hi = cuts[:-1], cuts[1:]
         both = self.contains(lo) & other.contains(lo)
         return Cover.of(lo[both], hi[both])
+
+    def subtract(self, other: Cover) -> Cover:
+        """The intervals covered by this and not by ``other``."""
+        if len(self) == 0 or len(other) == 0:
+            return self
+        lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+        holes = Cover.of(np.r_[lo, other.end_ns], np.r_[other.start_ns, hi])
+        return self.intersect(holes)
 
     def clip(self, lo: int, hi: int) -> Cover:
         """The part inside ``[lo, hi)``."""
@@ -154,3 +193,45 @@ class ClassCover(msgspec.Struct, frozen=True, eq=False):
         a = np.asarray(a, dtype=np.int64)
         b = np.asarray(b, dtype=np.int64)
         return np.where(b > a, self.before(b) - self.before(a), 0).astype(np.int64)
+
+
+def innermost_at(start: I64, end: I64, t: I64) -> npt.NDArray[np.intp]:
+    """For nested intervals ``[start[i], end[i])`` (one thread's frames: each inside the one it
+    was called from; none empty), the innermost containing each time ``t``; -1 where none.
+
+    Vectorised by depth: at ``t`` the open intervals number ``D`` (starts at or before ``t`` less
+    ends at or before it), and the innermost is the one at depth ``D`` that started last — one
+    binary search per depth level, never a loop over intervals. An interval that overlaps its
+    neighbour without nesting can hide the one it overlaps; the result is checked to contain
+    ``t`` (else -1).
+    """
+    n = len(start)
+    t = np.asarray(t, dtype=np.int64)
+    out = np.full(len(t), -1, np.intp)
+    if n == 0 or len(t) == 0:
+        return out
+    # outer before inner where two start together
+    by = np.lexsort((-end, start))
+    start, end = start[by], end[by]
+    # depth after each start: starts so far less ends at or before it (an end at t closes
+    # before a start at t: touching intervals do not nest)
+    ends_sorted = np.sort(end)
+    depth_at_start = np.arange(1, n + 1) - np.searchsorted(ends_sorted, start, side="right")
+    d_t = np.searchsorted(start, t, side="right") - np.searchsorted(ends_sorted, t, side="right")
+    order = np.lexsort((start, depth_at_start))  # by depth, then start
+    lv = depth_at_start[order]
+    ls = start[order]
+    lo_of = np.searchsorted(lv, np.arange(int(lv.max()) + 2), side="left")
+    for d in sorted_unique(d_t[d_t > 0]).tolist():
+        q = np.flatnonzero(d_t == d)
+        a, b = lo_of[d], lo_of[d + 1]
+        if a == b:
+            continue
+        k = np.searchsorted(ls[a:b], t[q], side="right") - 1
+        ok = k >= 0
+        out[q[ok]] = order[a + k[ok]]
+    hit = out >= 0
+    safe = np.maximum(out, 0)
+    out[hit & ~((start[safe] <= t) & (t < end[safe]))] = -1
+    found: npt.NDArray[np.intp] = np.where(out >= 0, by[np.maximum(out, 0)], -1)
+    return found

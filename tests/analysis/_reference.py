@@ -326,6 +326,8 @@ def _shares(
     region: tuple[int, int],
     timeline: list[tuple[int, int]],
     launched: list[tuple[int, int, int]],
+    *,
+    one_clock: bool = True,
 ) -> list[tuple[int, int, int, int]]:
     """Each step's share of the device timeline, one step at a time: (share start, share end,
     busy, idle). ``timeline``: every activity of the device (start, end); ``launched``: (launch
@@ -338,6 +340,15 @@ def _shares(
     for w0, w1 in windows:
         mine = [max(a, r0) for ls, a, b in launched if w0 <= ls < w1 and min(b, r1) > max(a, r0)]
         firsts.append(min(mine) if mine else None)
+    if one_clock:
+        # an idle gap ending at a step's first activity is split at the step's host start
+        # (schema 4): before it the previous step's, after it this step's
+        for k in range(1, len(windows)):
+            f = firsts[k]
+            if f is None or f <= r0 or any(a < f <= b for a, b in clipped):
+                continue
+            prev_end = max([b for _, b in clipped if b < f] + [r0])
+            firsts[k] = min(max(windows[k][0], prev_end), f)
     bounds = [r1] * (len(windows) + 1)
     for k in range(len(windows) - 1, 0, -1):
         f = firsts[k]
@@ -409,12 +420,15 @@ def _causes(
         elif any(a <= g0 < b for a, b in syncs):
             cause = "sync"
         else:
+            # split by overlap (schema 4): the host's data waits before the launch are input,
+            # the rest of the gap host
             upto = g1 if final else max(launch[0], g0)
             waited = _union([(max(a, g0), min(b, upto)) for a, b in data if a < upto and b > g0])
-            cause = "input" if upto > g0 and 2 * waited > upto - g0 else "host"
+            out["input"] += waited
+            out["host"] += n - waited
+            out["host_short" if n < 50_000 else "host_long"] += n - waited
+            continue
         out[cause] += n
-        if cause == "host":
-            out["host_short" if n < 50_000 else "host_long"] += n
     return out
 
 
@@ -453,6 +467,47 @@ def _all_percentiles(values: list[int]) -> dict[str, int]:
         "p99": _nearest_rank(values, 99),
         "max": max(values),
     }
+
+
+#: context-creation calls, and a program's own warm-up ranges (docs/how-it-works.md, Warm-up)
+_CONTEXT = {
+    "cudaDeviceGetStreamPriorityRange",
+    "cudaFree",
+    "cudaMalloc",
+    "cudaHostAlloc",
+    "cudaMallocHost",
+    "cudaStreamCreate",
+    "cudaStreamCreateWithFlags",
+    "cudaStreamCreateWithPriority",
+    "cudaGetDeviceCount",
+    "cudaSetDevice",
+    "cudaEventCreate",
+    "cudaEventCreateWithFlags",
+    "cuInit",
+    "hipMalloc",
+    "hipFree",
+    "hipStreamCreate",
+}
+_WARMUP_WORD = re.compile(r"(?<![a-z])warm[-_ ]?up(?![a-z])", re.IGNORECASE)
+
+
+def _kineto_warmup_end(events: list[dict[str, Any]], start: Any, end: Any) -> int | None:
+    """Where the warm-up ends, read one event at a time: the end of the latest of the first call
+    of each context-creation name lasting 10 ms or more, and of ranges named warm-up (the shared
+    traces hold no compilation or autotuning ranges)."""
+    seen: set[str] = set()
+    ends: list[int] = []
+    for e in sorted(events, key=start):
+        name = str(e.get("name", ""))
+        cat = str(e.get("cat", "")).lower()
+        if cat in _RUNTIME_CATS and name in _CONTEXT:
+            if name not in seen and end(e) - start(e) >= 10_000_000:
+                ends.append(end(e))
+            seen.add(name)
+        warm = cat in ("user_annotation", "cpu_op") and _WARMUP_WORD.search(name)
+        if warm and not name.startswith("ProfilerStep#"):
+            ends.append(end(e))
+    return max(ends) if ends else None
 
 
 def reference_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
@@ -618,7 +673,24 @@ def reference_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
     else:
         r0, h1 = windows[0][1], max(w1 for _, _, w1 in windows)
         region = (r0, max([h1] + [b for ls, _, b in launched if r0 <= ls < h1]))
-    shares = _shares([(w0, w1) for _, w0, w1 in windows], region, timeline, launched)
+    clocks_bad = False
+    if matched and host:
+        h0, h1 = min(map(start, host)), max(map(end, host))
+        l2s = sorted(a - ls for _, ls, _, a, _ in matched)
+        p50 = l2s[(len(l2s) - 1) // 2]
+        first = min(a for _, _, _, a, _ in matched)
+        last = max(b for _, _, _, _, b in matched)
+        clocks_bad = first > h1 or last < h0 or (h1 > h0 and p50 > h1 - h0)
+    warmup_end = _kineto_warmup_end(events, start, end)
+    if clocks_bad and timeline:
+        # the device's figures on its own clock (schema 4): its span, first to last activity
+        region = (min(a for a, _ in timeline), max(b for _, b in timeline))
+    elif whole_trace and warmup_end is not None and region[0] < warmup_end < region[1]:
+        # the steady state follows the warm-up (schema 4)
+        region = (warmup_end, region[1])
+    shares = _shares(
+        [(w0, w1) for _, w0, w1 in windows], region, timeline, launched, one_clock=not clocks_bad
+    )
     device_acts = [
         (
             start(e),
@@ -635,14 +707,6 @@ def reference_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any]:
         if str(e.get("cat", "")).lower() in ("cpu_op", "operator", "user_annotation")
         and _DATA_WAIT.search(str(e.get("name", "")))
     ]
-    clocks_bad = False
-    if matched and host:
-        h0, h1 = min(map(start, host)), max(map(end, host))
-        l2s = sorted(a - ls for _, ls, _, a, _ in matched)
-        p50 = l2s[(len(l2s) - 1) // 2]
-        first = min(a for _, _, _, a, _ in matched)
-        last = max(b for _, _, _, _, b in matched)
-        clocks_bad = first > h1 or last < h0 or (h1 > h0 and p50 > h1 - h0)
     bound = _causes(region, device_acts, sync_iv, data_iv, clocks_bad=clocks_bad)
     bound["region"] = region[1] - region[0]
     bound["clocks_bad"] = clocks_bad
@@ -813,6 +877,16 @@ def reference_nsys_step_figures(path: Path, *, cap: int = 1022) -> dict[str, Any
     dev = max(counts, key=lambda d: (counts[d], d))
     timeline = [(a[0] - origin, a[1] - origin) for a in acts if a[5] == dev]
     region = (min([w0] + [a for a, _ in timeline]), max([w1] + [b for _, b in timeline]))
+    # a whole program: its warm-up is the lead-in before the device's first activity, and any
+    # long first context call after it (schema 4); the steady state follows
+    first_call: dict[str, tuple[int, int]] = {}
+    for cs, ce, name in sorted(calls.values()):
+        first_call.setdefault(name, (cs - origin, ce - origin))
+    warm = [min(a for a, _ in timeline)] + [
+        ce for name, (cs, ce) in first_call.items() if name in _CONTEXT and ce - cs >= 10_000_000
+    ]
+    if region[0] < max(warm) < region[1]:
+        region = (max(warm), region[1])
     ((_lo, _hi, busy, idle),) = _shares([(w0, w1)], region, timeline, [])
     device_acts = [
         (a[0] - origin, a[1] - origin, launch.get((a[3] >> 24, a[4]))) for a in acts if a[5] == dev

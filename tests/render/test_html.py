@@ -80,11 +80,12 @@ def test_the_page_is_self_contained_and_escaped(kind: str, tmp_path: Path) -> No
 def test_the_trace_page_tables_show_the_report_figures() -> None:
     page = report_html(analyze_detail(two_step_trace()))
     # step 1: host 1000 ns, sync wait 500 ns inside the step (one sync), queue max 1, the
-    # step's own bound label last
+    # step's own bound label last (schema 4: host-bound — it owns the idle from its host start
+    # to its kernel, which the device waited on it for)
     assert (
         '<tr><td class="l">1</td><td>0.001</td><td>0.000</td><td>0.000</td><td>0.000</td>'
-        "<td>0.000</td><td>0.001</td><td>1</td><td>0.000</td><td>1</td><td>0</td>"
-        "<td>device-bound</td></tr>"
+        "<td>0.001</td><td>0.001</td><td>1</td><td>0.000</td><td>1</td><td>0</td>"
+        "<td>host-bound</td></tr>"
     ) in page
     assert "<h2>Steps (2, from profiler)</h2>" in page
     # the sync, with its whole 700 ns (the steps count only what fell inside them)
