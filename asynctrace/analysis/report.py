@@ -492,6 +492,14 @@ def _trace_analysis(
     # syncs are judged by the device idle they open, as the diagnosis ranks them: the host's
     # wait while the device stays busy costs nothing
     sync_cost = _sync_cost_ns(tb.gaps, syncs)
+    run = trust.bound(tb.run)
+    if sync_cost is not None:
+        # the evidence states the syncs' cost by the one definition the verdict and the
+        # diagnosis rank them by
+        pct = round(100 * sync_cost_fraction(run, sync_cost), 2)
+        run = msgspec.structs.replace(
+            run, evidence=msgspec.structs.replace(run.evidence, sync_cost_pct=pct)
+        )
     v = judge_steps(
         split.steps,
         asynchronous=has_device,
@@ -518,7 +526,7 @@ def _trace_analysis(
         verdict=VerdictInfo(
             code=v.code, message=v.message, findings=list(v.findings), codes=list(v.codes)
         ),
-        bound=trust.bound(tb.run),
+        bound=run,
         warmup=warmup,
         warnings=[*tb.warnings, *trust.warnings],
         trace=TraceFigures(
@@ -593,20 +601,21 @@ def _host_ops(trace: Trace, report: Report) -> list[HostOpTime]:
 
 def _sync_cost_ns(gaps: IdleGaps | None, syncs: SyncSummary) -> int | None:
     """What a trace's syncs cost (docs/how-it-works.md#diagnosis): the device idle they open
-    (the sync gaps) plus the host's wait in them not overlapped by device work while the
-    device waited for the host (the wait inside host gaps: a gap whose work was already
-    queued, waiting on other work, is not the host's to shorten); None without the gaps."""
+    (the sync gaps) plus the host's wait in them not overlapped by device work (the wait inside
+    the other idle gaps: a host held in a pageable copy while queued work waits is the
+    blocking copy's cost too — the driver stages such a copy through the host); a wait the
+    device is busy through costs nothing. None without the gaps."""
     if gaps is None:
         return None
     sync = gaps.cause == CAUSES.index("sync")
     opened = int((gaps.end_ns[sync] - gaps.start_ns[sync]).sum())
     calls = syncs.calls
-    host = gaps.cause == CAUSES.index("host")
-    if not calls or not host.any():
+    idle = ~sync
+    if not calls or not idle.any():
         return opened
     start = np.fromiter((c.start_ns for c in calls), np.int64, len(calls))
     dur = np.fromiter((c.dur_ns for c in calls), np.int64, len(calls))
-    other = Cover.of(gaps.start_ns[host], gaps.end_ns[host])
+    other = Cover.of(gaps.start_ns[idle], gaps.end_ns[idle])
     waits = Cover.of(start, start + dur)  # disjoint: no wait counted twice
     return opened + int(other.between(waits.start_ns, waits.end_ns).sum())
 

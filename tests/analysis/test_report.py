@@ -220,4 +220,8 @@ def test_a_schema_2_report_reads_back_as_the_same_report() -> None:
     # the steps' busy time is unchanged: only idle moves between neighbouring steps
     assert [s.busy_ns for s in old.step_bounds] == [s.busy_ns for s in new.step_bounds]
     old = msgspec.structs.replace(old, source=new.source, bound=bound, step_bounds=new.step_bounds)
+    # and the diagnosis read back is the one of those figures (the host frames it names)
+    from asynctrace.analysis.report import report_diagnosis
+
+    old = msgspec.structs.replace(old, diagnosis=report_diagnosis(old))
     assert old == new

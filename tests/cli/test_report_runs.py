@@ -12,6 +12,7 @@ import pytest
 from asynctrace.cli import main
 from tests.cli.test_report import _write_records
 from tests.conftest import ROOT
+from tests.export._records import make_steps, write_records_file
 
 
 def _report(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -19,13 +20,19 @@ def _report(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     return status, capsys.readouterr().out
 
 
-@pytest.mark.parametrize("folder", ["traces", "traces/cpu-demo"])
+@pytest.mark.parametrize("folder", ["mixed", "traces/cpu-demo"])
 def test_unrelated_sessions_are_separate_runs(
-    folder: str, capsys: pytest.CaptureFixture[str]
+    folder: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    # traces/: ten sessions of three scripts; traces/cpu-demo: the demo's three sessions (what
-    # the demo suggests to run on its folder)
+    # mixed: the demo's sessions beside two single-rank sessions of other scripts;
+    # traces/cpu-demo: the demo's three sessions (what the demo suggests to run on its folder)
     d = ROOT / folder
+    if folder == "mixed":
+        d = tmp_path
+        for f in (ROOT / "traces" / "cpu-demo").glob("*.records.jsonl"):
+            shutil.copy(f, d)
+        for name in ("train", "finetune"):
+            write_records_file(d / f"{name}.records.jsonl", make_steps(3), name=name)
     n = len(list(d.glob("*.records.jsonl")))
     status, out = _report([str(d), "--json"], capsys)
     assert status == 0
@@ -47,12 +54,12 @@ def test_a_job_beside_an_unrelated_session(
 ) -> None:
     for r in (0, 1):
         _write_records(tmp_path / f"train.rank{r}.records.jsonl", r, [1000, 3000 * (r + 1)])
-    shutil.copy(next((ROOT / "traces").glob("hf_script.*.records.jsonl")), tmp_path)
+    shutil.copy(next((ROOT / "traces" / "cpu-demo").glob("demo-synced.*.records.jsonl")), tmp_path)
     status, out = _report([str(tmp_path), "--json"], capsys)
     assert status == 0
     doc = json.loads(out)
     assert [(r["run"]["kind"], r["run"]["name"]) for r in doc["runs"]] == [
-        ("file", "hf_script"),
+        ("file", "demo-synced"),
         ("session", "train"),
     ]
     assert [r["rank"] for r in doc["ranks"]["ranks"]] == [0, 1]
