@@ -1065,7 +1065,9 @@ def _sync_costs(syncs: SyncSummary, g0: I64, g1: I64, cls: I64) -> list[SyncCost
         pick = np.where(ce[jj] > g0[sg], jj, far[jj])
         got = (j >= 0) & (ce[pick] > g0[sg])
         np.add.at(opened, c_key[order[pick[got]]], (g1 - g0)[sg][got])
-    wait = np.bincount(c_key, weights=c_end - c_start, minlength=len(keys)).astype(np.int64)
+    # integer sums: float weights would overflow (and warn) on a hostile file's durations
+    wait = np.zeros(len(keys), np.int64)
+    np.add.at(wait, c_key, c_end - c_start)
     count = np.bincount(c_key, minlength=len(keys))
     out = [
         SyncCost(
@@ -1074,7 +1076,7 @@ def _sync_costs(syncs: SyncSummary, g0: I64, g1: I64, cls: I64) -> list[SyncCost
             count=int(count[i]),
             wait_ns=int(wait[i]),
             idle_ns=int(opened[i]),
-            cost_ns=int(wait[i] + opened[i]),
+            cost_ns=int(wait[i]) + int(opened[i]),
             kind="blocking-copy" if (site, op) in copies else "sync",
         )
         for (site, op), i in keys.items()

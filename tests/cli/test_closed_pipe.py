@@ -86,7 +86,7 @@ def test_report_steps_into_head(long_records: Path) -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ["report", "traces"],
+        ["report", "traces/cpu-demo"],
         ["report", "traces/cpu-demo", "--steps"],
         ["compare", *(str(p) for p in sorted(DEMO.glob("demo-*synced.*.records.jsonl")))],
         ["--help"],
