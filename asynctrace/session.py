@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from asynctrace.analysis.accumulate import SessionReport, session_report
+from asynctrace.capture._signals import TerminatedBySignal
 from asynctrace.capture.options import TraceOptions
 from asynctrace.capture.session import CaptureSession, current_session
 from asynctrace.capture.sinks import Sink
@@ -154,19 +155,29 @@ class Session(CaptureSession):
             # a forked child leaving the block it inherited: nothing to end, nothing to print
             return
         try:
-            super().__exit__(exc_type, exc, tb)
+            try:
+                self._exit(exc)
+            finally:
+                self._report = self._summary_or_warning()
+            report = self._report
+            # a job stopped by SIGTERM/SIGHUP ends as completed so far: its summary is printed
+            stopped = isinstance(exc, TerminatedBySignal)
+            if (
+                self.options.print_summary
+                and report is not None
+                and (report.error is None or stopped)
+            ):
+                from asynctrace.render.session import print_report
+
+                print_report(report)
+                table = self.rank_table
+                if table is not None:
+                    from asynctrace.render.ranks import format_rank_table
+
+                    print(format_rank_table(table))
         finally:
-            self._report = self._summary_or_warning()
-        report = self._report
-        if self.options.print_summary and report is not None and report.error is None:
-            from asynctrace.render.session import print_report
-
-            print_report(report)
-            table = self.rank_table
-            if table is not None:
-                from asynctrace.render.ranks import format_rank_table
-
-                print(format_rank_table(table))
+            # then the stop signal kills the process, as it would have without us
+            self._after_exit()
 
     def _summary_or_warning(self) -> SessionReport | None:
         """The final report; a bug while building it is one warning (the records are written

@@ -47,7 +47,7 @@ from asynctrace._commands._script import (
     stdout_to_stderr,
 )
 from asynctrace._output import json_text, output_folder, utf8
-from asynctrace.capture._signals import deferred_signals
+from asynctrace.capture._signals import deferred_signals, resend
 from asynctrace.errors import AsyncTraceError
 
 if TYPE_CHECKING:
@@ -198,6 +198,8 @@ def run(args: argparse.Namespace) -> int:
         # printed below, also when the script fails (the session prints only on success)
         print_summary=False,
     )
+    # a SIGTERM/SIGHUP ends the session; the signal is sent again below, after the summary
+    session.resend_signals = False
     around = _Ending(session)
     # with --json, stdout carries only the result
     out = stdout_to_stderr() if args.json else contextlib.nullcontext()
@@ -230,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
             "was built",
             file=sys.stderr,
         )
+        _resend_stop(session)
         if status and not args.json:
             print(f"the script exited with status {status}", file=sys.stderr)
         return status
@@ -254,9 +257,22 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.gather_ranks:
         _print_rank_table(session)
+    _resend_stop(session)
     if status and not args.json:
         print(f"the script exited with status {status}", file=sys.stderr)
     return status
+
+
+def _resend_stop(session: Session) -> None:
+    """The job was stopped (SLURM, Kubernetes, torchrun send SIGTERM): it dies of the signal,
+    as it would have without us, once its records and summary are out."""
+    signum = session.stop_signal()
+    if signum is not None:
+        print(
+            f"asynctrace run: the script was stopped by {signal.Signals(signum).name}",
+            file=sys.stderr,
+        )
+        resend(signum)
 
 
 def _one_line(e: BaseException) -> str:

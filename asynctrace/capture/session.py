@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 from asynctrace.capture._clock import StepClock
 from asynctrace.capture._distributed import rank_and_world
 from asynctrace.capture._nsys import NsysCapture
-from asynctrace.capture._signals import deferred_signals
+from asynctrace.capture._signals import SignalGuard, TerminatedBySignal, deferred_signals, resend
 from asynctrace.capture._writer import sanitize_name
 from asynctrace.capture.devices import ClockAlignment, Device, get_device
 from asynctrace.capture.options import TraceOptions
@@ -255,6 +255,7 @@ class CaptureSession:
         self._hook: Any = None
         self._profiler: DeepProfiler | None = None
         self._nsys: NsysCapture | None = None
+        self._signals = SignalGuard(self._end_at_exit)
 
     # ------------------------------------------------------------------ context manager
     def __enter__(self) -> CaptureSession:
@@ -278,6 +279,7 @@ class CaptureSession:
             self._dispatch("start", self._header)
             self._bind_step_fns()
             self._start_parts()
+            self._signals.install()
             _active.append(self)
             self._active = True
             self._clock.start(self._alignment.uncertainty_ns)
@@ -287,6 +289,7 @@ class CaptureSession:
             if not started:
                 self._clock.discard_open()
                 self._active = False
+                self._signals.restore()
                 self._restore_globals()
                 # the session never started: no run to keep
                 self._finish_sinks(self._end(started=False))
@@ -324,10 +327,40 @@ class CaptureSession:
                     "profiler API is process-wide, so only one session at a time can use it"
                 )
 
+    #: whether the session's end lets a SIGTERM/SIGHUP it ended on kill the process (False: the
+    #: caller does, after its own output: ``asynctrace run`` prints the summary first)
+    resend_signals = True
+
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if self._pid != os.getpid():
             # a forked child leaving the block it inherited: the session is the parent's
             return
+        try:
+            self._exit(exc)
+        finally:
+            self._after_exit()
+
+    def _after_exit(self) -> None:
+        """Once the end is out: the previous SIGTERM/SIGHUP handlers back, and a signal the
+        session ended on sent again (:func:`~asynctrace.capture._signals.resend`)."""
+        self._signals.restore()
+        if self.resend_signals:
+            signum = self._signals.take()
+            if signum is not None:
+                resend(signum)
+
+    def stop_signal(self) -> int | None:
+        """The SIGTERM/SIGHUP the session ended on and has not resent (``resend_signals``
+        False), once; None if none."""
+        return self._signals.take()
+
+    def _end_at_exit(self, exc: TerminatedBySignal) -> None:
+        """The interpreter exits with the session still open after a stop signal (a trainer
+        without an exception hook let it pass): end it now, records and summary complete."""
+        if self._active and self._pid == os.getpid():
+            self.__exit__(type(exc), exc, None)
+
+    def _exit(self, exc: BaseException | None) -> None:
         if self._active:
             self._check_exit_thread()
         # what a signal handler raised: once the sinks had finished (deferred), or before the
@@ -374,6 +407,8 @@ class CaptureSession:
         lock, and waits for the end."""
         self._shared = True
         self._end_failure = None
+        # a SIGTERM/SIGHUP from here on is noted, and resent once the end is out
+        self._signals.ending()
         # ended from another thread: a boundary of the entering thread in progress ends first
         while self._busy and threading.get_ident() != self._thread:
             time.sleep(0)
