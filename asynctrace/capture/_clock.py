@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from asynctrace.records import Note, StepRecord
+from asynctrace.records import Note, StepPhases, StepRecord
 
 if TYPE_CHECKING:
     from asynctrace.capture._nsys import NsysCapture
@@ -30,7 +30,23 @@ if TYPE_CHECKING:
     from asynctrace.capture.profiler import DeepProfiler
     from asynctrace.capture.syncs import SyncDetector
 
-__all__ = ["BATCH", "PendingStep", "StepClock"]
+__all__ = [
+    "BACKWARD",
+    "BATCH",
+    "DATA",
+    "FORWARD",
+    "OPTIMIZER",
+    "OTHER",
+    "PendingStep",
+    "StepClock",
+]
+
+#: the phases of a step (:class:`~asynctrace.records.StepPhases`), as indices of its counters
+DATA: Final = 0
+FORWARD: Final = 1
+BACKWARD: Final = 2
+OPTIMIZER: Final = 3
+OTHER: Final = 4
 
 #: records collected before they are delivered to the sinks that take them in batches (the
 #: records file, the summary): one call per batch instead of one per step and sink
@@ -57,6 +73,8 @@ class PendingStep(msgspec.Struct, gc=False):
     end_ev: Any
     #: host time of the step's end
     end_ns: int
+    #: ns by phase (DATA … OTHER), None where no phase boundary was seen
+    phases: list[int] | None
 
 
 class StepClock:
@@ -95,6 +113,11 @@ class StepClock:
         self.sync_count = 0
         self.sync_wait_ns = 0
         self._in_flight = 0
+        #: the open step's ns by phase, made at its first phase boundary (:meth:`mark`); the
+        #: phase it is in, and since when
+        self.ph: list[int] | None = None
+        self.ph_cur = FORWARD
+        self.ph_t = 0
         # closed steps whose markers have not been seen executed, oldest first
         self.pending: deque[PendingStep] = deque()
         # the end marker of the last step written and its device time: the next step's start
@@ -160,6 +183,9 @@ class StepClock:
             self._in_flight = len(pending)
         self.start_ns = now
         self._start_ev = ev
+        self.ph = None
+        self.ph_cur = FORWARD
+        self.ph_t = now
         self.data_wait_ns = 0
         self.sync_count = 0
         self.sync_wait_ns = 0
@@ -176,6 +202,18 @@ class StepClock:
             push(h if h is not None else self.nvtx_handle_for(self.index))  # type: ignore[misc]
         # open only once its range is pushed: whatever raised before leaves nothing to pop
         self.open = True
+
+    def mark(self, phase: int) -> int:
+        """A phase boundary of the open step: the time since the last one goes to the phase
+        the step was in, and the step is in ``phase`` from now (returned)."""
+        now = self.now()
+        ph = self.ph
+        if ph is None:
+            ph = self.ph = [0, 0, 0, 0, 0]
+        ph[self.ph_cur] += now - self.ph_t
+        self.ph_t = now
+        self.ph_cur = phase
+        return now
 
     def _close(self, now: int, ev: Any) -> None:
         """The open step ends at ``now`` (``ev``: its end marker)."""
@@ -196,19 +234,27 @@ class StepClock:
         index = self.index
         self.index = index + 1
         frontend_ns = now - self.start_ns
+        ph = self.ph
+        data_wait_ns = self.data_wait_ns
+        if ph is not None:
+            ph[self.ph_cur] += now - self.ph_t
+            # one measure of the data wait: the data phase (steps() and the DataLoader both
+            # mark it, nested, so a fetch inside steps() counts once)
+            data_wait_ns = ph[DATA]
         if not self.asynchronous:
             # done when the host returns: the device's figures are the host's
             self._collect(
                 index,
                 self.start_ns,
                 frontend_ns,
-                self.data_wait_ns,
+                data_wait_ns,
                 self.sync_count,
                 self.sync_wait_ns,
                 mem,
                 frontend_ns,
                 0,
                 0,
+                ph,
             )
             return
         self.pending.append(
@@ -216,7 +262,7 @@ class StepClock:
                 index,
                 self.start_ns,
                 frontend_ns,
-                self.data_wait_ns,
+                data_wait_ns,
                 self._in_flight,
                 self.sync_count,
                 self.sync_wait_ns,
@@ -224,6 +270,7 @@ class StepClock:
                 self._start_ev,
                 ev,
                 now,
+                ph,
             )
         )
         if len(self.pending) > self.max_pending:
@@ -282,6 +329,7 @@ class StepClock:
             device_ns,
             run_ahead_ns,
             in_flight,
+            p.phases,
         )
 
     def _collect(
@@ -296,6 +344,7 @@ class StepClock:
         device_ns: int | None,
         run_ahead_ns: int | None,
         in_flight: int,
+        ph: list[int] | None,
     ) -> None:
         """A step's record goes out, with its device figures (the one place it is built)."""
         out = self.out
@@ -312,6 +361,11 @@ class StepClock:
                 sync_wait_ns=sync_wait_ns,
                 mem_allocated_bytes=None if mem is None else mem[0],
                 mem_reserved_bytes=None if mem is None else mem[1],
+                phases_ns=None
+                if ph is None
+                else StepPhases(
+                    data=ph[0], forward=ph[1], backward=ph[2], optimizer=ph[3], other=ph[4]
+                ),
             )
         )
         if self.eager or len(out) >= self.batch:

@@ -46,7 +46,7 @@ from pathlib import Path
 from threading import get_ident as _get_ident  # one lookup less per step()
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 
-from asynctrace.capture._clock import StepClock
+from asynctrace.capture._clock import DATA, FORWARD, StepClock
 from asynctrace.capture._distributed import rank_and_world
 from asynctrace.capture._nsys import NsysCapture
 from asynctrace.capture._signals import SignalGuard, TerminatedBySignal, deferred_signals, resend
@@ -256,6 +256,7 @@ class CaptureSession:
         self._profiler: DeepProfiler | None = None
         self._nsys: NsysCapture | None = None
         self._signals = SignalGuard(self._end_at_exit)
+        self._phases = False
 
     # ------------------------------------------------------------------ context manager
     def __enter__(self) -> CaptureSession:
@@ -612,16 +613,17 @@ class CaptureSession:
     def _steps(self, it: Iterator[_T], run: int) -> Iterator[_T]:
         clock = self._clock
         clock.discard_open()
-        now = self._now
+        mark = clock.mark
         try:
             while True:
                 self.step()
-                t = now()
+                # the data phase: its total is the step's data wait (_clock.py)
+                mark(DATA)
                 try:
                     item = next(it)
                 except StopIteration:
                     return
-                clock.data_wait_ns = now() - t
+                mark(FORWARD)
                 yield item
         finally:
             # exhausted, broken out of or closed by an exception: the open step is incomplete
@@ -835,6 +837,13 @@ class CaptureSession:
     def _start_parts(self) -> None:
         """The sync detector, optimizer hook, NVTX ranges, nsys range and deep mode."""
         opts = self.options
+        if opts.phases:
+            # before the optimizer_steps boundary hook: an optimizer step's end is marked
+            # before the boundary it makes closes the step
+            from asynctrace.capture import _phases
+
+            _phases.register(self._clock)
+            self._phases = True
         if opts.detect_syncs != "off":
             from asynctrace.capture.syncs import SyncDetector
 
@@ -905,6 +914,7 @@ class CaptureSession:
             self._stop_profiler,
             self._stop_nsys,
             self._remove_hook,
+            self._stop_phases,
             self._stop_detector,
             self._leave_active,
         )
@@ -934,6 +944,13 @@ class CaptureSession:
         hook, self._hook = self._hook, None
         if hook is not None:
             hook.remove()
+
+    def _stop_phases(self) -> None:
+        if self._phases:
+            self._phases = False
+            from asynctrace.capture import _phases
+
+            _phases.unregister(self._clock)
 
     def _stop_detector(self) -> None:
         detector, self._detector = self._detector, None

@@ -271,7 +271,8 @@ def test_exception_inside_a_step_writes_completed_steps_and_restores_everything(
         with s:
             assert current_session() is s
             assert ranges.open_ranges() == 1
-            assert len(torch_optimizer._global_optimizer_post_hooks) == len(hooks_before) + 1
+            # the boundary hook (and the phases' own, unless phases=False)
+            assert len(torch_optimizer._global_optimizer_post_hooks) >= len(hooks_before) + 1
             for i in range(10):
                 clock.advance(1_000)
                 if i == 4:
