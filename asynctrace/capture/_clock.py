@@ -108,7 +108,8 @@ class StepClock:
         self.index = 0
         self.start_ns = 0
         self._start_ev: Any = None
-        #: figures of the open step the session adds to (data wait from steps(), syncs)
+        #: figures of the open step the session adds to (syncs; the data wait of a
+        #: session.steps() fetch that no phase boundary marked, see _close)
         self.data_wait_ns = 0
         self.sync_count = 0
         self.sync_wait_ns = 0
@@ -238,8 +239,12 @@ class StepClock:
         data_wait_ns = self.data_wait_ns
         if ph is not None:
             ph[self.ph_cur] += now - self.ph_t
-            # one measure of the data wait: the data phase (steps() and the DataLoader both
-            # mark it, nested, so a fetch inside steps() counts once)
+            if data_wait_ns:
+                # session.steps()' fetch, set without a mark (one clock read less a step): it
+                # came before any mark, so in the forward phase a step starts in
+                ph[FORWARD] -= data_wait_ns
+                ph[DATA] += data_wait_ns
+            # one measure of the data wait: the data phase
             data_wait_ns = ph[DATA]
         if not self.asynchronous:
             # done when the host returns: the device's figures are the host's

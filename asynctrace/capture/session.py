@@ -46,7 +46,7 @@ from pathlib import Path
 from threading import get_ident as _get_ident  # one lookup less per step()
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 
-from asynctrace.capture._clock import DATA, FORWARD, StepClock
+from asynctrace.capture._clock import StepClock
 from asynctrace.capture._distributed import rank_and_world
 from asynctrace.capture._nsys import NsysCapture
 from asynctrace.capture._signals import SignalGuard, TerminatedBySignal, deferred_signals, resend
@@ -613,17 +613,19 @@ class CaptureSession:
     def _steps(self, it: Iterator[_T], run: int) -> Iterator[_T]:
         clock = self._clock
         clock.discard_open()
-        mark = clock.mark
+        now = self._now
         try:
             while True:
                 self.step()
-                # the data phase: its total is the step's data wait (_clock.py)
-                mark(DATA)
+                t = now()
                 try:
                     item = next(it)
                 except StopIteration:
                     return
-                mark(FORWARD)
+                if clock.ph is None:
+                    # nothing inside marked the fetch as data (a DataLoader's does: then it
+                    # counts once, there): the clock moves it from forward to data at the close
+                    clock.data_wait_ns = now() - t
                 yield item
         finally:
             # exhausted, broken out of or closed by an exception: the open step is incomplete

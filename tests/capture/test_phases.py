@@ -261,3 +261,21 @@ def test_asynctrace_run_calls_a_loader_bound_script_input_bound(tmp_path: Path) 
     steps = read_records(report["records_path"]).steps
     assert all(s.data_wait_ns >= 40 * MS for s in steps)
     assert bound_of_records(steps[1:], asynchronous=False).run.label == "input-bound"
+
+
+def test_a_plain_iterable_in_session_steps_is_the_data_phase(tmp_path: Path) -> None:
+    def batches() -> Any:
+        for _ in range(3):
+            time.sleep(0.030)
+            yield torch.ones(1, 4)
+
+    model = torch.nn.Linear(4, 1)
+    with asynctrace.trace(dir=tmp_path, print_summary=False, detect_syncs="off") as session:
+        for batch in session.steps(batches()):
+            model(batch).sum().backward()
+    steps = _steps(session)
+    _check_sums(steps)
+    for s in steps:
+        assert s.phases_ns is not None
+        assert s.phases_ns.data >= 30 * MS
+        assert s.phases_ns.forward < 30 * MS
