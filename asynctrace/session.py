@@ -62,7 +62,11 @@ class Session(CaptureSession):
         )
         self._annotate = AnnotateSink() if _annotates(opts) else None
         self._ranks = (
-            RankGatherSink(device=lambda: self.device, records_path=lambda: self.records_path)
+            RankGatherSink(
+                device=lambda: self.device,
+                records_path=self._records_destination,
+                collected=lambda: self.read_collected(lambda: None),
+            )
             if opts.gather_ranks
             else None
         )
@@ -84,10 +88,18 @@ class Session(CaptureSession):
         """Where the last run's records were written (set at exit); None before or if not."""
         return self._records.path if self._records is not None else None
 
+    def _records_destination(self) -> Path | None:
+        return self._records.destination if self._records is not None else None
+
     @property
     def rank_table(self) -> RankTable | None:
         """The per-rank table gathered at exit (rank 0, ``gather_ranks=True``); else None."""
         return self._ranks.table if self._ranks is not None else None
+
+    @property
+    def ranks_gathered(self) -> bool:
+        """Whether this rank took part in the rank gather (``gather_ranks=True``)."""
+        return self._ranks is not None and self._ranks.gathered
 
     @property
     def tensorboard_dir(self) -> Path | None:

@@ -15,7 +15,8 @@ as with ``check``.
   ``cudaProfilerStop()`` when step B starts, for ``nsys profile -c cudaProfilerApi``.
 * ``--gather-ranks``: under torch.distributed, gather every rank's recent steps to rank 0 at the
   end and print the per-rank table (slowest rank and skew per step). Every rank must reach the
-  end of its script with the process group still initialized.
+  end of its script, or its ``torch.distributed.destroy_process_group()``: the gather runs
+  there, before the group is gone (the steps after it are not in the table).
 
 The command's status is the script's whatever happens while the session ends: the session's
 end runs with Python-level signal handlers deferred (torch's DataLoader raises from its
@@ -287,9 +288,10 @@ def _print_rank_table(session: Session) -> None:
     table = session.rank_table
     if table is not None:
         print(format_rank_table(table))
-    elif not _distributed.is_distributed():
+    elif not session.ranks_gathered and not _distributed.is_distributed():
         print(
             "note: --gather-ranks: no initialized torch.distributed process group of more than "
-            "one rank at the end of the script (did it call destroy_process_group()?)",
+            "one rank at the end of the script, nor one destroyed through "
+            "torch.distributed.destroy_process_group() during it",
             file=sys.stderr,
         )

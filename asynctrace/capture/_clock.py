@@ -142,6 +142,10 @@ class StepClock:
         self.profiler: DeepProfiler | None = None
         #: the sync detector, set only where deep mode runs beside it: held off in windows
         self.held_detector: SyncDetector | None = None
+        #: a sampled lint: at the start of step ``lint_at``, ``lint_toggle(index)`` turns it
+        #: on or off and returns the next step where it turns (one int compare a step)
+        self.lint_at = -1
+        self.lint_toggle: Callable[[int], int] | None = None
 
     # ------------------------------------------------------------------ boundaries
     def start(self, latency_ns: int) -> None:
@@ -193,6 +197,10 @@ class StepClock:
         nsys = self.nsys
         if nsys is not None:
             nsys.on_step_start(self.index)
+        if self.index == self.lint_at:
+            toggle = self.lint_toggle
+            if toggle is not None:
+                self.lint_at = toggle(self.index)
         held = self.held_detector
         if held is not None:
             # the lint would fill deep mode's profiled window with its own dispatch events

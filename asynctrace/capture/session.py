@@ -79,6 +79,24 @@ _active: list[CaptureSession] = []
 _fork_hook_registered = False
 
 
+#: with detect_syncs="auto" on a CPU: the first steps the lint sees, then one step in this many
+LINT_FIRST_STEPS: Final = 5
+LINT_EVERY: Final = 50
+
+
+def _lint_samples(index: int) -> bool:
+    return index < LINT_FIRST_STEPS or index % LINT_EVERY == 0
+
+
+def _next_lint_change(index: int) -> int:
+    """The first step after ``index`` whose sample differs from ``index``'s."""
+    sampled = _lint_samples(index)
+    j = index + 1
+    while _lint_samples(j) == sampled:
+        j += 1
+    return j
+
+
 def current_session() -> CaptureSession | None:
     """The session active in the calling thread, or None."""
     if not _active:
@@ -448,7 +466,7 @@ class CaptureSession:
 
     def _end(self, *, started: bool) -> SessionEnd:
         assert self._header is not None
-        notes = [*self._clock.end_notes(), *self._sites.notes()]
+        notes = [*self._clock.end_notes(), *self._sites.notes(), *self._lint_note()]
         held = self._held_steps
         if held:
             notes.append(
@@ -849,8 +867,21 @@ class CaptureSession:
         if opts.detect_syncs != "off":
             from asynctrace.capture.syncs import SyncDetector
 
-            self._detector = SyncDetector(self._on_sync, mode=opts.detect_syncs)
-            self._detector.start()
+            sampled = self._lint_sampled()
+            mode = "lint" if sampled else opts.detect_syncs
+            self._detector = SyncDetector(self._on_sync, mode=mode)
+            try:
+                self._detector.start()
+            except CaptureError:
+                if not sampled:
+                    raise
+                # a lint of another thread's session started meanwhile: the default has none
+                self._detector = None
+                sampled = False
+            if sampled:
+                # steps 0.. run linted; the clock calls back where the sample turns off
+                self._clock.lint_toggle = self._toggle_lint
+                self._clock.lint_at = _next_lint_change(0)
         if opts.optimizer_steps:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -996,9 +1027,55 @@ class CaptureSession:
         """The detector this session runs ("auto" resolved), said before it starts."""
         if self.options.detect_syncs == "off":
             return "off"
+        if self._lint_sampled():
+            return "lint-sampled"
         from asynctrace.capture.syncs import _resolve
 
         return _resolve(self.options.detect_syncs)
+
+    def _lint_sampled(self) -> bool:
+        """``detect_syncs="auto"`` where no CUDA hooks can run (a CPU): the lint, on a sample
+        of the steps (:data:`LINT_FIRST_STEPS`, then one in :data:`LINT_EVERY`), so a default
+        session names the syncs that would block an accelerator at a cost within noise. Not
+        beside deep mode, whose windows hold the lint off."""
+        if self.options.detect_syncs != "auto" or self.options.profiling:
+            return False
+        from asynctrace.capture.syncs import _hub, _resolve
+
+        # one thread's dispatch-mode stack at a time: a session of another thread has it
+        return _resolve("auto") == "off" and not _hub.lint_elsewhere()
+
+    def _toggle_lint(self, index: int) -> int:
+        """The clock's callback at the start of step ``index``, where the lint's sample turns
+        on or off; returns the next step where it turns again. Never raises (a boundary from
+        another thread than the lint's cannot move it: tried again at the next one)."""
+        detector = self._detector
+        if detector is None:
+            return -1
+        try:
+            if _lint_samples(index):
+                detector.unpause()
+            else:
+                detector.pause()
+        except Exception:
+            return index + 1
+        return _next_lint_change(index)
+
+    def _lint_note(self) -> list[Note]:
+        if self._clock.lint_toggle is None:
+            return []
+        n = self._clock.index
+        first_later = -(-LINT_FIRST_STEPS // LINT_EVERY) * LINT_EVERY
+        linted = min(n, LINT_FIRST_STEPS) + len(range(first_later, n, LINT_EVERY))
+        return [
+            Note(
+                code="sync-lint-sampled",
+                text=f"the sync lint ran on {linted} of {n} step(s) (the first "
+                f"{LINT_FIRST_STEPS}, then one in {LINT_EVERY}): sync sites and their counts "
+                "are of those steps, and the other steps count no syncs "
+                "(detect_syncs='lint' lints every step)",
+            )
+        ]
 
     @property
     def started_unix_ns(self) -> int:

@@ -65,12 +65,12 @@ class _SlowBackward(torch.autograd.Function):
         return grad
 
 
-class _SlowSGD(torch.optim.SGD):
-    delay_s = 0.0
-
-    def step(self, closure: Any = None) -> Any:
-        time.sleep(self.delay_s)
-        return super().step(closure)
+def _slow_sgd(params: Any, delay_s: float) -> torch.optim.SGD:
+    """SGD whose step takes ``delay_s`` more (its own pre-hook, run inside the step; not a
+    subclass, whose super().step() torch may hook a second time)."""
+    opt = torch.optim.SGD(params, lr=0.1)
+    opt.register_step_pre_hook(lambda *a: time.sleep(delay_s))
+    return opt
 
 
 def _steps(session: asynctrace.Session) -> list[StepRecord]:
@@ -92,9 +92,8 @@ def test_phases_split_each_step_at_its_data_backward_and_optimizer_boundaries(
 ) -> None:
     fwd, bwd, opt = 0.010, 0.030, 0.120
     _SlowBackward.delay_s = bwd
-    _SlowSGD.delay_s = opt
     model = _SlowForward(fwd)
-    optimizer = _SlowSGD(model.parameters(), lr=0.1)
+    optimizer = _slow_sgd(model.parameters(), opt)
     loader = DataLoader(_Sleepy(5, 0.005), batch_size=1)
     with asynctrace.trace(
         dir=tmp_path, optimizer_steps=True, print_summary=False, detect_syncs="off"
