@@ -60,7 +60,9 @@ class Session(CaptureSession):
             if opts.write
             else None
         )
-        self._annotate = AnnotateSink() if _annotates(opts) else None
+        # on-demand windows (capture, SIGUSR2) are annotated like deep mode's
+        on_demand = opts.on_demand and opts.write and not opts.profiling
+        self._annotate = AnnotateSink() if _annotates(opts) or on_demand else None
         self._ranks = (
             RankGatherSink(
                 device=lambda: self.device,

@@ -146,6 +146,11 @@ class StepClock:
         #: on or off and returns the next step where it turns (one int compare a step)
         self.lint_at = -1
         self.lint_toggle: Callable[[int], int] | None = None
+        #: on-demand deep windows (``_trigger.py``): ``poll(index, now)`` at the start of a
+        #: step once host time reaches ``poll_at`` or the step number ``poll_step``
+        self.poll: Callable[[int, int], None] | None = None
+        self.poll_at = 1 << 62
+        self.poll_step = 1 << 62
 
     # ------------------------------------------------------------------ boundaries
     def start(self, latency_ns: int) -> None:
@@ -197,6 +202,10 @@ class StepClock:
         nsys = self.nsys
         if nsys is not None:
             nsys.on_step_start(self.index)
+        if now >= self.poll_at or self.index >= self.poll_step:
+            poll = self.poll
+            if poll is not None:
+                poll(self.index, now)
         if self.index == self.lint_at:
             toggle = self.lint_toggle
             if toggle is not None:

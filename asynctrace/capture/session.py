@@ -58,6 +58,7 @@ from asynctrace.errors import AsyncTraceWarning, CaptureError
 from asynctrace.records import Note, SessionHeader, StepRecord, SyncSite
 
 if TYPE_CHECKING:
+    from asynctrace.capture._trigger import Trigger
     from asynctrace.capture.profiler import DeepProfiler
     from asynctrace.capture.syncs import SyncDetector, SyncEvent
 
@@ -273,6 +274,8 @@ class CaptureSession:
         self._hook: Any = None
         self._profiler: DeepProfiler | None = None
         self._nsys: NsysCapture | None = None
+        self._trigger: Trigger | None = None
+        self._window_notes: list[Note] = []
         self._signals = SignalGuard(self._end_at_exit)
         self._phases = False
 
@@ -466,7 +469,12 @@ class CaptureSession:
 
     def _end(self, *, started: bool) -> SessionEnd:
         assert self._header is not None
-        notes = [*self._clock.end_notes(), *self._sites.notes(), *self._lint_note()]
+        notes = [
+            *self._clock.end_notes(),
+            *self._sites.notes(),
+            *self._lint_note(),
+            *self._window_notes,
+        ]
         held = self._held_steps
         if held:
             notes.append(
@@ -530,7 +538,7 @@ class CaptureSession:
         detector = self._detector
         if detector is not None and detector.active == "lint":
             bound.append("lint sync detection")
-        if self._profiler is not None:
+        if self._profiler is not None or self._clock.profiler is not None:
             bound.append("deep mode (profile=)")
         if bound:
             raise CaptureError(
@@ -726,6 +734,9 @@ class CaptureSession:
         self._clock.out = []
         self._profiler = None
         self._nsys = None
+        trigger, self._trigger = self._trigger, None
+        if trigger is not None:
+            trigger.forget_in_child()
 
     # ------------------------------------------------------------------ sinks
     def _bind_step_fns(self) -> None:
@@ -894,6 +905,91 @@ class CaptureSession:
             )
         if opts.profiling:
             self._start_profiler()
+        if opts.on_demand and opts.write:
+            self._start_trigger()
+
+    def _start_trigger(self) -> None:
+        from asynctrace.capture._trigger import Trigger
+
+        trigger = Trigger(
+            dir=self.dir,
+            name=self.name or "session",
+            rank=self._rank,
+            clock=self._clock,
+            make_profiler=self._window_profiler,
+            hold_lint=self._hold_lint,
+            on_window=self._window_done,
+        )
+        try:
+            trigger.start()
+        except OSError as e:
+            trigger.stop()
+            warnings.warn(
+                f"asynctrace: no on-demand capture: cannot write under {self.dir}: {e}",
+                AsyncTraceWarning,
+                stacklevel=4,
+            )
+            return
+        self._trigger = trigger
+
+    def _window_profiler(self, start: int, steps: int) -> DeepProfiler | None:
+        """Deep mode for steps ``start`` … ``start + steps - 1``, opened now, at the start of
+        step ``start - 1`` (its warm-up); None, with a warning, where it cannot run."""
+        from asynctrace.capture.profiler import DeepProfiler, Profile
+
+        if self._profiler is not None or any(
+            s is not self and s.options.profiling for s in _active
+        ):
+            warnings.warn(
+                "asynctrace: deep mode (profile=) already runs: no on-demand window",
+                AsyncTraceWarning,
+                stacklevel=5,
+            )
+            return None
+        try:
+            prof = DeepProfiler(
+                Profile(wait=0, warmup=1, active=steps, skip_first=start - 1),
+                dir=self.dir,
+                run=sanitize_name(self.name or "session"),
+                on_trace=self._trace_written,
+            )
+            prof.start(first_step=start - 1)
+        except Exception as e:
+            warnings.warn(
+                f"asynctrace: the on-demand deep window could not start ({type(e).__name__}: "
+                f"{e}); the job goes on",
+                AsyncTraceWarning,
+                stacklevel=5,
+            )
+            return None
+        self._clock.profiler = prof
+        return prof
+
+    def _hold_lint(self, hold: bool) -> None:
+        # the lint's dispatch events would fill the profiled window (as in deep mode)
+        detector = self._detector
+        if detector is None:
+            return
+        with contextlib.suppress(Exception):
+            if hold:
+                detector.suspend()
+            else:
+                detector.resume()
+
+    def _window_done(self, window: dict[str, Any]) -> None:
+        traces = ", ".join(window.get("traces", ())) or "no trace written"
+        self._window_notes.append(
+            Note(
+                code="deep-window",
+                text=f"steps {window['start']}-{window['stop'] - 1} were profiled on demand "
+                f"(request {window['id']}): {traces}",
+            )
+        )
+
+    def _stop_trigger(self) -> None:
+        trigger, self._trigger = self._trigger, None
+        if trigger is not None:
+            trigger.stop()
 
     def _start_profiler(self) -> None:
         from asynctrace.capture.profiler import make_profiler
@@ -944,6 +1040,7 @@ class CaptureSession:
     def _restore_globals(self) -> None:
         """Undo everything __enter__ changed, each part independent of the others' failure."""
         parts: Sequence[Callable[[], None]] = (
+            self._stop_trigger,
             self._stop_profiler,
             self._stop_nsys,
             self._remove_hook,
