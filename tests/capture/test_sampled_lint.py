@@ -1,5 +1,5 @@
 """A default session on a CPU (``detect_syncs="auto"``) lints a sample of its steps: the first
-five, then one in fifty. A planted ``loss.item()`` every step is named with its line, counted
+five, then one in a hundred. A planted ``loss.item()`` every step is named with its line, counted
 once per sampled step; an ``expect_syncs`` inside the session still counts every step."""
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ def _train(session: asynctrace.Session, steps: int) -> int:
 
 
 def test_a_default_session_names_a_per_step_item_on_a_sample_of_steps(tmp_path: Path) -> None:
-    n = 120
+    n = 210
     with asynctrace.trace(dir=tmp_path, print_summary=False) as session:
         line = _train(session, n)
     sampled = [i for i in range(n) if _lint_samples(i)]
-    assert sampled == [0, 1, 2, 3, 4, 50, 100]
+    assert sampled == [0, 1, 2, 3, 4, 100, 200]
     records = read_records(session.records_path)  # type: ignore[arg-type]
     assert records.header.sync_detection == "lint-sampled"
     site = next(s for s in records.syncs if s.site.endswith(f"test_sampled_lint.py:{line}"))
@@ -45,7 +45,7 @@ def test_a_default_session_names_a_per_step_item_on_a_sample_of_steps(tmp_path: 
     assert [s.step for s in records.steps if s.sync_count] == sampled
     note = next(n for n in session.summary().notes if n.code == "sync-lint-sampled")
     assert f"ran on {len(sampled)} of {n} step(s)" in note.text
-    assert (LINT_FIRST_STEPS, LINT_EVERY) == (5, 50)
+    assert (LINT_FIRST_STEPS, LINT_EVERY) == (5, 100)
 
 
 def test_expect_syncs_inside_a_sampled_session_counts_every_step(tmp_path: Path) -> None:
