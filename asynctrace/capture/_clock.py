@@ -35,6 +35,7 @@ __all__ = [
     "BATCH",
     "DATA",
     "FORWARD",
+    "NEVER",
     "OPTIMIZER",
     "OTHER",
     "PendingStep",
@@ -48,6 +49,8 @@ BACKWARD: Final = 2
 OPTIMIZER: Final = 3
 OTHER: Final = 4
 
+#: a step number no session reaches
+NEVER: Final = 1 << 62
 #: records collected before they are delivered to the sinks that take them in batches (the
 #: records file, the summary): one call per batch instead of one per step and sink
 BATCH: Final = 256
@@ -144,13 +147,14 @@ class StepClock:
         self.held_detector: SyncDetector | None = None
         #: a sampled lint: at the start of step ``lint_at``, ``lint_toggle(index)`` turns it
         #: on or off and returns the next step where it turns (one int compare a step)
-        self.lint_at = -1
+        self.lint_at = NEVER
         self.lint_toggle: Callable[[int], int] | None = None
-        #: on-demand deep windows (``_trigger.py``): ``poll(index, now)`` at the start of a
-        #: step once host time reaches ``poll_at`` or the step number ``poll_step``
+        #: on-demand deep windows (``_trigger.py``): ``poll(index, now)`` at the start of step
+        #: ``poll_step`` (which the trigger moves on, about every half second of steps)
         self.poll: Callable[[int, int], None] | None = None
-        self.poll_at = 1 << 62
-        self.poll_step = 1 << 62
+        self.poll_step = NEVER
+        #: the first step either of the two acts at: one int compare a step for both
+        self.event_at = NEVER
 
     # ------------------------------------------------------------------ boundaries
     def start(self, latency_ns: int) -> None:
@@ -193,23 +197,16 @@ class StepClock:
             self._in_flight = len(pending)
         self.start_ns = now
         self._start_ev = ev
+        # (the phase and its start are read only once a mark made ph: see mark)
         self.ph = None
-        self.ph_cur = FORWARD
-        self.ph_t = now
         self.data_wait_ns = 0
         self.sync_count = 0
         self.sync_wait_ns = 0
         nsys = self.nsys
         if nsys is not None:
             nsys.on_step_start(self.index)
-        if now >= self.poll_at or self.index >= self.poll_step:
-            poll = self.poll
-            if poll is not None:
-                poll(self.index, now)
-        if self.index == self.lint_at:
-            toggle = self.lint_toggle
-            if toggle is not None:
-                self.lint_at = toggle(self.index)
+        if self.index >= self.event_at:
+            self.events(now)
         held = self.held_detector
         if held is not None:
             # the lint would fill deep mode's profiled window with its own dispatch events
@@ -221,13 +218,34 @@ class StepClock:
         # open only once its range is pushed: whatever raised before leaves nothing to pop
         self.open = True
 
+    def events(self, now: int) -> None:
+        """The sampled lint's turn and the trigger's poll, at the start of a step where one
+        is due (``event_at``)."""
+        index = self.index
+        toggle = self.lint_toggle
+        if toggle is not None and index >= self.lint_at:
+            self.lint_at = toggle(index)
+        poll = self.poll
+        if poll is not None and index >= self.poll_step:
+            poll(index, now)
+        self.reschedule()
+
+    def reschedule(self) -> None:
+        self.event_at = min(
+            self.lint_at if self.lint_toggle is not None else NEVER,
+            self.poll_step if self.poll is not None else NEVER,
+        )
+
     def mark(self, phase: int) -> int:
         """A phase boundary of the open step: the time since the last one goes to the phase
         the step was in, and the step is in ``phase`` from now (returned)."""
         now = self.now()
         ph = self.ph
         if ph is None:
+            # the step's first mark: it was in the forward phase since it started
             ph = self.ph = [0, 0, 0, 0, 0]
+            self.ph_cur = FORWARD
+            self.ph_t = self.start_ns
         ph[self.ph_cur] += now - self.ph_t
         self.ph_t = now
         self.ph_cur = phase

@@ -156,7 +156,7 @@ def _wrap_backward(orig: Callable[..., Any]) -> Callable[..., Any]:
         clock = _clocks.get(_get_ident()) if _clocks else None
         if clock is None or not clock.open:
             return orig(*args, **kwargs)
-        inside_optimizer = clock.ph_cur == OPTIMIZER
+        inside_optimizer = clock.ph is not None and clock.ph_cur == OPTIMIZER
         if inside_optimizer:
             # a closure's backward: what ran in the optimizer before it was the forward
             clock.ph_cur = FORWARD

@@ -5,7 +5,8 @@ A session that writes under ``DIR`` keeps a small **control file**,
 rate, and the state of the window asked of it. It rewrites the file, and looks for a
 **request** (``DIR/.asynctrace-control/request.json``: an id, a start step, a number of
 steps, optionally the pids it is for), at most every :data:`POLL_NS` of host time, at a step
-boundary: between two polls a step costs one integer comparison. ``SIGUSR2`` (where the
+boundary (every so many steps, about POLL_NS of them): between two polls a step costs one
+integer comparison, shared with the sampled lint. ``SIGUSR2`` (where the
 program left it at its default, which would kill the process) makes the next boundary poll
 and open a window of :data:`DEFAULT_STEPS` steps at the next step.
 
@@ -67,6 +68,8 @@ DEFAULT_STEPS: Final = 5
 LEAD_S: Final = 2.0
 #: ``StepClock.poll_step`` where no window waits
 NEVER: Final = 1 << 62
+#: the most steps between two polls (a session of 10^6 steps a second still looks 5 a second)
+_MAX_INTERVAL: Final = 200_000
 
 
 def pid_file(pid: int) -> Path:
@@ -126,6 +129,7 @@ class Trigger:
         self._usr2_installed = False
         self._rate_step = 0
         self._rate_ns = 0
+        self._interval = 1
         self.rate = 0.0
         self.started = False
 
@@ -141,14 +145,17 @@ class Trigger:
             pf.write_text(str(self.control.resolve()))
         self.started = True
         self._install_usr2()
-        self.clock.poll_at = self.clock.now() + POLL_NS
+        self._rate_step = self.clock.index
         self.clock.poll = self.poll
+        # the first poll after one step: from then on, about every POLL_NS of steps
+        self.clock.poll_step = self.clock.index + 1
+        self.clock.reschedule()
 
     def stop(self) -> None:
         """Undo everything :meth:`start` did; a window still open is cut short (written)."""
         self.clock.poll = None
-        self.clock.poll_at = NEVER
         self.clock.poll_step = NEVER
+        self.clock.reschedule()
         self._restore_usr2()
         self._close_window(cut=True)
         if self.started:
@@ -192,8 +199,8 @@ class Trigger:
     def _on_usr2(self, signum: int, frame: FrameType | None) -> None:
         # a flag and a poll at the next boundary: nothing else in a signal handler
         self._usr2 = True
-        self.clock.poll_at = 0
         self.clock.poll_step = 0
+        self.clock.event_at = 0
 
     # ------------------------------------------------------------------ the boundary's part
     def poll(self, index: int, now: int) -> None:
@@ -208,35 +215,38 @@ class Trigger:
                 AsyncTraceWarning,
                 stacklevel=2,
             )
-            self.clock.poll_at = now + POLL_NS
+            self.clock.poll_step = index + 1
 
     def _poll(self, index: int, now: int) -> None:
         clock = self.clock
         w = self.window
         if w is not None and w["state"] in ("scheduled", "open"):
             self._advance_window(index)
-        if now >= clock.poll_at:
-            if now >= self._rate_ns + POLL_NS:
-                self.rate = (index - self._rate_step) * 1e9 / max(now - self._rate_ns, 1)
-                self._rate_step, self._rate_ns = index, now
-            if self._usr2:
-                self._usr2 = False
-                self._ask(f"usr2-{time.time_ns()}", index + 1, DEFAULT_STEPS)
-            self._read_request(index)
-            self._publish(index)
-            clock.poll_at = now + POLL_NS
-            w = self.window
-            if w is not None and w["state"] == "scheduled":
-                self._advance_window(index)
+        # the step rate since the last poll, and the steps until the next (~POLL_NS)
+        steps, elapsed = index - self._rate_step, now - self._rate_ns
+        interval = self._interval
+        if steps > 0 and elapsed > 0:
+            self.rate = steps * 1e9 / elapsed
+            interval = max(1, min(steps * POLL_NS // elapsed, _MAX_INTERVAL))
+            self._interval = interval
+            self._rate_step, self._rate_ns = index, now
+        if self._usr2:
+            self._usr2 = False
+            self._ask(f"usr2-{time.time_ns()}", index + 1, DEFAULT_STEPS)
+        self._read_request(index)
+        self._publish(index)
+        w = self.window
+        if w is not None and w["state"] == "scheduled":
+            self._advance_window(index)
+        nxt = index + interval
         # the next step the window acts at: opened one step early (its warm-up), closed at
         # its stop; polled exactly there
         w = self.window
         if w is not None and w["state"] == "scheduled":
-            clock.poll_step = max(index + 1, int(w["start"]) - 1)
+            nxt = min(nxt, max(index + 1, int(w["start"]) - 1))
         elif w is not None and w["state"] == "open":
-            clock.poll_step = max(index + 1, int(w["stop"]))
-        else:
-            clock.poll_step = NEVER
+            nxt = min(nxt, max(index + 1, int(w["stop"])))
+        clock.poll_step = nxt
 
     def _read_request(self, index: int) -> None:
         req_path = self.control / REQUEST_NAME

@@ -746,12 +746,15 @@ class CaptureSession:
         first kind."""
         self._step_fns = []
         self._batch_fns = []
+        from asynctrace.capture.sinks import BaseSink
+
         for sink in self._live_sinks:
             batch = getattr(sink, "step_batch", None)
             if callable(batch):
                 self._batch_fns.append((sink, batch))
-            else:
+            elif getattr(type(sink), "step", None) is not BaseSink.step:
                 self._step_fns.append((sink, sink.step))
+            # else: BaseSink's own no-op step (the annotator): not called per step at all
         self._clock.eager = bool(self._step_fns)
 
     def _deliver(self) -> None:
@@ -894,6 +897,7 @@ class CaptureSession:
                 # steps 0.. run linted; the clock calls back where the sample turns off
                 self._clock.lint_toggle = self._toggle_lint
                 self._clock.lint_at = _next_lint_change(0)
+                self._clock.reschedule()
         if opts.optimizer_steps:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 

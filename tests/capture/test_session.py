@@ -727,7 +727,8 @@ def test_records_round_trip(tmp_path: Path) -> None:
     assert h.rank is None
     assert h.torch_version == torch.__version__
     # "auto" as resolved: no CUDA here, so nothing ran
-    assert h.sync_detection == ("cuda" if torch.cuda.is_available() else "off")
+    # "auto": CUDA's hooks, else the lint on a sample of the steps
+    assert h.sync_detection == ("cuda" if torch.cuda.is_available() else "lint-sampled")
     assert all(isinstance(r, StepRecord) for r in rec.steps)
     assert rec.summary is not None
     assert rec.summary.steps == 6
