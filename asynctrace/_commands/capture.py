@@ -172,6 +172,15 @@ def _wait(control: Path, paths: list[Path], rid: str, timeout: float) -> int:
         for p in sorted(pending):
             info = read_json(p)
             if not isinstance(info, dict):
+                if not p.exists():
+                    # the session ended (its control file goes with it)
+                    pending.discard(p)
+                    status = 1
+                    print(
+                        f"asynctrace capture: a session ended before its window was seen done "
+                        f"({p.name}); its traces, if any, are under {control.parent}",
+                        file=sys.stderr,
+                    )
                 continue
             w = info.get("window")
             state = w.get("state") if isinstance(w, dict) and w.get("id") == rid else None

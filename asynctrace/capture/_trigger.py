@@ -138,7 +138,12 @@ class Trigger:
         """Publish the control file (OSError where the folder cannot be written)."""
         self.control.mkdir(parents=True, exist_ok=True)
         self._rate_ns = self.clock.now()
-        self._publish(0)
+        try:
+            self._publish(0)
+        except OSError:
+            with contextlib.suppress(OSError):
+                self.control.rmdir()
+            raise
         pf = pid_file(self.pid)
         with contextlib.suppress(OSError):
             pf.parent.mkdir(mode=0o700, exist_ok=True)
@@ -160,8 +165,13 @@ class Trigger:
         self._close_window(cut=True)
         if self.started:
             self.started = False
+            # the folder holds only what live sessions need: an ended one leaves nothing
             with contextlib.suppress(OSError):
-                self._publish(self.clock.index, ended=True)
+                self.path.unlink()
+            with contextlib.suppress(OSError):
+                if not any(self.control.glob("session.*.json")):
+                    (self.control / REQUEST_NAME).unlink(missing_ok=True)
+                    self.control.rmdir()
             with contextlib.suppress(OSError):
                 pf = pid_file(self.pid)
                 if pf.read_text() == str(self.control.resolve()):
@@ -208,6 +218,9 @@ class Trigger:
         window's next step). Never raises."""
         try:
             self._poll(index, now)
+        except OSError:
+            # the folder went away or filled up: the records sink says so; tried again later
+            self.clock.poll_step = index + 1 + self._interval
         except Exception as e:
             warnings.warn(
                 f"asynctrace: on-demand capture failed ({type(e).__name__}: {e}); the session "

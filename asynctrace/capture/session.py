@@ -927,13 +927,9 @@ class CaptureSession:
         )
         try:
             trigger.start()
-        except OSError as e:
+        except OSError:
+            # a folder that cannot be written: the records sink says so; no on-demand windows
             trigger.stop()
-            warnings.warn(
-                f"asynctrace: no on-demand capture: cannot write under {self.dir}: {e}",
-                AsyncTraceWarning,
-                stacklevel=4,
-            )
             return
         self._trigger = trigger
 
