@@ -165,7 +165,14 @@ class Trigger:
         self._close_window(cut=True)
         if self.started:
             self.started = False
-            # the folder holds only what live sessions need: an ended one leaves nothing
+            with contextlib.suppress(OSError):
+                self._publish(self.clock.index, ended=True)
+
+    def remove_files(self) -> None:
+        """Once the session's outputs are finished: the folder holds only what live sessions
+        need, so an ended one leaves nothing (after the sinks, which a full disk must not
+        see helped by the space this frees)."""
+        if not self.started:
             with contextlib.suppress(OSError):
                 self.path.unlink()
             with contextlib.suppress(OSError):

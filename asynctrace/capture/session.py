@@ -276,6 +276,8 @@ class CaptureSession:
         self._profiler: DeepProfiler | None = None
         self._nsys: NsysCapture | None = None
         self._trigger: Trigger | None = None
+        # a stopped trigger whose control file goes once the sinks are finished
+        self._trigger_files: Trigger | None = None
         self._window_notes: list[Note] = []
         self._signals = SignalGuard(self._end_at_exit)
         self._phases = False
@@ -316,6 +318,7 @@ class CaptureSession:
                 self._restore_globals()
                 # the session never started: no run to keep
                 self._finish_sinks(self._end(started=False))
+                self._remove_trigger_files()
         return self
 
     def _check_can_enter(self) -> None:
@@ -366,6 +369,8 @@ class CaptureSession:
     def _after_exit(self) -> None:
         """Once the end is out: the previous SIGTERM/SIGHUP handlers back, and a signal the
         session ended on sent again (:func:`~asynctrace.capture._signals.resend`)."""
+        with contextlib.suppress(Exception):
+            self._remove_trigger_files()
         self._signals.restore()
         if self.resend_signals:
             signum = self._signals.take()
@@ -752,9 +757,12 @@ class CaptureSession:
             batch = getattr(sink, "step_batch", None)
             if callable(batch):
                 self._batch_fns.append((sink, batch))
-            elif getattr(type(sink), "step", None) is not BaseSink.step:
-                self._step_fns.append((sink, sink.step))
-            # else: BaseSink's own no-op step (the annotator): not called per step at all
+            else:
+                step = sink.step
+                # BaseSink's own no-op step (the annotator) is not called per step at all; a
+                # sink may bind its step on the instance in start() (TensorBoard does)
+                if getattr(step, "__func__", None) is not BaseSink.step:
+                    self._step_fns.append((sink, step))
         self._clock.eager = bool(self._step_fns)
 
     def _deliver(self) -> None:
@@ -990,7 +998,13 @@ class CaptureSession:
     def _stop_trigger(self) -> None:
         trigger, self._trigger = self._trigger, None
         if trigger is not None:
+            self._trigger_files = trigger
             trigger.stop()
+
+    def _remove_trigger_files(self) -> None:
+        trigger, self._trigger_files = self._trigger_files, None
+        if trigger is not None:
+            trigger.remove_files()
 
     def _start_profiler(self) -> None:
         from asynctrace.capture.profiler import make_profiler
