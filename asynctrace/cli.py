@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("asynctrace._commands.report", "analyse traces or session records (text or JSON)"),
     "check": ("asynctrace._commands.check", "run a script and report its hidden synchronizations"),
     "run": ("asynctrace._commands.run", "run a training script in a session and print its summary"),
+    "capture": ("asynctrace._commands.capture", "open a deep-mode window on a running session"),
     "annotate": ("asynctrace._commands.annotate", "write a trace plus an asynctrace overlay"),
     "plot": ("asynctrace._commands.plot", "draw a trace or session records (PNG or SVG)"),
     "compare": ("asynctrace._commands.compare", "compare two reports or sessions (before/after)"),

@@ -35,6 +35,7 @@ __all__ = [
     "Records",
     "SessionHeader",
     "SessionSummary",
+    "StepPhases",
     "StepRecord",
     "SyncSite",
     "is_records_name",
@@ -85,6 +86,22 @@ class SessionHeader(msgspec.Struct, frozen=True, kw_only=True, tag="header", tag
     live: bool | None = None
 
 
+class StepPhases(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """Where a step's host time went, ns; the five sum to the step's ``frontend_ns`` (which
+    includes its data wait). Measured at a few boundaries per step, never per module
+    (docs/how-it-works.md#phases): ``data`` inside DataLoader fetches (and ``session.steps``'
+    ``next()``), ``backward`` inside ``torch.autograd.backward``, ``optimizer`` inside
+    ``optimizer.step()`` (its step hooks), ``forward`` the rest of the step before a backward
+    starts (from the end of the data fetch), ``other`` what follows a backward or an optimizer
+    step."""
+
+    data: int = 0
+    forward: int = 0
+    backward: int = 0
+    optimizer: int = 0
+    other: int = 0
+
+
 class StepRecord(msgspec.Struct, frozen=True, kw_only=True, tag="step", tag_field="type"):
     step: int
     #: host time of the step's start, ns since the session started
@@ -98,6 +115,9 @@ class StepRecord(msgspec.Struct, frozen=True, kw_only=True, tag="step", tag_fiel
     sync_wait_ns: int = 0
     mem_allocated_bytes: int | None = None
     mem_reserved_bytes: int | None = None
+    #: the step's host time by phase; None where no phase boundary was seen in it (a loop
+    #: with no DataLoader, backward or optimizer step), or in files of before phases
+    phases_ns: StepPhases | None = None
 
 
 class SyncSite(msgspec.Struct, frozen=True, kw_only=True, tag="sync", tag_field="type"):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from asynctrace.analysis.accumulate import SessionReport, session_report
+from asynctrace.capture._signals import TerminatedBySignal
 from asynctrace.capture.options import TraceOptions
 from asynctrace.capture.session import CaptureSession, current_session
 from asynctrace.capture.sinks import Sink
@@ -59,9 +60,15 @@ class Session(CaptureSession):
             if opts.write
             else None
         )
-        self._annotate = AnnotateSink() if _annotates(opts) else None
+        # on-demand windows (capture, SIGUSR2) are annotated like deep mode's
+        on_demand = opts.on_demand and opts.write and not opts.profiling
+        self._annotate = AnnotateSink() if _annotates(opts) or on_demand else None
         self._ranks = (
-            RankGatherSink(device=lambda: self.device, records_path=lambda: self.records_path)
+            RankGatherSink(
+                device=lambda: self.device,
+                records_path=self._records_destination,
+                collected=lambda: self.read_collected(lambda: None),
+            )
             if opts.gather_ranks
             else None
         )
@@ -83,10 +90,18 @@ class Session(CaptureSession):
         """Where the last run's records were written (set at exit); None before or if not."""
         return self._records.path if self._records is not None else None
 
+    def _records_destination(self) -> Path | None:
+        return self._records.destination if self._records is not None else None
+
     @property
     def rank_table(self) -> RankTable | None:
         """The per-rank table gathered at exit (rank 0, ``gather_ranks=True``); else None."""
         return self._ranks.table if self._ranks is not None else None
+
+    @property
+    def ranks_gathered(self) -> bool:
+        """Whether this rank took part in the rank gather (``gather_ranks=True``)."""
+        return self._ranks is not None and self._ranks.gathered
 
     @property
     def tensorboard_dir(self) -> Path | None:
@@ -154,19 +169,29 @@ class Session(CaptureSession):
             # a forked child leaving the block it inherited: nothing to end, nothing to print
             return
         try:
-            super().__exit__(exc_type, exc, tb)
+            try:
+                self._exit(exc)
+            finally:
+                self._report = self._summary_or_warning()
+            report = self._report
+            # a job stopped by SIGTERM/SIGHUP ends as completed so far: its summary is printed
+            stopped = isinstance(exc, TerminatedBySignal)
+            if (
+                self.options.print_summary
+                and report is not None
+                and (report.error is None or stopped)
+            ):
+                from asynctrace.render.session import print_report
+
+                print_report(report)
+                table = self.rank_table
+                if table is not None:
+                    from asynctrace.render.ranks import format_rank_table
+
+                    print(format_rank_table(table))
         finally:
-            self._report = self._summary_or_warning()
-        report = self._report
-        if self.options.print_summary and report is not None and report.error is None:
-            from asynctrace.render.session import print_report
-
-            print_report(report)
-            table = self.rank_table
-            if table is not None:
-                from asynctrace.render.ranks import format_rank_table
-
-                print(format_rank_table(table))
+            # then the stop signal kills the process, as it would have without us
+            self._after_exit()
 
     def _summary_or_warning(self) -> SessionReport | None:
         """The final report; a bug while building it is one warning (the records are written

@@ -384,3 +384,10 @@ def _synced_detector(dev: Device) -> str:
     sync at all — the lint shows its ``loss.item()`` with its line, as it would block on a GPU.
     The other loops keep the default, so the lint's cost is in none of their figures."""
     return "auto" if dev.asynchronous else "lint"
+
+
+def _plain_detector(dev: Device) -> str:
+    """The detector of the loops whose host times the demo compares: the default on an
+    accelerator (CUDA's hooks), none on a synchronous backend, where the default is a sampled
+    lint whose linted steps would weigh on the figures."""
+    return "auto" if dev.asynchronous else "off"

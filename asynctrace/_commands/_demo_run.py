@@ -51,6 +51,7 @@ from asynctrace._commands._demo_loops import (
     LoopResult,
     MatmulResult,
     StatementsResult,
+    _plain_detector,
     _s,
     _synced_detector,
     _torch_device,
@@ -166,7 +167,15 @@ def run_demo(
             tensorboard=True,
             detect_syncs=_synced_detector(dev),
         ),
-        run_loop(dev, tdev, synchronized=False, steps=steps, out=out_dir, tensorboard=True),
+        run_loop(
+            dev,
+            tdev,
+            synchronized=False,
+            steps=steps,
+            out=out_dir,
+            tensorboard=True,
+            detect_syncs=_plain_detector(dev),
+        ),
     ]
     if console is not None:
         for lp in loops:

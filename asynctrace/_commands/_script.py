@@ -43,6 +43,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from asynctrace.capture._signals import TerminatedBySignal
 from asynctrace.errors import AsyncTraceError
 
 __all__ = [
@@ -463,7 +464,9 @@ def run_script(
                 # entering ``around`` failed (a CUDA-only option on CPU): the script never ran,
                 # so this is no traceback of the script's but our error, said in one line
                 raise
-            # KeyboardInterrupt too: Python shows where Ctrl-C stopped the script, and the
-            # steps before it still get their summary
-            status = report_uncaught(e)
+            # SIGTERM/SIGHUP stopped the job: no traceback of the script's (the caller lets
+            # the signal kill the process once its summary is out). KeyboardInterrupt is
+            # reported: Python shows where Ctrl-C stopped the script, and the steps before it
+            # still get their summary
+            status = 128 + e.signum if isinstance(e, TerminatedBySignal) else report_uncaught(e)
     return status

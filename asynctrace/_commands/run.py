@@ -15,7 +15,8 @@ as with ``check``.
   ``cudaProfilerStop()`` when step B starts, for ``nsys profile -c cudaProfilerApi``.
 * ``--gather-ranks``: under torch.distributed, gather every rank's recent steps to rank 0 at the
   end and print the per-rank table (slowest rank and skew per step). Every rank must reach the
-  end of its script with the process group still initialized.
+  end of its script, or its ``torch.distributed.destroy_process_group()``: the gather runs
+  there, before the group is gone (the steps after it are not in the table).
 
 The command's status is the script's whatever happens while the session ends: the session's
 end runs with Python-level signal handlers deferred (torch's DataLoader raises from its
@@ -46,7 +47,7 @@ from asynctrace._commands._script import (
     script_arguments,
     stdout_to_stderr,
 )
-from asynctrace.capture._signals import deferred_signals
+from asynctrace.capture._signals import deferred_signals, resend
 from asynctrace.errors import AsyncTraceError
 from asynctrace.render.output import json_text, output_folder, utf8
 
@@ -198,6 +199,8 @@ def run(args: argparse.Namespace) -> int:
         # printed below, also when the script fails (the session prints only on success)
         print_summary=False,
     )
+    # a SIGTERM/SIGHUP ends the session; the signal is sent again below, after the summary
+    session.resend_signals = False
     around = _Ending(session)
     # with --json, stdout carries only the result
     out = stdout_to_stderr() if args.json else contextlib.nullcontext()
@@ -230,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
             "was built",
             file=sys.stderr,
         )
+        _resend_stop(session)
         if status and not args.json:
             print(f"the script exited with status {status}", file=sys.stderr)
         return status
@@ -254,9 +258,22 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.gather_ranks:
         _print_rank_table(session)
+    _resend_stop(session)
     if status and not args.json:
         print(f"the script exited with status {status}", file=sys.stderr)
     return status
+
+
+def _resend_stop(session: Session) -> None:
+    """The job was stopped (SLURM, Kubernetes, torchrun send SIGTERM): it dies of the signal,
+    as it would have without us, once its records and summary are out."""
+    signum = session.stop_signal()
+    if signum is not None:
+        print(
+            f"asynctrace run: the script was stopped by {signal.Signals(signum).name}",
+            file=sys.stderr,
+        )
+        resend(signum)
 
 
 def _one_line(e: BaseException) -> str:
@@ -271,9 +288,10 @@ def _print_rank_table(session: Session) -> None:
     table = session.rank_table
     if table is not None:
         print(format_rank_table(table))
-    elif not _distributed.is_distributed():
+    elif not session.ranks_gathered and not _distributed.is_distributed():
         print(
             "note: --gather-ranks: no initialized torch.distributed process group of more than "
-            "one rank at the end of the script (did it call destroy_process_group()?)",
+            "one rank at the end of the script, nor one destroyed through "
+            "torch.distributed.destroy_process_group() during it",
             file=sys.stderr,
         )

@@ -113,6 +113,9 @@ class BoundEvidence(msgspec.Struct, frozen=True, kw_only=True):
     #: True for live-session records: figures estimated from per-step totals, no timeline
     estimated: bool = False
     notes: list[str] = msgspec.field(default_factory=list)
+    #: session records with phases: the share (%) of the host's step time in each phase
+    #: (data, forward, backward, optimizer, other); empty otherwise
+    phases_pct: dict[str, float] = msgspec.field(default_factory=dict)
 
 
 class Bound(msgspec.Struct, frozen=True, kw_only=True):

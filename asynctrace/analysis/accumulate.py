@@ -30,11 +30,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CPU_NOTE",
+    "PHASE_FIGURES",
     "STEP_FIGURES",
     "FigureStats",
     "SessionReport",
     "StepAccumulator",
     "StepFigure",
+    "figure_value",
     "nearest_rank",
     "session_report",
 ]
@@ -59,6 +61,18 @@ class StepFigure(msgspec.Struct, frozen=True):
     label: str
     #: "ns", "bytes", "steps" or "count"
     unit: str
+    #: a phase of ``StepRecord.phases_ns`` (the figure is that phase's ns; ``field`` names it
+    #: in summaries and reports), or None for a plain record field
+    phase: str | None = None
+
+
+def figure_value(rec: StepRecord, fig: StepFigure) -> int | None:
+    """``fig``'s value in one step record (None where the step has none)."""
+    if fig.phase is None:
+        value: int | None = getattr(rec, fig.field)
+        return value
+    phases = rec.phases_ns
+    return None if phases is None else int(getattr(phases, fig.phase))
 
 
 #: every per-step figure, in the order tables show them
@@ -72,7 +86,14 @@ STEP_FIGURES: Final = (
     StepFigure("sync_wait_ns", "sync wait", "ns"),
     StepFigure("mem_allocated_bytes", "mem allocated", "bytes"),
     StepFigure("mem_reserved_bytes", "mem reserved", "bytes"),
+    # the host time by phase (the data phase is data_wait_ns, above)
+    StepFigure("phase_forward_ns", "forward", "ns", "forward"),
+    StepFigure("phase_backward_ns", "backward", "ns", "backward"),
+    StepFigure("phase_optimizer_ns", "optimizer", "ns", "optimizer"),
+    StepFigure("phase_other_ns", "other", "ns", "other"),
 )
+#: the phase figures of STEP_FIGURES, by phase
+PHASE_FIGURES: Final = tuple(f for f in STEP_FIGURES if f.phase is not None)
 
 
 class FigureStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -119,7 +140,9 @@ class StepAccumulator:
         "n_device",
         "n_mem_allocated",
         "n_mem_reserved",
+        "n_phases",
         "n_run_ahead",
+        "phase_sums",
         "recent",
         "run_ahead_sum",
         "steps",
@@ -141,6 +164,9 @@ class StepAccumulator:
         self.device_sum = self.run_ahead_sum = self.mem_allocated_sum = self.mem_reserved_sum = 0
         # steps that had each optional figure (a device that could not measure leaves it out)
         self.n_device = self.n_run_ahead = self.n_mem_allocated = self.n_mem_reserved = 0
+        # forward, backward, optimizer, other: over the steps that have phases
+        self.phase_sums = [0, 0, 0, 0]
+        self.n_phases = 0
 
     def add(self, rec: StepRecord) -> None:
         self.recent.append(rec)
@@ -168,6 +194,14 @@ class StepAccumulator:
         if v is not None:
             self.mem_reserved_sum += v
             self.n_mem_reserved += 1
+        ph = rec.phases_ns
+        if ph is not None:
+            sums = self.phase_sums
+            sums[0] += ph.forward
+            sums[1] += ph.backward
+            sums[2] += ph.optimizer
+            sums[3] += ph.other
+            self.n_phases += 1
 
     def _sum_and_count(self, field: str) -> tuple[int, int]:
         return {
@@ -180,6 +214,10 @@ class StepAccumulator:
             "run_ahead_ns": (self.run_ahead_sum, self.n_run_ahead),
             "mem_allocated_bytes": (self.mem_allocated_sum, self.n_mem_allocated),
             "mem_reserved_bytes": (self.mem_reserved_sum, self.n_mem_reserved),
+            "phase_forward_ns": (self.phase_sums[0], self.n_phases),
+            "phase_backward_ns": (self.phase_sums[1], self.n_phases),
+            "phase_optimizer_ns": (self.phase_sums[2], self.n_phases),
+            "phase_other_ns": (self.phase_sums[3], self.n_phases),
         }[field]
 
     def extend(self, records: Iterable[StepRecord]) -> StepAccumulator:
@@ -195,7 +233,7 @@ class StepAccumulator:
             if count == 0:
                 out[fig.field] = None
                 continue
-            values = sorted(v for r in self.recent if (v := getattr(r, fig.field)) is not None)
+            values = sorted(v for r in self.recent if (v := figure_value(r, fig)) is not None)
             out[fig.field] = FigureStats(
                 count=count,
                 mean=total / count,
@@ -325,6 +363,11 @@ class SessionReport(msgspec.Struct, frozen=True, kw_only=True):
     notes: list[Note] = msgspec.field(default_factory=list)
     error: str | None = None
     records_path: str | None = None
+    #: the host time by phase (``StepRecord.phases_ns``); None where no step had phases
+    phase_forward_ns: FigureStats | None = None
+    phase_backward_ns: FigureStats | None = None
+    phase_optimizer_ns: FigureStats | None = None
+    phase_other_ns: FigureStats | None = None
 
     @property
     def verdict_line(self) -> str:
@@ -398,6 +441,10 @@ def session_report(
         sync_wait_ns=figures["sync_wait_ns"],
         mem_allocated_bytes=figures["mem_allocated_bytes"],
         mem_reserved_bytes=figures["mem_reserved_bytes"],
+        phase_forward_ns=figures["phase_forward_ns"],
+        phase_backward_ns=figures["phase_backward_ns"],
+        phase_optimizer_ns=figures["phase_optimizer_ns"],
+        phase_other_ns=figures["phase_other_ns"],
         verdict=code,
         verdict_message=message,
         findings=findings,

@@ -1604,7 +1604,10 @@ def bound_of_records(
     objects.
     """
     sums, per = _sum_records(steps, asynchronous, per_step)
-    return RecordsBound(run=_records_run(sums, asynchronous=asynchronous), steps=per)
+    run = _records_run(sums, asynchronous=asynchronous)
+    if any(st.phases_ns is not None for st in steps):
+        run, per = _with_phases(steps, run, per)
+    return RecordsBound(run=run, steps=per)
 
 
 def bound_columns_of_records(
@@ -1617,3 +1620,40 @@ def bound_columns_of_records(
     zero = np.zeros(len(steps), np.int64)
     busy = c.wall - (c.host + c.sync + c.input)
     return np.stack([c.wall, busy, c.host, c.sync, c.input, zero, zero], axis=1)
+
+
+#: a phase dominates a step (and its evidence says so) above this share of its host time
+PHASE_DOMINANT_FRACTION = 0.5
+_PHASES = ("data", "forward", "backward", "optimizer", "other")
+
+
+def _phase_evidence(evidence: BoundEvidence, totals: Sequence[int]) -> BoundEvidence:
+    whole = sum(totals)
+    if whole <= 0:
+        return evidence
+    pct = {name: 100.0 * v / whole for name, v in zip(_PHASES, totals, strict=True)}
+    notes = list(evidence.notes)
+    lead = max(_PHASES, key=lambda n: pct[n])
+    if pct[lead] > 100.0 * PHASE_DOMINANT_FRACTION:
+        notes.append(f"the {lead} phase dominates: {pct[lead]:.0f}% of the host's step time")
+    return msgspec.structs.replace(evidence, phases_pct=pct, notes=notes)
+
+
+def _with_phases(
+    steps: Sequence[StepRecord], run: Bound, per: list[StepBound]
+) -> tuple[Bound, list[StepBound]]:
+    """The run's and each step's evidence with the share of each phase (records with
+    ``phases_ns``), and a note where one phase dominates."""
+    totals = [0, 0, 0, 0, 0]
+    for i, st in enumerate(steps):
+        ph = st.phases_ns
+        if ph is None:
+            continue
+        values = (ph.data, ph.forward, ph.backward, ph.optimizer, ph.other)
+        for k, v in enumerate(values):
+            totals[k] += v
+        if per:
+            b = per[i]
+            per[i] = msgspec.structs.replace(b, evidence=_phase_evidence(b.evidence, values))
+    run = msgspec.structs.replace(run, evidence=_phase_evidence(run.evidence, totals))
+    return run, per

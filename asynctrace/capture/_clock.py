@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from asynctrace.records import Note, StepRecord
+from asynctrace.records import Note, StepPhases, StepRecord
 
 if TYPE_CHECKING:
     from asynctrace.capture._nsys import NsysCapture
@@ -30,8 +30,27 @@ if TYPE_CHECKING:
     from asynctrace.capture.profiler import DeepProfiler
     from asynctrace.capture.syncs import SyncDetector
 
-__all__ = ["BATCH", "PendingStep", "StepClock"]
+__all__ = [
+    "BACKWARD",
+    "BATCH",
+    "DATA",
+    "FORWARD",
+    "NEVER",
+    "OPTIMIZER",
+    "OTHER",
+    "PendingStep",
+    "StepClock",
+]
 
+#: the phases of a step (:class:`~asynctrace.records.StepPhases`), as indices of its counters
+DATA: Final = 0
+FORWARD: Final = 1
+BACKWARD: Final = 2
+OPTIMIZER: Final = 3
+OTHER: Final = 4
+
+#: a step number no session reaches
+NEVER: Final = 1 << 62
 #: records collected before they are delivered to the sinks that take them in batches (the
 #: records file, the summary): one call per batch instead of one per step and sink
 BATCH: Final = 256
@@ -57,6 +76,8 @@ class PendingStep(msgspec.Struct, gc=False):
     end_ev: Any
     #: host time of the step's end
     end_ns: int
+    #: ns by phase (DATA … OTHER), None where no phase boundary was seen
+    phases: list[int] | None
 
 
 class StepClock:
@@ -90,11 +111,17 @@ class StepClock:
         self.index = 0
         self.start_ns = 0
         self._start_ev: Any = None
-        #: figures of the open step the session adds to (data wait from steps(), syncs)
+        #: figures of the open step the session adds to (syncs; the data wait of a
+        #: session.steps() fetch that no phase boundary marked, see _close)
         self.data_wait_ns = 0
         self.sync_count = 0
         self.sync_wait_ns = 0
         self._in_flight = 0
+        #: the open step's ns by phase, made at its first phase boundary (:meth:`mark`); the
+        #: phase it is in, and since when
+        self.ph: list[int] | None = None
+        self.ph_cur = FORWARD
+        self.ph_t = 0
         # closed steps whose markers have not been seen executed, oldest first
         self.pending: deque[PendingStep] = deque()
         # the end marker of the last step written and its device time: the next step's start
@@ -118,6 +145,16 @@ class StepClock:
         self.profiler: DeepProfiler | None = None
         #: the sync detector, set only where deep mode runs beside it: held off in windows
         self.held_detector: SyncDetector | None = None
+        #: a sampled lint: at the start of step ``lint_at``, ``lint_toggle(index)`` turns it
+        #: on or off and returns the next step where it turns (one int compare a step)
+        self.lint_at = NEVER
+        self.lint_toggle: Callable[[int], int] | None = None
+        #: on-demand deep windows (``_trigger.py``): ``poll(index, now)`` at the start of step
+        #: ``poll_step`` (which the trigger moves on, about every half second of steps)
+        self.poll: Callable[[int, int], None] | None = None
+        self.poll_step = NEVER
+        #: the first step either of the two acts at: one int compare a step for both
+        self.event_at = NEVER
 
     # ------------------------------------------------------------------ boundaries
     def start(self, latency_ns: int) -> None:
@@ -160,12 +197,16 @@ class StepClock:
             self._in_flight = len(pending)
         self.start_ns = now
         self._start_ev = ev
+        # (the phase and its start are read only once a mark made ph: see mark)
+        self.ph = None
         self.data_wait_ns = 0
         self.sync_count = 0
         self.sync_wait_ns = 0
         nsys = self.nsys
         if nsys is not None:
             nsys.on_step_start(self.index)
+        if self.index >= self.event_at:
+            self.events(now)
         held = self.held_detector
         if held is not None:
             # the lint would fill deep mode's profiled window with its own dispatch events
@@ -176,6 +217,39 @@ class StepClock:
             push(h if h is not None else self.nvtx_handle_for(self.index))  # type: ignore[misc]
         # open only once its range is pushed: whatever raised before leaves nothing to pop
         self.open = True
+
+    def events(self, now: int) -> None:
+        """The sampled lint's turn and the trigger's poll, at the start of a step where one
+        is due (``event_at``)."""
+        index = self.index
+        toggle = self.lint_toggle
+        if toggle is not None and index >= self.lint_at:
+            self.lint_at = toggle(index)
+        poll = self.poll
+        if poll is not None and index >= self.poll_step:
+            poll(index, now)
+        self.reschedule()
+
+    def reschedule(self) -> None:
+        self.event_at = min(
+            self.lint_at if self.lint_toggle is not None else NEVER,
+            self.poll_step if self.poll is not None else NEVER,
+        )
+
+    def mark(self, phase: int) -> int:
+        """A phase boundary of the open step: the time since the last one goes to the phase
+        the step was in, and the step is in ``phase`` from now (returned)."""
+        now = self.now()
+        ph = self.ph
+        if ph is None:
+            # the step's first mark: it was in the forward phase since it started
+            ph = self.ph = [0, 0, 0, 0, 0]
+            self.ph_cur = FORWARD
+            self.ph_t = self.start_ns
+        ph[self.ph_cur] += now - self.ph_t
+        self.ph_t = now
+        self.ph_cur = phase
+        return now
 
     def _close(self, now: int, ev: Any) -> None:
         """The open step ends at ``now`` (``ev``: its end marker)."""
@@ -196,19 +270,31 @@ class StepClock:
         index = self.index
         self.index = index + 1
         frontend_ns = now - self.start_ns
+        ph = self.ph
+        data_wait_ns = self.data_wait_ns
+        if ph is not None:
+            ph[self.ph_cur] += now - self.ph_t
+            if data_wait_ns:
+                # session.steps()' fetch, set without a mark (one clock read less a step): it
+                # came before any mark, so in the forward phase a step starts in
+                ph[FORWARD] -= data_wait_ns
+                ph[DATA] += data_wait_ns
+            # one measure of the data wait: the data phase
+            data_wait_ns = ph[DATA]
         if not self.asynchronous:
             # done when the host returns: the device's figures are the host's
             self._collect(
                 index,
                 self.start_ns,
                 frontend_ns,
-                self.data_wait_ns,
+                data_wait_ns,
                 self.sync_count,
                 self.sync_wait_ns,
                 mem,
                 frontend_ns,
                 0,
                 0,
+                ph,
             )
             return
         self.pending.append(
@@ -216,7 +302,7 @@ class StepClock:
                 index,
                 self.start_ns,
                 frontend_ns,
-                self.data_wait_ns,
+                data_wait_ns,
                 self._in_flight,
                 self.sync_count,
                 self.sync_wait_ns,
@@ -224,6 +310,7 @@ class StepClock:
                 self._start_ev,
                 ev,
                 now,
+                ph,
             )
         )
         if len(self.pending) > self.max_pending:
@@ -282,6 +369,7 @@ class StepClock:
             device_ns,
             run_ahead_ns,
             in_flight,
+            p.phases,
         )
 
     def _collect(
@@ -296,6 +384,7 @@ class StepClock:
         device_ns: int | None,
         run_ahead_ns: int | None,
         in_flight: int,
+        ph: list[int] | None,
     ) -> None:
         """A step's record goes out, with its device figures (the one place it is built)."""
         out = self.out
@@ -312,6 +401,11 @@ class StepClock:
                 sync_wait_ns=sync_wait_ns,
                 mem_allocated_bytes=None if mem is None else mem[0],
                 mem_reserved_bytes=None if mem is None else mem[1],
+                phases_ns=None
+                if ph is None
+                else StepPhases(
+                    data=ph[0], forward=ph[1], backward=ph[2], optimizer=ph[3], other=ph[4]
+                ),
             )
         )
         if self.eager or len(out) >= self.batch:

@@ -17,9 +17,10 @@ Gathering
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "rank_and_world",
     "rank_tag",
     "tail_steps",
+    "wrap_destroy",
 ]
 
 #: steps per rank sent to rank 0: enough for a picture, bounded for million-step runs
@@ -208,3 +210,34 @@ def gather_records(
         dst=dst,
         group=group,
     )
+
+
+def wrap_destroy(before: Callable[[], None]) -> Callable[[], None] | None:
+    """Make ``torch.distributed.destroy_process_group()`` of the default group call
+    ``before()`` first, while the group still exists (a session's ``gather_ranks``: most
+    scripts destroy the group before the session ends). Returns the undo (None where
+    torch.distributed is unavailable). ``before`` runs once; what it raises is its own to
+    handle. A script that imported the function by name before this ran keeps the original."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if not dist.is_available():
+        return None
+    original = dist.destroy_process_group
+    done: list[bool] = []
+
+    @functools.wraps(original)
+    def destroy_process_group(group: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if group is None and not done and dist.is_initialized():
+            done.append(True)
+            before()
+        return original(group, *args, **kwargs)
+
+    dist.destroy_process_group = destroy_process_group
+
+    def undo() -> None:
+        if dist.destroy_process_group is destroy_process_group:
+            dist.destroy_process_group = original
+
+    return undo

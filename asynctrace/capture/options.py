@@ -42,6 +42,12 @@ class TraceOptions:
     - ``nvtx``: an NVTX range per step in domain ``asynctrace``.
     - ``detect_syncs``: ``"auto"``, ``"cuda"``, ``"lint"`` or ``"off"`` (see ``SyncDetector``).
     - ``optimizer_steps``: each ``optimizer.step()`` of any optimizer is a step boundary.
+    - ``on_demand``: keep a control file under ``dir`` and answer ``asynctrace capture`` and
+      ``kill -USR2``: a deep-mode window of N steps opened mid-run (``capture/_trigger.py``).
+    - ``phases``: split each step's host time into data, forward, backward, optimizer and
+      other (``StepRecord.phases_ns``), and count the time inside any DataLoader's fetch as
+      data wait: a wrapped DataLoader iterator, ``torch.autograd.backward`` and the optimizer
+      step hooks, for the session's duration (``capture/_phases.py``).
     - ``strict``: a failure of ours (records or events that cannot be written, a sink that
       raises) raises :class:`~asynctrace.CaptureError` instead of warning.
     - ``max_pending``: the most steps whose device markers may wait at once; beyond it the
@@ -70,6 +76,8 @@ class TraceOptions:
     nvtx: bool = True
     detect_syncs: str = "auto"
     optimizer_steps: bool = False
+    phases: bool = True
+    on_demand: bool = True
     print_summary: bool = True
     write: bool = True
     strict: bool = False

@@ -152,14 +152,16 @@ class DeepProfiler:
         """Whether a torch profiler is running now (warming up or recording)."""
         return self._prof is not None
 
-    def start(self) -> None:
-        """Raises :class:`OSError` where the run folder cannot be created (before any step)."""
+    def start(self, first_step: int = 0) -> None:
+        """Raises :class:`OSError` where the run folder cannot be created (before any step).
+        ``first_step``: the session's step now (a window opened on demand mid-run), which the
+        schedule and ``ProfilerStep#N`` count from."""
         if self._started:
             raise CaptureError("DeepProfiler.start() called twice")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._started = True
         self._thread = threading.get_ident()
-        self._step = 0
+        self._step = first_step
         self._maybe_open()
 
     def check_thread(self) -> None:

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 from asynctrace.capture._clock import StepClock
 from asynctrace.capture._distributed import rank_and_world
 from asynctrace.capture._nsys import NsysCapture
-from asynctrace.capture._signals import deferred_signals
+from asynctrace.capture._signals import SignalGuard, TerminatedBySignal, deferred_signals, resend
 from asynctrace.capture._writer import sanitize_name
 from asynctrace.capture.devices import ClockAlignment, Device, get_device
 from asynctrace.capture.options import TraceOptions
@@ -58,6 +58,7 @@ from asynctrace.errors import AsyncTraceWarning, CaptureError
 from asynctrace.records import Note, SessionHeader, StepRecord, SyncSite
 
 if TYPE_CHECKING:
+    from asynctrace.capture._trigger import Trigger
     from asynctrace.capture.profiler import DeepProfiler
     from asynctrace.capture.syncs import SyncDetector, SyncEvent
 
@@ -77,6 +78,25 @@ _MAX_SITE_STACK: Final = 16
 _active: list[CaptureSession] = []
 # whether _forget_sessions_in_child is registered to run in forked children (once per process)
 _fork_hook_registered = False
+
+
+#: with detect_syncs="auto" on a CPU: the first steps the lint sees, then one step in this many
+#: (a linted step costs ~2.8x a plain one: one in 100 adds ~2 %, within the noise)
+LINT_FIRST_STEPS: Final = 5
+LINT_EVERY: Final = 100
+
+
+def _lint_samples(index: int) -> bool:
+    return index < LINT_FIRST_STEPS or index % LINT_EVERY == 0
+
+
+def _next_lint_change(index: int) -> int:
+    """The first step after ``index`` whose sample differs from ``index``'s."""
+    sampled = _lint_samples(index)
+    j = index + 1
+    while _lint_samples(j) == sampled:
+        j += 1
+    return j
 
 
 def current_session() -> CaptureSession | None:
@@ -255,6 +275,12 @@ class CaptureSession:
         self._hook: Any = None
         self._profiler: DeepProfiler | None = None
         self._nsys: NsysCapture | None = None
+        self._trigger: Trigger | None = None
+        # a stopped trigger whose control file goes once the sinks are finished
+        self._trigger_files: Trigger | None = None
+        self._window_notes: list[Note] = []
+        self._signals = SignalGuard(self._end_at_exit)
+        self._phases = False
 
     # ------------------------------------------------------------------ context manager
     def __enter__(self) -> CaptureSession:
@@ -278,6 +304,7 @@ class CaptureSession:
             self._dispatch("start", self._header)
             self._bind_step_fns()
             self._start_parts()
+            self._signals.install()
             _active.append(self)
             self._active = True
             self._clock.start(self._alignment.uncertainty_ns)
@@ -287,9 +314,11 @@ class CaptureSession:
             if not started:
                 self._clock.discard_open()
                 self._active = False
+                self._signals.restore()
                 self._restore_globals()
                 # the session never started: no run to keep
                 self._finish_sinks(self._end(started=False))
+                self._remove_trigger_files()
         return self
 
     def _check_can_enter(self) -> None:
@@ -324,10 +353,42 @@ class CaptureSession:
                     "profiler API is process-wide, so only one session at a time can use it"
                 )
 
+    #: whether the session's end lets a SIGTERM/SIGHUP it ended on kill the process (False: the
+    #: caller does, after its own output: ``asynctrace run`` prints the summary first)
+    resend_signals = True
+
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if self._pid != os.getpid():
             # a forked child leaving the block it inherited: the session is the parent's
             return
+        try:
+            self._exit(exc)
+        finally:
+            self._after_exit()
+
+    def _after_exit(self) -> None:
+        """Once the end is out: the previous SIGTERM/SIGHUP handlers back, and a signal the
+        session ended on sent again (:func:`~asynctrace.capture._signals.resend`)."""
+        with contextlib.suppress(Exception):
+            self._remove_trigger_files()
+        self._signals.restore()
+        if self.resend_signals:
+            signum = self._signals.take()
+            if signum is not None:
+                resend(signum)
+
+    def stop_signal(self) -> int | None:
+        """The SIGTERM/SIGHUP the session ended on and has not resent (``resend_signals``
+        False), once; None if none."""
+        return self._signals.take()
+
+    def _end_at_exit(self, exc: TerminatedBySignal) -> None:
+        """The interpreter exits with the session still open after a stop signal (a trainer
+        without an exception hook let it pass): end it now, records and summary complete."""
+        if self._active and self._pid == os.getpid():
+            self.__exit__(type(exc), exc, None)
+
+    def _exit(self, exc: BaseException | None) -> None:
         if self._active:
             self._check_exit_thread()
         # what a signal handler raised: once the sinks had finished (deferred), or before the
@@ -374,6 +435,8 @@ class CaptureSession:
         lock, and waits for the end."""
         self._shared = True
         self._end_failure = None
+        # a SIGTERM/SIGHUP from here on is noted, and resent once the end is out
+        self._signals.ending()
         # ended from another thread: a boundary of the entering thread in progress ends first
         while self._busy and threading.get_ident() != self._thread:
             time.sleep(0)
@@ -412,7 +475,12 @@ class CaptureSession:
 
     def _end(self, *, started: bool) -> SessionEnd:
         assert self._header is not None
-        notes = [*self._clock.end_notes(), *self._sites.notes()]
+        notes = [
+            *self._clock.end_notes(),
+            *self._sites.notes(),
+            *self._lint_note(),
+            *self._window_notes,
+        ]
         held = self._held_steps
         if held:
             notes.append(
@@ -476,7 +544,7 @@ class CaptureSession:
         detector = self._detector
         if detector is not None and detector.active == "lint":
             bound.append("lint sync detection")
-        if self._profiler is not None:
+        if self._profiler is not None or self._clock.profiler is not None:
             bound.append("deep mode (profile=)")
         if bound:
             raise CaptureError(
@@ -586,7 +654,10 @@ class CaptureSession:
                     item = next(it)
                 except StopIteration:
                     return
-                clock.data_wait_ns = now() - t
+                if clock.ph is None:
+                    # nothing inside marked the fetch as data (a DataLoader's does: then it
+                    # counts once, there): the clock moves it from forward to data at the close
+                    clock.data_wait_ns = now() - t
                 yield item
         finally:
             # exhausted, broken out of or closed by an exception: the open step is incomplete
@@ -669,6 +740,9 @@ class CaptureSession:
         self._clock.out = []
         self._profiler = None
         self._nsys = None
+        trigger, self._trigger = self._trigger, None
+        if trigger is not None:
+            trigger.forget_in_child()
 
     # ------------------------------------------------------------------ sinks
     def _bind_step_fns(self) -> None:
@@ -677,12 +751,18 @@ class CaptureSession:
         first kind."""
         self._step_fns = []
         self._batch_fns = []
+        from asynctrace.capture.sinks import BaseSink
+
         for sink in self._live_sinks:
             batch = getattr(sink, "step_batch", None)
             if callable(batch):
                 self._batch_fns.append((sink, batch))
             else:
-                self._step_fns.append((sink, sink.step))
+                step = sink.step
+                # BaseSink's own no-op step (the annotator) is not called per step at all; a
+                # sink may bind its step on the instance in start() (TensorBoard does)
+                if getattr(step, "__func__", None) is not BaseSink.step:
+                    self._step_fns.append((sink, step))
         self._clock.eager = bool(self._step_fns)
 
     def _deliver(self) -> None:
@@ -800,11 +880,32 @@ class CaptureSession:
     def _start_parts(self) -> None:
         """The sync detector, optimizer hook, NVTX ranges, nsys range and deep mode."""
         opts = self.options
+        if opts.phases:
+            # before the optimizer_steps boundary hook: an optimizer step's end is marked
+            # before the boundary it makes closes the step
+            from asynctrace.capture import _phases
+
+            _phases.register(self._clock)
+            self._phases = True
         if opts.detect_syncs != "off":
             from asynctrace.capture.syncs import SyncDetector
 
-            self._detector = SyncDetector(self._on_sync, mode=opts.detect_syncs)
-            self._detector.start()
+            sampled = self._lint_sampled()
+            mode = "lint" if sampled else opts.detect_syncs
+            self._detector = SyncDetector(self._on_sync, mode=mode)
+            try:
+                self._detector.start()
+            except CaptureError:
+                if not sampled:
+                    raise
+                # a lint of another thread's session started meanwhile: the default has none
+                self._detector = None
+                sampled = False
+            if sampled:
+                # steps 0.. run linted; the clock calls back where the sample turns off
+                self._clock.lint_toggle = self._toggle_lint
+                self._clock.lint_at = _next_lint_change(0)
+                self._clock.reschedule()
         if opts.optimizer_steps:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -817,6 +918,93 @@ class CaptureSession:
             )
         if opts.profiling:
             self._start_profiler()
+        if opts.on_demand and opts.write:
+            self._start_trigger()
+
+    def _start_trigger(self) -> None:
+        from asynctrace.capture._trigger import Trigger
+
+        trigger = Trigger(
+            dir=self.dir,
+            name=self.name or "session",
+            rank=self._rank,
+            clock=self._clock,
+            make_profiler=self._window_profiler,
+            hold_lint=self._hold_lint,
+            on_window=self._window_done,
+        )
+        try:
+            trigger.start()
+        except OSError:
+            # a folder that cannot be written: the records sink says so; no on-demand windows
+            trigger.stop()
+            return
+        self._trigger = trigger
+
+    def _window_profiler(self, start: int, steps: int) -> DeepProfiler | None:
+        """Deep mode for steps ``start`` … ``start + steps - 1``, opened now, at the start of
+        step ``start - 1`` (its warm-up); None, with a warning, where it cannot run."""
+        from asynctrace.capture.profiler import DeepProfiler, Profile
+
+        if self._profiler is not None or any(
+            s is not self and s.options.profiling for s in _active
+        ):
+            warnings.warn(
+                "asynctrace: deep mode (profile=) already runs: no on-demand window",
+                AsyncTraceWarning,
+                stacklevel=5,
+            )
+            return None
+        try:
+            prof = DeepProfiler(
+                Profile(wait=0, warmup=1, active=steps, skip_first=start - 1),
+                dir=self.dir,
+                run=sanitize_name(self.name or "session"),
+                on_trace=self._trace_written,
+            )
+            prof.start(first_step=start - 1)
+        except Exception as e:
+            warnings.warn(
+                f"asynctrace: the on-demand deep window could not start ({type(e).__name__}: "
+                f"{e}); the job goes on",
+                AsyncTraceWarning,
+                stacklevel=5,
+            )
+            return None
+        self._clock.profiler = prof
+        return prof
+
+    def _hold_lint(self, hold: bool) -> None:
+        # the lint's dispatch events would fill the profiled window (as in deep mode)
+        detector = self._detector
+        if detector is None:
+            return
+        with contextlib.suppress(Exception):
+            if hold:
+                detector.suspend()
+            else:
+                detector.resume()
+
+    def _window_done(self, window: dict[str, Any]) -> None:
+        traces = ", ".join(window.get("traces", ())) or "no trace written"
+        self._window_notes.append(
+            Note(
+                code="deep-window",
+                text=f"steps {window['start']}-{window['stop'] - 1} were profiled on demand "
+                f"(request {window['id']}): {traces}",
+            )
+        )
+
+    def _stop_trigger(self) -> None:
+        trigger, self._trigger = self._trigger, None
+        if trigger is not None:
+            self._trigger_files = trigger
+            trigger.stop()
+
+    def _remove_trigger_files(self) -> None:
+        trigger, self._trigger_files = self._trigger_files, None
+        if trigger is not None:
+            trigger.remove_files()
 
     def _start_profiler(self) -> None:
         from asynctrace.capture.profiler import make_profiler
@@ -867,9 +1055,11 @@ class CaptureSession:
     def _restore_globals(self) -> None:
         """Undo everything __enter__ changed, each part independent of the others' failure."""
         parts: Sequence[Callable[[], None]] = (
+            self._stop_trigger,
             self._stop_profiler,
             self._stop_nsys,
             self._remove_hook,
+            self._stop_phases,
             self._stop_detector,
             self._leave_active,
         )
@@ -899,6 +1089,13 @@ class CaptureSession:
         hook, self._hook = self._hook, None
         if hook is not None:
             hook.remove()
+
+    def _stop_phases(self) -> None:
+        if self._phases:
+            self._phases = False
+            from asynctrace.capture import _phases
+
+            _phases.unregister(self._clock)
 
     def _stop_detector(self) -> None:
         detector, self._detector = self._detector, None
@@ -942,9 +1139,55 @@ class CaptureSession:
         """The detector this session runs ("auto" resolved), said before it starts."""
         if self.options.detect_syncs == "off":
             return "off"
+        if self._lint_sampled():
+            return "lint-sampled"
         from asynctrace.capture.syncs import _resolve
 
         return _resolve(self.options.detect_syncs)
+
+    def _lint_sampled(self) -> bool:
+        """``detect_syncs="auto"`` where no CUDA hooks can run (a CPU): the lint, on a sample
+        of the steps (:data:`LINT_FIRST_STEPS`, then one in :data:`LINT_EVERY`), so a default
+        session names the syncs that would block an accelerator at a cost within noise. Not
+        beside deep mode, whose windows hold the lint off."""
+        if self.options.detect_syncs != "auto" or self.options.profiling:
+            return False
+        from asynctrace.capture.syncs import _hub, _resolve
+
+        # one thread's dispatch-mode stack at a time: a session of another thread has it
+        return _resolve("auto") == "off" and not _hub.lint_elsewhere()
+
+    def _toggle_lint(self, index: int) -> int:
+        """The clock's callback at the start of step ``index``, where the lint's sample turns
+        on or off; returns the next step where it turns again. Never raises (a boundary from
+        another thread than the lint's cannot move it: tried again at the next one)."""
+        detector = self._detector
+        if detector is None:
+            return -1
+        try:
+            if _lint_samples(index):
+                detector.unpause()
+            else:
+                detector.pause()
+        except Exception:
+            return index + 1
+        return _next_lint_change(index)
+
+    def _lint_note(self) -> list[Note]:
+        if self._clock.lint_toggle is None:
+            return []
+        n = self._clock.index
+        first_later = -(-LINT_FIRST_STEPS // LINT_EVERY) * LINT_EVERY
+        linted = min(n, LINT_FIRST_STEPS) + len(range(first_later, n, LINT_EVERY))
+        return [
+            Note(
+                code="sync-lint-sampled",
+                text=f"the sync lint ran on {linted} of {n} step(s) (the first "
+                f"{LINT_FIRST_STEPS}, then one in {LINT_EVERY}): sync sites and their counts "
+                "are of those steps, and the other steps count no syncs "
+                "(detect_syncs='lint' lints every step)",
+            )
+        ]
 
     @property
     def started_unix_ns(self) -> int:

@@ -212,6 +212,8 @@ class _Hub:
         self.local = threading.local()
         self._torch_dir = ""
         self._lint_mode: Any = None
+        #: the lint mode's class, built at its first use (see _make_lint_mode)
+        self._lint_mode_class: Any = None
         self._lint_thread = 0
         self._patched: list[_Patch] = []
         self._cuda_restore: list[Callable[[], None]] = []
@@ -223,6 +225,10 @@ class _Hub:
         #: lint detectors suspended now (``SyncDetector.suspend``): while any is, the lint's
         #: mode is off the dispatch stack and nothing is counted by the lint
         self.suspended: list[SyncDetector] = []
+        #: lint detectors paused now (``SyncDetector.pause``: a session's sampled lint between
+        #: its samples): they are told of nothing, and the mode is off the stack only while
+        #: every lint detector is paused
+        self.paused: list[SyncDetector] = []
 
     # -- state -------------------------------------------------------------------------------
 
@@ -240,8 +246,11 @@ class _Hub:
     def emit(
         self, op: str, targets: list[SyncDetector], wait_ns: int = 0, *, host: bool = False
     ) -> None:
-        if targets is self.lint and self.suspended:
-            return
+        if targets is self.lint:
+            if self.suspended:
+                return
+            if self.paused:
+                targets = [d for d in targets if d not in self.paused]
         if not targets:
             return
         located = _locate(sys._getframe(1), self._torch_dir, host=host)
@@ -280,6 +289,9 @@ class _Hub:
                         self._lint_mode = mode
                         self._lint_thread = threading.get_ident()
                     self.lint.append(det)
+                    if self.paused and not self.suspended:
+                        # the others were all paused, their mode off: this one needs it
+                        self._sync_lint_mode()
                 else:
                     if not self.cuda:
                         # torch.cuda's lazy init can fail here (a forked child, a broken driver)
@@ -346,6 +358,44 @@ class _Hub:
                 mode.__enter__()
                 self._lint_mode = mode
 
+    def pause(self, det: SyncDetector) -> None:
+        """Tell ``det`` of nothing until :meth:`unpause`; the mode leaves the stack once every
+        lint detector is paused (see :meth:`SyncDetector.pause`)."""
+        with self._lock:
+            if det in self.paused or det not in self.lint:
+                return
+            self._check_lint_thread("paused")
+            self.paused.append(det)
+            self._sync_lint_mode()
+
+    def unpause(self, det: SyncDetector, *, leaving: bool = False) -> None:
+        with self._lock:
+            if det not in self.paused:
+                return
+            if not leaving:
+                self._check_lint_thread("resumed")
+            self.paused.remove(det)
+            if not leaving:
+                self._sync_lint_mode()
+
+    def _sync_lint_mode(self) -> None:
+        """The lint's mode on the stack where a detector needs it: some lint detector is not
+        paused and none is suspended (deep mode's hold is :meth:`suspend`/:meth:`resume`'s)."""
+        if self.suspended:
+            return
+        wanted = any(d not in self.paused for d in self.lint)
+        if wanted and self._lint_mode is None:
+            mode = _make_lint_mode(self)
+            mode.__enter__()
+            self._lint_mode = mode
+        elif not wanted and self._lint_mode is not None:
+            mode, self._lint_mode = self._lint_mode, None
+            _exit_mode(mode)
+
+    def lint_elsewhere(self) -> bool:
+        """Whether a lint runs in another thread than the caller's (one cannot start here)."""
+        return bool(self.lint) and threading.get_ident() != self._lint_thread
+
     def forget_in_child(self) -> None:
         """After ``fork``, in the child (a DataLoader worker): the detectors are the parent's,
         and their hooks would make every op of the child's pass through the lint's dispatch
@@ -358,6 +408,7 @@ class _Hub:
         self.lint.clear()
         self.cuda.clear()
         self.suspended.clear()
+        self.paused.clear()
         with contextlib.suppress(Exception):
             self._release("lint")
         # torch refuses to touch CUDA in a forked child, so the sync debug mode stays as it
@@ -591,6 +642,15 @@ def _filters_mutated() -> None:
 
 
 def _make_lint_mode(hub: _Hub) -> Any:
+    """A new instance of the lint's dispatch mode; its class is built once per hub (about
+    0.1 ms), since a sampled lint enters a fresh mode every few dozen steps."""
+    cls = hub._lint_mode_class
+    if cls is None:
+        cls = hub._lint_mode_class = type(_build_lint_mode(hub))
+    return cls()
+
+
+def _build_lint_mode(hub: _Hub) -> Any:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -755,6 +815,17 @@ class SyncDetector:
         else:
             self.resume()
 
+    def pause(self) -> None:
+        """Count nothing until :meth:`unpause`, at no cost once no other lint detector runs:
+        a session's sampled lint between its samples. Unlike :meth:`suspend`, other lint
+        detectors (an ``expect_syncs`` inside the session) go on counting. In the thread that
+        started the lint (:class:`CaptureError` elsewhere); a no-op unless running the lint."""
+        if self.active == "lint":
+            _hub.pause(self)
+
+    def unpause(self) -> None:
+        _hub.unpause(self)
+
     @contextlib.contextmanager
     def suspending(self) -> Iterator[None]:
         """:meth:`suspend` for a ``with`` block, then :meth:`resume`."""
@@ -769,6 +840,8 @@ class SyncDetector:
         if active == "lint" and self.suspended:
             # dropped without pushing a mode back for a detector that is leaving
             _hub.resume(self, leaving=True)
+        if active == "lint":
+            _hub.unpause(self, leaving=True)
         if active in ("cuda", "lint"):
             # CaptureError from another thread than the lint's, before anything changed: still
             # running, so that thread can stop it

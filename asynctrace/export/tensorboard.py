@@ -11,6 +11,7 @@ Tags, all under ``asynctrace/`` (one point per step, the step number as TensorBo
 ``asynctrace/syncs``         synchronizations seen in the step
 ``asynctrace/sync_wait_ms``  host time blocked in them
 ``asynctrace/mem_allocated_mb`` / ``asynctrace/mem_reserved_mb``  device memory at step end (MiB)
+``asynctrace/phase_forward_ms`` … ``phase_other_ms``  host time by phase (steps with phases)
 ========================  =====================================================
 
 The figures are the session's :class:`~asynctrace.records.StepRecord` fields converted to the
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from asynctrace.records import Note
 
 __all__ = [
+    "PHASE_SCALAR_TAGS",
     "SCALAR_TAGS",
     "TEXT_TAG",
     "TensorBoardWriter",
@@ -70,6 +72,13 @@ SCALAR_TAGS: tuple[str, ...] = (
     "asynctrace/mem_allocated_mb",
     "asynctrace/mem_reserved_mb",
 )
+#: the tags of a step's phases, written for the steps that have them (``phases_ns``)
+PHASE_SCALAR_TAGS: tuple[str, ...] = (
+    "asynctrace/phase_forward_ms",
+    "asynctrace/phase_backward_ms",
+    "asynctrace/phase_optimizer_ms",
+    "asynctrace/phase_other_ms",
+)
 #: the text summary's tag
 TEXT_TAG = "asynctrace/summary"
 
@@ -91,6 +100,12 @@ def step_scalars(step: StepRecord) -> dict[str, float]:
         out["asynctrace/mem_allocated_mb"] = step.mem_allocated_bytes / _BYTES_PER_MB
     if step.mem_reserved_bytes is not None:
         out["asynctrace/mem_reserved_mb"] = step.mem_reserved_bytes / _BYTES_PER_MB
+    ph = step.phases_ns
+    if ph is not None:
+        out["asynctrace/phase_forward_ms"] = ph.forward / _NS_PER_MS
+        out["asynctrace/phase_backward_ms"] = ph.backward / _NS_PER_MS
+        out["asynctrace/phase_optimizer_ms"] = ph.optimizer / _NS_PER_MS
+        out["asynctrace/phase_other_ms"] = ph.other / _NS_PER_MS
     return out
 
 

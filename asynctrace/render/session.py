@@ -9,8 +9,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from asynctrace.analysis.accumulate import STEP_FIGURES, FigureStats, SessionReport
+from asynctrace.records import SyncSite
 
-__all__ = ["NO_STEPS_HINT", "figure_rows", "format_value", "print_report", "report_rows"]
+__all__ = [
+    "NO_STEPS_HINT",
+    "figure_rows",
+    "format_value",
+    "known_fix_lines",
+    "print_report",
+    "report_rows",
+]
 
 NO_STEPS_HINT: Final = (
     "mark them with `for batch in session.steps(loader)`, `session.step()` at the end of "
@@ -71,6 +79,24 @@ def figure_rows(figures: Mapping[str, FigureStats | None]) -> list[tuple[str, st
     return rows
 
 
+def known_fix_lines(sites: Sequence[SyncSite]) -> list[str]:
+    """For each sync a library makes that ``_known_syncs.py`` knows: what it does and the
+    setting that removes it, as ``asynctrace check`` prints them."""
+    from asynctrace._known_syncs import is_library_frame, known_sync
+
+    lines: list[str] = []
+    for s in sites:
+        found = known_sync(s.stack[0]) if s.stack else None
+        if found is None:
+            continue
+        entry, detail = found
+        user = next((f for f in s.stack[1:] if not is_library_frame(f)), None)
+        key = f" ({detail})" if detail else ""
+        lines.append(f"{s.site}: {entry.what}{key}" + (f", from {user}" if user else ""))
+        lines.append(f"  fix: {entry.fix}")
+    return lines
+
+
 def print_report(
     report: SessionReport, *, file: Any = None, no_steps_hint: str = NO_STEPS_HINT
 ) -> None:
@@ -123,6 +149,8 @@ def print_report(
         for s in report.sync_sites[:_TOP_SITES]:
             sites.add_row(s.site, s.op, str(s.count), format_value(s.wait_ns, "ns"))
         console.print(sites)
+        for line in known_fix_lines(report.sync_sites[:_TOP_SITES]):
+            console.print(line, markup=False)
         more = len(report.sync_sites) - _TOP_SITES
         if more > 0:
             console.print(f"… and {more} more site(s) in the records file", markup=False)

@@ -42,6 +42,12 @@ class RecordsSink(BaseSink):
         #: why the records could not be written, as the summary says it
         self.error: str | None = None
 
+    @property
+    def destination(self) -> Path | None:
+        """Where the records go: :attr:`path` once written, the final name while running."""
+        w = self._writer
+        return w.path if w is not None and self.path is None else self.path
+
     def start(self, header: SessionHeader) -> None:
         self.path = None
         self.error = None

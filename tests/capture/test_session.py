@@ -271,7 +271,8 @@ def test_exception_inside_a_step_writes_completed_steps_and_restores_everything(
         with s:
             assert current_session() is s
             assert ranges.open_ranges() == 1
-            assert len(torch_optimizer._global_optimizer_post_hooks) == len(hooks_before) + 1
+            # the boundary hook (and the phases' own, unless phases=False)
+            assert len(torch_optimizer._global_optimizer_post_hooks) >= len(hooks_before) + 1
             for i in range(10):
                 clock.advance(1_000)
                 if i == 4:
@@ -730,7 +731,8 @@ def test_records_round_trip(tmp_path: Path) -> None:
     assert h.rank is None
     assert h.torch_version == torch.__version__
     # "auto" as resolved: no CUDA here, so nothing ran
-    assert h.sync_detection == ("cuda" if torch.cuda.is_available() else "off")
+    # "auto": CUDA's hooks, else the lint on a sample of the steps
+    assert h.sync_detection == ("cuda" if torch.cuda.is_available() else "lint-sampled")
     assert all(isinstance(r, StepRecord) for r in rec.steps)
     assert rec.summary is not None
     assert rec.summary.steps == 6
