@@ -614,7 +614,7 @@ def _clock_mismatch(trace: Trace, links: LaunchLinks) -> ReportWarning | None:
         message=(
             f"the host and device clocks cannot both be right: every host event lies within "
             f"{_ms(h1 - h0)}, {where}, and the median launch-to-start delay is {_ms(p50)}; "
-            "launch delays, run-ahead and the idle causes are withheld"
+            "launch delays, queue depth, run-ahead and the idle causes are withheld"
         ),
     )
 
@@ -948,8 +948,8 @@ def _trace_run(
         notes.append(
             "the host and device clocks disagree: busy is measured over the device's own span "
             "(its first to its last activity); the idle causes, run-ahead and steps in flight, "
-            "which compare the two clocks, are withheld (queue depth and launch delays compare "
-            "them too: read them with care)"
+            "which compare the two clocks, are withheld, and so are queue depth and launch "
+            "delays"
         )
     evidence = msgspec.structs.replace(
         share.evidence,

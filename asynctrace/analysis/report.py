@@ -36,7 +36,13 @@ from asynctrace.analysis.bound import (
 )
 from asynctrace.analysis.diagnosis import Finding, diagnose, sync_cost_fraction
 from asynctrace.analysis.kernels import DeviceTime, HostOpTime, device_times, host_op_times
-from asynctrace.analysis.launches import LaunchLinks, LaunchStats, launch_stats, link_launches
+from asynctrace.analysis.launches import (
+    LaunchLinks,
+    LaunchStats,
+    Percentiles,
+    launch_stats,
+    link_launches,
+)
 from asynctrace.analysis.queue import (
     DEFAULT_QUEUE_CAP,
     QueueSeries,
@@ -155,6 +161,10 @@ class TraceFigures(msgspec.Struct, frozen=True, kw_only=True):
     #: host time per top-level operator of the launching thread over the steady steps' host
     #: spans, most first (:mod:`asynctrace.analysis.kernels`); [] in reports saved before it
     host_ops: list[HostOpTime] = msgspec.field(default_factory=list)
+    #: figures left out because the host and device clocks disagree (the ``clock-mismatch``
+    #: warning): "launch delays" (their percentiles are 0), "queue depth" (``queue`` is {}),
+    #: "run-ahead", "idle causes"; [] where the clocks agree
+    withheld: list[str] = msgspec.field(default_factory=list)
 
 
 class Report(msgspec.Struct, frozen=True, kw_only=True):
@@ -491,6 +501,9 @@ def _trace_analysis(
     whole = bool(windows) and windows[0].source == "trace"
     # syncs are judged by the device idle they open, as the diagnosis ranks them: the host's
     # wait while the device stays busy costs nothing
+    # the figures that compare the host's clock with the device's are left out where those
+    # clocks disagree (docs/how-it-works.md, the clock rule)
+    cross = tb.clocks_disagree
     sync_cost = _sync_cost_ns(tb.gaps, syncs)
     run = trust.bound(tb.run)
     if sync_cost is not None:
@@ -531,8 +544,11 @@ def _trace_analysis(
         warnings=[*tb.warnings, *trust.warnings],
         trace=TraceFigures(
             activities=_activity_counts(trace, keys, group_of),
-            launch=launch_stats(trace, links),
-            queue=queue_stats(trace, links, cap=queue_cap, series=series, groups=groups),
+            launch=launch_stats(trace, links) if not cross else _without_delays(trace, links),
+            queue={}
+            if cross
+            else queue_stats(trace, links, cap=queue_cap, series=series, groups=groups),
+            withheld=list(CROSS_CLOCK_FIGURES) if cross else [],
             queue_cap=queue_cap,
             syncs=syncs if keep_sync_calls else msgspec.structs.replace(syncs, calls=[]),
             step_source=windows[0].source if windows else "none",
@@ -596,6 +612,18 @@ def _host_ops(trace: Trace, report: Report) -> list[HostOpTime]:
         return []
     return host_op_times(
         trace, start_ns=report.steps[w].start_ns, end_ns=max(x.end_ns for x in figs.steps[w:])
+    )
+
+
+#: what a trace's report leaves out where the host and device clocks disagree
+CROSS_CLOCK_FIGURES = ("launch delays", "queue depth", "run-ahead", "idle causes")
+
+
+def _without_delays(trace: Trace, links: LaunchLinks) -> LaunchStats:
+    """The launch counts without their delays, which compare the two clocks."""
+    stats = launch_stats(trace, links)
+    return msgspec.structs.replace(
+        stats, queue_delay_ns=Percentiles(), launch_to_start_ns=Percentiles()
     )
 
 

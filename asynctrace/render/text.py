@@ -145,7 +145,9 @@ def _print_trace(
         t.add_row(label, *(("-" if clocks else format_ns(v)) for v in (p.p50, p.p90, p.p99, p.max)))
     console.print(t)
 
-    if tf.queue:
+    if "queue depth" in tf.withheld:
+        console.print("queue per stream: withheld (the host and device clocks disagree)")
+    elif tf.queue:
         t = Table(title=f"queue per stream (cap {tf.queue_cap})")
         for col in (
             "stream",

@@ -8,6 +8,7 @@ import pytest
 from asynctrace.analysis.report import analyze
 from asynctrace.traces.builder import TraceBuilder
 from asynctrace.traces.model import RuntimeKind, Trace
+from tests.analysis._traces import steps_trace
 
 US = 1_000
 S = 1_000_000_000
@@ -65,3 +66,27 @@ def test_vllm_graph_replay_is_device_bound_on_its_own_clock() -> None:
     assert b.label == "device-bound"
     assert b.evidence.busy_pct == pytest.approx(99.76)
     assert b.region_ns == 10_743_181
+
+
+@pytest.mark.real_traces
+def test_the_figures_that_compare_the_clocks_are_withheld() -> None:
+    # queue depth and launch delays compare a launch's host time with its start on the device:
+    # on this trace the median launch-to-start is 11.9 ms for a 10.7 ms device span
+    from asynctrace.traces.load import load
+    from tests.conftest import shared_trace
+
+    r = analyze(load(shared_trace("kineto", "tracelens_mi300_vllm_graph_replay.json.gz")))
+    assert r.trace is not None
+    assert r.trace.withheld == ["launch delays", "queue depth", "run-ahead", "idle causes"]
+    assert r.trace.queue == {}
+    assert r.trace.launch.matched == 434
+    assert r.trace.launch.launch_to_start_ns.p50 == 0
+    assert all(s.run_ahead_ns is None for s in r.steps)
+    assert "queue depth" in r.warnings[0].message
+
+
+def test_agreeing_clocks_withhold_nothing() -> None:
+    r = analyze(steps_trace())
+    assert r.trace is not None
+    assert r.trace.withheld == []
+    assert r.trace.queue
