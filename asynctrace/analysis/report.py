@@ -630,15 +630,17 @@ def _without_delays(trace: Trace, links: LaunchLinks) -> LaunchStats:
 def _sync_cost_ns(gaps: IdleGaps | None, syncs: SyncSummary) -> int | None:
     """What a trace's syncs cost (docs/how-it-works.md#diagnosis): the device idle they open
     (the sync gaps) plus the host's wait in them not overlapped by device work (the wait inside
-    the other idle gaps: a host held in a pageable copy while queued work waits is the
-    blocking copy's cost too — the driver stages such a copy through the host); a wait the
-    device is busy through costs nothing. None without the gaps."""
+    the host, input and dependency gaps: a host held in a pageable copy while queued work
+    waits is the blocking copy's cost too — the driver stages such a copy through the host);
+    a wait the device is busy through costs nothing, and so does one in unattributed idle,
+    where the device's activity is not known (graph replays or another process's work not
+    traced). None without the gaps."""
     if gaps is None:
         return None
     sync = gaps.cause == CAUSES.index("sync")
     opened = int((gaps.end_ns[sync] - gaps.start_ns[sync]).sum())
     calls = syncs.calls
-    idle = ~sync
+    idle = ~sync & (gaps.cause != CAUSES.index("unattributed"))
     if not calls or not idle.any():
         return opened
     start = np.fromiter((c.start_ns for c in calls), np.int64, len(calls))

@@ -171,10 +171,11 @@ def test_the_16_rank_a100_trace_holds_the_host_146_ms_a_step_in_blocking_copies(
     assert [by_step[s.step] for s in r.steps] == [round(w * 1000) for w in want_copy]
     site = next(s for s in r.bound.evidence.sync_sites if s.kind == "blocking-copy")
     assert (site.op, site.count) == ("cudaMemcpyAsync", 75)
-    # no longer "cheap syncs": while the host is held in them the device idles (~460 ms of
-    # the 761 ms held: the driver stages a pageable copy through the host), 46% of the region;
-    # the headline stays the dependency idle (55%), the copies come next as blocking-copy
-    assert r.bound.evidence.sync_cost_pct > 40
+    # no longer "cheap syncs": while the host is held in them the device idles with work
+    # queued (~371 ms of the 761 ms held: the driver stages a pageable copy through the host),
+    # 39% of the region with the idle they open; the headline stays the dependency idle (55%),
+    # the copies come next as blocking-copy
+    assert 35 < r.bound.evidence.sync_cost_pct < 45
     assert [f.code for f in r.diagnosis[:2]] == ["dependency-bound", "blocking-copy"]
     assert r.verdict.code == "over-synchronized"
 
