@@ -134,6 +134,11 @@ def test_shuffling_rows_changes_nothing(launches, syncs, steps, rnd: random.Rand
 def test_queue_max_matches_brute_force(launches) -> None:  # type: ignore[no-untyped-def]
     trace = _build(_rows(launches, [], [10]))
     report = analyze(trace)
+    if "queue depth" in report.trace.withheld:
+        # the clocks disagree (a trace whose device work lies wholly outside the host's
+        # events): queue depth compares them, and is withheld
+        assert report.trace.queue == {}
+        return
     per_stream: dict[int, list[tuple[int, int]]] = {}
     for ls, _ld, off, _ad, stream, _graph in launches:
         # a graph launch is one queue entry: it leaves the queue when its first kernel starts
@@ -185,7 +190,16 @@ def test_figures_match_brute_force(launches, syncs, steps) -> None:  # type: ign
     times = {
         s: sorted({t for x in entries if x[0] == s for t in x[1:]}) for s in {x[0] for x in acts}
     }
-    assert {k for k, q in report.trace.queue.items() if q.activities} == {str(s) for s in times}
+    # where the clocks disagree, queue depth and launch delays compare them: withheld
+    withheld = "queue depth" in report.trace.withheld
+    if withheld:
+        assert report.trace.queue == {}
+        assert report.trace.launch.launch_to_start_ns.max == 0
+        times = {}
+    else:
+        assert {k for k, q in report.trace.queue.items() if q.activities} == {
+            str(s) for s in times
+        }
     for s, ts in times.items():
         q = report.trace.queue[str(s)]
         change = sorted(
@@ -206,8 +220,12 @@ def test_figures_match_brute_force(launches, syncs, steps) -> None:  # type: ign
     to_start = [a - ls for _, ls, _, a, _ in acts]
     delay = [max(a - le, 0) for _, _, le, a, _ in acts]
     for got, values in (
-        (report.trace.launch.launch_to_start_ns, to_start),
-        (report.trace.launch.queue_delay_ns, delay),
+        ()
+        if withheld
+        else (
+            (report.trace.launch.launch_to_start_ns, to_start),
+            (report.trace.launch.queue_delay_ns, delay),
+        )
     ):
         assert (got.p50, got.p90, got.p99, got.max) == (
             _nearest_rank(values, 50),
