@@ -1,5 +1,5 @@
-"""A real ``tensorboard --logdir`` for the plugin's tests (the same as ``test_tb_plugin.py``'s,
-for the tests that need a server of their own logdir)."""
+"""A real ``tensorboard --logdir`` for the plugin's tests (one helper for every test file that
+needs a server of its logdir)."""
 
 from __future__ import annotations
 

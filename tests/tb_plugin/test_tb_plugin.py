@@ -3,11 +3,9 @@ analysis's JSON, and its page renders in headless Chromium with the network cut 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -23,10 +21,10 @@ import pytest
 from asynctrace.files.sources import source_kind
 from asynctrace.tb_plugin._data import PluginData
 from tests.conftest import ROOT, SHARED_TRACES
+from tests.tb_plugin._server import ENTRY_POINT, _get, _tensorboard
 
 DEMO = ROOT / "traces" / "cpu-demo"
 SMALL = "hta_2022_small_base.json.gz"
-ENTRY_POINT = "asynctrace.tb_plugin:AsyncTraceLoader"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -312,73 +310,6 @@ def test_importing_asynctrace_imports_no_tensorboard() -> None:
 
 # ------------------------------------------------------------------ a real tensorboard
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _entry_point_visible() -> bool:
-    from importlib.metadata import entry_points
-
-    return any(ep.name == "asynctrace" for ep in entry_points(group="tensorboard_plugins"))
-
-
-def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=30) as r:
-        return json.loads(r.read())
-
-
-@contextlib.contextmanager
-def _tensorboard(logdir: Path, scratch: Path) -> Iterator[str]:
-    """``tensorboard --logdir`` as a subprocess on 127.0.0.1; the plugin is found through its
-    entry point: the installed one, else (a checkout not reinstalled since the entry point was
-    added) a dist-info naming it, on PYTHONPATH."""
-    paths = [str(ROOT)]
-    if not _entry_point_visible():
-        info = scratch / "ep" / "asynctrace_tb_plugin_test-0.dist-info"
-        info.mkdir(parents=True, exist_ok=True)
-        (info / "METADATA").write_text(
-            "Metadata-Version: 2.1\nName: asynctrace-tb-plugin-test\nVersion: 0\n"
-        )
-        (info / "entry_points.txt").write_text(
-            f"[tensorboard_plugins]\nasynctrace = {ENTRY_POINT}\n"
-        )
-        paths.append(str(info.parent))
-    port = _free_port()
-    log = (scratch / "tensorboard.log").open("wb")
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": os.pathsep.join(paths)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host",
-         "127.0.0.1", "--port", str(port), "--load_fast=false"],
-        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=scratch,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                listing = _get(f"{base}/data/plugins_listing")
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.flush()
-                    raise AssertionError(
-                        "tensorboard did not start: "
-                        + (scratch / "tensorboard.log").read_text(errors="replace")[-3000:]
-                    ) from None
-                time.sleep(0.3)
-        assert "asynctrace" in listing, listing
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        log.close()
 
 
 @pytest.fixture(scope="module")
