@@ -130,6 +130,8 @@ class Trigger:
         self._rate_step = 0
         self._rate_ns = 0
         self._interval = 1
+        # when the control folder was last read and written (host ns): at most every POLL_NS
+        self._io_ns = 0
         self.rate = 0.0
         self.started = False
 
@@ -137,7 +139,7 @@ class Trigger:
     def start(self) -> None:
         """Publish the control file (OSError where the folder cannot be written)."""
         self.control.mkdir(parents=True, exist_ok=True)
-        self._rate_ns = self.clock.now()
+        self._rate_ns = self._io_ns = self.clock.now()
         try:
             self._publish(0)
         except OSError:
@@ -250,6 +252,13 @@ class Trigger:
             interval = max(1, min(steps * POLL_NS // elapsed, _MAX_INTERVAL))
             self._interval = interval
             self._rate_step, self._rate_ns = index, now
+        waiting = w is not None and w["state"] in ("scheduled", "open")
+        if not waiting and not self._usr2 and now - self._io_ns < POLL_NS:
+            # a step-rate check only (the first steps of a session, whose rate is not yet
+            # known): no file read or written until POLL_NS since the last
+            clock.poll_step = index + interval
+            return
+        self._io_ns = now
         if self._usr2:
             self._usr2 = False
             self._ask(f"usr2-{time.time_ns()}", index + 1, DEFAULT_STEPS)

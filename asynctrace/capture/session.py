@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 
 from asynctrace.capture._clock import StepClock
 from asynctrace.capture._distributed import rank_and_world
+from asynctrace.capture._lint_sample import LintSampler
 from asynctrace.capture._nsys import NsysCapture
 from asynctrace.capture._signals import SignalGuard, TerminatedBySignal, deferred_signals, resend
 from asynctrace.capture._writer import sanitize_name
@@ -78,25 +79,6 @@ _MAX_SITE_STACK: Final = 16
 _active: list[CaptureSession] = []
 # whether _forget_sessions_in_child is registered to run in forked children (once per process)
 _fork_hook_registered = False
-
-
-#: with detect_syncs="auto" on a CPU: the first steps the lint sees, then one step in this many
-#: (a linted step costs ~2.8x a plain one: one in 100 adds ~2 %, within the noise)
-LINT_FIRST_STEPS: Final = 5
-LINT_EVERY: Final = 100
-
-
-def _lint_samples(index: int) -> bool:
-    return index < LINT_FIRST_STEPS or index % LINT_EVERY == 0
-
-
-def _next_lint_change(index: int) -> int:
-    """The first step after ``index`` whose sample differs from ``index``'s."""
-    sampled = _lint_samples(index)
-    j = index + 1
-    while _lint_samples(j) == sampled:
-        j += 1
-    return j
 
 
 def current_session() -> CaptureSession | None:
@@ -281,6 +263,7 @@ class CaptureSession:
         self._window_notes: list[Note] = []
         self._signals = SignalGuard(self._end_at_exit)
         self._phases = False
+        self._lint_sampler: LintSampler | None = None
 
     # ------------------------------------------------------------------ context manager
     def __enter__(self) -> CaptureSession:
@@ -901,10 +884,11 @@ class CaptureSession:
                 # a lint of another thread's session started meanwhile: the default has none
                 self._detector = None
                 sampled = False
-            if sampled:
-                # steps 0.. run linted; the clock calls back where the sample turns off
-                self._clock.lint_toggle = self._toggle_lint
-                self._clock.lint_at = _next_lint_change(0)
+            if sampled and self._detector is not None:
+                # the first steps run linted; the clock calls back where the sample turns
+                sampler = self._lint_sampler = LintSampler(self._detector, self._now)
+                self._clock.lint_toggle = sampler.toggle
+                self._clock.lint_at = sampler.start(self._clock.index)
                 self._clock.reschedule()
         if opts.optimizer_steps:
             from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -1147,7 +1131,7 @@ class CaptureSession:
 
     def _lint_sampled(self) -> bool:
         """``detect_syncs="auto"`` where no CUDA hooks can run (a CPU): the lint, on a sample
-        of the steps (:data:`LINT_FIRST_STEPS`, then one in :data:`LINT_EVERY`), so a default
+        of the steps (:mod:`~asynctrace.capture._lint_sample`), so a default
         session names the syncs that would block an accelerator at a cost within noise. Not
         beside deep mode, whose windows hold the lint off."""
         if self.options.detect_syncs != "auto" or self.options.profiling:
@@ -1157,37 +1141,9 @@ class CaptureSession:
         # one thread's dispatch-mode stack at a time: a session of another thread has it
         return _resolve("auto") == "off" and not _hub.lint_elsewhere()
 
-    def _toggle_lint(self, index: int) -> int:
-        """The clock's callback at the start of step ``index``, where the lint's sample turns
-        on or off; returns the next step where it turns again. Never raises (a boundary from
-        another thread than the lint's cannot move it: tried again at the next one)."""
-        detector = self._detector
-        if detector is None:
-            return -1
-        try:
-            if _lint_samples(index):
-                detector.unpause()
-            else:
-                detector.pause()
-        except Exception:
-            return index + 1
-        return _next_lint_change(index)
-
     def _lint_note(self) -> list[Note]:
-        if self._clock.lint_toggle is None:
-            return []
-        n = self._clock.index
-        first_later = -(-LINT_FIRST_STEPS // LINT_EVERY) * LINT_EVERY
-        linted = min(n, LINT_FIRST_STEPS) + len(range(first_later, n, LINT_EVERY))
-        return [
-            Note(
-                code="sync-lint-sampled",
-                text=f"the sync lint ran on {linted} of {n} step(s) (the first "
-                f"{LINT_FIRST_STEPS}, then one in {LINT_EVERY}): sync sites and their counts "
-                "are of those steps, and the other steps count no syncs "
-                "(detect_syncs='lint' lints every step)",
-            )
-        ]
+        sampler = self._lint_sampler
+        return [] if sampler is None else [sampler.note(self._clock.index)]
 
     @property
     def started_unix_ns(self) -> int:

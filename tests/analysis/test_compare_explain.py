@@ -257,9 +257,7 @@ def test_headline_findings_and_what_appeared(tmp_path: Path) -> None:
     assert bound.appeared == ["over-synchronized", "sync-bound"]
     assert bound.vanished == ["launch-overhead"]
     # no diagnosis on either side (a report saved before it): no headline, nothing moved
-    c, d = (
-        msgspec.structs.replace(_records(tmp_path, n, steps=steps), diagnosis=[]) for n in "cd"
-    )
+    c, d = (msgspec.structs.replace(_records(tmp_path, n, steps=steps), diagnosis=[]) for n in "cd")
     plain = compare(c, d)
     assert plain.explain.bound.a is None
     assert plain.explain.bound.appeared == []

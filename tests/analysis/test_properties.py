@@ -196,9 +196,7 @@ def test_figures_match_brute_force(launches, syncs, steps) -> None:  # type: ign
         assert report.trace.queue == {}
         assert report.trace.launch.launch_to_start_ns.max == 0
     else:
-        assert {k for k, q in report.trace.queue.items() if q.activities} == {
-            str(s) for s in times
-        }
+        assert {k for k, q in report.trace.queue.items() if q.activities} == {str(s) for s in times}
     for s, ts in ({} if withheld else times).items():
         q = report.trace.queue[str(s)]
         change = sorted(

@@ -1,10 +1,12 @@
 """A default session on a CPU (``detect_syncs="auto"``) lints a sample of its steps: the first
-five, then one in a hundred. A planted ``loss.item()`` every step is named with its line, counted
+five, then one at a time, at least a hundred apart and spaced to a budget of the steps' time.
+A planted ``loss.item()`` every step is named with its line, counted
 once per sampled step; an ``expect_syncs`` inside the session still counts every step."""
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import threading
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 import torch
 
 import asynctrace
-from asynctrace.capture.session import LINT_EVERY, LINT_FIRST_STEPS, _lint_samples
+from asynctrace.capture._lint_sample import LINT_EVERY, LINT_FIRST_STEPS
 from asynctrace.records import SyncSite, read_records
 from asynctrace.render.session import known_fix_lines
 
@@ -34,15 +36,16 @@ def test_a_default_session_names_a_per_step_item_on_a_sample_of_steps(tmp_path: 
     n = 210
     with asynctrace.trace(dir=tmp_path, print_summary=False) as session:
         line = _train(session, n)
-    sampled = [i for i in range(n) if _lint_samples(i)]
-    assert sampled == [0, 1, 2, 3, 4, 100, 200]
     records = read_records(session.records_path)  # type: ignore[arg-type]
     assert records.header.sync_detection == "lint-sampled"
+    # the sync is counted in the sampled steps, and only there: the first five, step 100,
+    # then none closer than LINT_EVERY to the one before
+    sampled = [s.step for s in records.steps if s.sync_count]
+    assert sampled[:6] == [0, 1, 2, 3, 4, 100]
+    assert all(b - a > LINT_EVERY for a, b in itertools.pairwise(sampled[5:]))
     site = next(s for s in records.syncs if s.site.endswith(f"test_sampled_lint.py:{line}"))
     assert site.count == len(sampled)
     assert site.steps == len(sampled)
-    # the sync is counted in the sampled steps, and only there
-    assert [s.step for s in records.steps if s.sync_count] == sampled
     note = next(n for n in session.summary().notes if n.code == "sync-lint-sampled")
     assert f"ran on {len(sampled)} of {n} step(s)" in note.text
     assert (LINT_FIRST_STEPS, LINT_EVERY) == (5, 100)

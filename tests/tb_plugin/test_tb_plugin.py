@@ -311,7 +311,6 @@ def test_importing_asynctrace_imports_no_tensorboard() -> None:
 # ------------------------------------------------------------------ a real tensorboard
 
 
-
 @pytest.fixture(scope="module")
 def server(logdir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with _tensorboard(logdir, tmp_path_factory.mktemp("tbserver")) as base:
