@@ -140,7 +140,7 @@ class Session(CaptureSession):
                 wall_ns=self.elapsed_ns(),
                 collected_at_exit=0,
                 sync_sites=self.sync_sites(),
-                notes=[*self._clock.end_notes(), *self._sites.notes(), *self._sink_failures],
+                notes=[*self._clock.end_notes(), *self._sites.notes(), *self._sinks.failures],
                 error=None,
             )
         )
@@ -149,7 +149,7 @@ class Session(CaptureSession):
         end = self._summary.end
         said = set(end.notes) if end is not None else set()
         # what failed while the sinks finished came after the session's end was told
-        notes = [*self._sink_notes(), *(n for n in self._sink_failures if n not in said)]
+        notes = [*self._sink_notes(), *(n for n in self._sinks.failures if n not in said)]
         rec = self._records
         if rec is not None and rec.error is not None:
             written = Note(code="records-not-written", text=rec.error)

@@ -32,8 +32,6 @@ as such without markers.
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import os
 import signal
 import socket
@@ -41,27 +39,23 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from threading import get_ident as _get_ident  # one lookup less per step()
-from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
 from asynctrace.capture._clock import StepClock
 from asynctrace.capture._distributed import rank_and_world
-from asynctrace.capture._lint_sample import LintSampler
-from asynctrace.capture._nsys import NsysCapture
+from asynctrace.capture._parts import SessionParts
 from asynctrace.capture._signals import SignalGuard, TerminatedBySignal, deferred_signals, resend
-from asynctrace.capture._writer import sanitize_name
 from asynctrace.capture.devices import ClockAlignment, Device, get_device
 from asynctrace.capture.options import TraceOptions
-from asynctrace.capture.sinks import SessionEnd, Sink, as_sink
+from asynctrace.capture.sinks import SessionEnd, Sink, SinkSet, as_sink, worse_failure
 from asynctrace.errors import AsyncTraceWarning, CaptureError
-from asynctrace.records import Note, SessionHeader, StepRecord, SyncSite
+from asynctrace.records import Note, SessionHeader, SyncSite
 
 if TYPE_CHECKING:
-    from asynctrace.capture._trigger import Trigger
-    from asynctrace.capture.profiler import DeepProfiler
-    from asynctrace.capture.syncs import SyncDetector, SyncEvent
+    from asynctrace.capture.syncs import SyncEvent
 
 __all__ = ["CaptureSession", "current_session"]
 
@@ -112,14 +106,6 @@ def _describe_exit(exc: BaseException) -> str | None:
         return None
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _worse(first: BaseException | None, new: BaseException) -> BaseException:
-    """The failure to report of two met while ending a session: the first, unless only the new
-    one is an interruption (KeyboardInterrupt, SystemExit), which must reach the caller."""
-    if first is None or (isinstance(first, Exception) and not isinstance(new, Exception)):
-        return new
-    return first
 
 
 class _SyncSites:
@@ -222,8 +208,20 @@ class CaptureSession:
 
     # ------------------------------------------------------------------ per-run state
     def _reset_run_state(self) -> None:
+        self._sinks = SinkSet(self.sinks, strict=self.options.strict)
         self._clock = StepClock(
-            self.device, max_pending=self.options.max_pending, deliver=self._deliver
+            self.device, max_pending=self.options.max_pending, deliver=self._sinks.deliver
+        )
+        self._sinks.clock = self._clock
+        self._parts = SessionParts(
+            self.options,
+            clock=self._clock,
+            now=self.device.host_now_ns,
+            device_kind=self.device.kind,
+            on_sync=self._on_sync,
+            on_optimizer_step=self._on_optimizer_step,
+            on_trace=self._trace_written,
+            others_profiling=self._others_profiling,
         )
         # the clock's boundaries, bound once: step() and train_step's calls use them every step
         self._boundary: Callable[[], None] = self._clock.boundary
@@ -241,33 +239,15 @@ class CaptureSession:
         self._world_size: int | None = None
         self._header: SessionHeader | None = None
         self._wall_ns = 0
-        self._steps_emitted = 0
         self._foreign_steps = 0
         self._sites = _SyncSites()
         self._traces: list[str] = []
         self._error: str | None = None
-        self._live_sinks: list[Sink] = []
-        # each live sink with its step (or step_batch) method, looked up once, after start():
-        # a sink may bind it there
-        self._step_fns: list[tuple[Sink, Callable[[StepRecord], Any]]] = []
-        self._batch_fns: list[tuple[Sink, Callable[[list[StepRecord]], Any]]] = []
-        self._sink_failures: list[Note] = []
-        self._detector: SyncDetector | None = None
-        self._held_steps = 0
-        self._hook: Any = None
-        self._profiler: DeepProfiler | None = None
-        self._nsys: NsysCapture | None = None
-        self._trigger: Trigger | None = None
-        # a stopped trigger whose control file goes once the sinks are finished
-        self._trigger_files: Trigger | None = None
-        self._window_notes: list[Note] = []
         self._signals = SignalGuard(self._end_at_exit)
-        self._phases = False
-        self._lint_sampler: LintSampler | None = None
 
     # ------------------------------------------------------------------ context manager
     def __enter__(self) -> CaptureSession:
-        self._check_can_enter()
+        _check_can_enter(self)
         self._reset_run_state()
         self._thread = threading.get_ident()
         self._pid = os.getpid()
@@ -281,12 +261,10 @@ class CaptureSession:
         # the one blocking call a session makes, before any step
         self._alignment = self.device.align()
         self._header = self.header()
-        self._live_sinks = list(self.sinks)
         started = False
         try:
-            self._dispatch("start", self._header)
-            self._bind_step_fns()
-            self._start_parts()
+            self._sinks.start(self._header)
+            self._parts.start(name=self.name or "session", rank=self._rank)
             self._signals.install()
             _active.append(self)
             self._active = True
@@ -300,41 +278,9 @@ class CaptureSession:
                 self._signals.restore()
                 self._restore_globals()
                 # the session never started: no run to keep
-                self._finish_sinks(self._end(started=False))
-                self._remove_trigger_files()
+                self._sinks.finish(self._end(started=False))
+                self._parts.remove_trigger_files()
         return self
-
-    def _check_can_enter(self) -> None:
-        if self._active:
-            if self._thread == threading.get_ident():
-                raise CaptureError(
-                    f"session {self.name or 'session'!r} is already active in this thread; "
-                    "sessions do not nest (a decorated function called from inside itself, or "
-                    "a session entered twice)"
-                )
-            raise CaptureError(
-                f"session {self.name or 'session'!r} is already active; a session object runs "
-                "once at a time (create one session per thread)"
-            )
-        other = current_session()
-        if other is not None:
-            raise CaptureError(
-                f"session {other.name or 'session'!r} is already active; sessions do not nest. "
-                "Use asynctrace.range(...) to mark a region inside a session, or end the outer "
-                "session first"
-            )
-        for other in _active:
-            name = other.name or "session"
-            if self.options.profiling and other.options.profiling:
-                raise CaptureError(
-                    f"session {name!r} in another thread already uses profile=: torch.profiler "
-                    "is process-wide, so only one session at a time can profile"
-                )
-            if self.nsys_capture is not None and other.nsys_capture is not None:
-                raise CaptureError(
-                    f"session {name!r} in another thread already uses nsys_capture=: the CUDA "
-                    "profiler API is process-wide, so only one session at a time can use it"
-                )
 
     #: whether the session's end lets a SIGTERM/SIGHUP it ended on kill the process (False: the
     #: caller does, after its own output: ``asynctrace run`` prints the summary first)
@@ -353,7 +299,7 @@ class CaptureSession:
         """Once the end is out: the previous SIGTERM/SIGHUP handlers back, and a signal the
         session ended on sent again (:func:`~asynctrace.capture._signals.resend`)."""
         with contextlib.suppress(Exception):
-            self._remove_trigger_files()
+            self._parts.remove_trigger_files()
         self._signals.restore()
         if self.resend_signals:
             signum = self._signals.take()
@@ -388,28 +334,7 @@ class CaptureSession:
                 self._end_deferred(exc)
         except BaseException as e:
             handler_error = e
-        failure = self._end_failure
-        if handler_error is not None:
-            if exc is not None and isinstance(handler_error, Exception):
-                warnings.warn(
-                    f"asynctrace: after {type(exc).__name__}, a signal handler raised while the "
-                    f"session ended (its records are written): {handler_error}",
-                    AsyncTraceWarning,
-                    stacklevel=2,
-                )
-            else:
-                failure = _worse(failure, handler_error)
-        if failure is not None:
-            if exc is None or not isinstance(failure, Exception):
-                # ours to raise: the session ended cleanly, or the cleanup was interrupted
-                # (KeyboardInterrupt, SystemExit), which must not be swallowed
-                raise failure
-            # never mask the user's exception with one of ours
-            warnings.warn(
-                f"asynctrace could not finish the session after {type(exc).__name__}: {failure}",
-                AsyncTraceWarning,
-                stacklevel=2,
-            )
+        _raise_or_warn(exc, self._end_failure, handler_error)
 
     def _end_deferred(self, exc: BaseException | None) -> None:
         """The end, with Python signal handlers (torch's SIGCHLD one for a dead DataLoader
@@ -439,21 +364,21 @@ class CaptureSession:
             try:
                 part()
             except BaseException as e:
-                failure = _worse(failure, e)
+                failure = worse_failure(failure, e)
         try:
             # the records still batched: bounded work, which a Ctrl-C waits for
             with deferred_signals():
-                self._deliver_batch()
+                self._sinks.deliver_batch()
         except BaseException as e:
-            failure = _worse(failure, e)
+            failure = worse_failure(failure, e)
         if failure is not None and self._error is None:
             self._error = _describe_exit(failure)
         try:
             # bounded work (writes and a rename, no device wait): a Ctrl-C waits for it
             with deferred_signals():
-                failure = self._finish_sinks(self._end(started=True), failure=failure)
+                failure = self._sinks.finish(self._end(started=True), failure=failure)
         except BaseException as e:
-            failure = _worse(failure, e)
+            failure = worse_failure(failure, e)
         return failure
 
     def _end(self, *, started: bool) -> SessionEnd:
@@ -461,18 +386,8 @@ class CaptureSession:
         notes = [
             *self._clock.end_notes(),
             *self._sites.notes(),
-            *self._lint_note(),
-            *self._window_notes,
+            *self._parts.notes(self._clock.index),
         ]
-        held = self._held_steps
-        if held:
-            notes.append(
-                Note(
-                    code="lint-held-off",
-                    text=f"{held} step(s) in deep mode's profiled windows have no lint sync "
-                    "count: the lint was held off there; their syncs are in the profiler trace",
-                )
-            )
         if self._foreign_steps:
             notes.append(
                 Note(
@@ -482,10 +397,10 @@ class CaptureSession:
                     "arrived",
                 )
             )
-        notes.extend(self._sink_failures)
+        notes.extend(self._sinks.failures)
         return SessionEnd(
             header=self._header,
-            steps=self._steps_emitted,
+            steps=self._sinks.emitted,
             wall_ns=self._wall_ns,
             collected_at_exit=self._clock.collected_at_exit,
             syncs=self._sites.table(),
@@ -497,22 +412,6 @@ class CaptureSession:
             started=started,
         )
 
-    def _finish_sinks(
-        self, end: SessionEnd, *, failure: BaseException | None = None
-    ) -> BaseException | None:
-        """Every sink's ``finish``, each whatever the others did; returns the worst failure
-        that must reach the caller (an interruption, or a sink error under ``strict``)."""
-        for sink in self.sinks:
-            try:
-                sink.finish(end)
-            except Exception as e:
-                err = self._sink_failed(sink, "finish", e, raising=False)
-                if err is not None:
-                    failure = _worse(failure, err)
-            except BaseException as e:
-                failure = _worse(failure, e)
-        return failure
-
     def _deactivate(self) -> None:
         self._active = False
         self._restore_globals()
@@ -523,12 +422,7 @@ class CaptureSession:
         kills the process). Refused before anything changes, so that thread can still end it."""
         if threading.get_ident() == self._thread:
             return
-        bound = []
-        detector = self._detector
-        if detector is not None and detector.active == "lint":
-            bound.append("lint sync detection")
-        if self._profiler is not None or self._clock.profiler is not None:
-            bound.append("deep mode (profile=)")
+        bound = self._parts.bound_to_thread()
         if bound:
             raise CaptureError(
                 f"session {self.name or 'session'!r} uses {' and '.join(bound)}, which only the "
@@ -653,41 +547,9 @@ class CaptureSession:
         Outside an active session the function runs untraced; a call that raises is not a
         complete step and is dropped. For an ``async def`` the step spans the awaited body.
         """
-        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
-            # its call returns before the body runs: the step would measure nothing
-            raise CaptureError(
-                f"train_step cannot wrap the generator {getattr(fn, '__name__', fn)!r}: a step "
-                "is one call; call session.step() inside its loop instead"
-            )
-        if inspect.iscoroutinefunction(fn):
+        from asynctrace.capture._decorate import step_per_call
 
-            @functools.wraps(fn)
-            async def step_awaited(*args: Any, **kwargs: Any) -> Any:
-                if not self._at_boundary(self._open_call):
-                    return await fn(*args, **kwargs)
-                try:
-                    result = await fn(*args, **kwargs)
-                except BaseException:
-                    self._drop_call_step()
-                    raise
-                self._at_boundary(self._close_call)
-                return result
-
-            return cast(Callable[_P, _R], step_awaited)
-
-        @functools.wraps(fn)
-        def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-            if not self._at_boundary(self._open_call):
-                return fn(*args, **kwargs)
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException:
-                self._drop_call_step()
-                raise
-            self._at_boundary(self._close_call)
-            return result
-
-        return wrapper
+        return step_per_call(fn, self)
 
     def _drop_call_step(self) -> None:
         """A train_step call raised: not a complete step."""
@@ -703,84 +565,10 @@ class CaptureSession:
     def _forget_in_child(self) -> None:
         self._active = False
         self._clock.open = False
-        # the child's copy of the global hook would call into this ended copy at every
-        # optimizer step (the sync detectors' hooks are undone by syncs' own at-fork hook)
-        hook, self._hook = self._hook, None
-        if hook is not None:
-            with contextlib.suppress(Exception):
-                hook.remove()
-        self._detector = None
-        # the parent's sinks and profiler: not the child's to flush, write or stop
-        for sink in self.sinks:
-            forget = getattr(sink, "forget_in_child", None)
-            if forget is not None:
-                with contextlib.suppress(Exception):
-                    forget()
-        self.sinks = []
-        self._live_sinks = []
-        self._step_fns = []
-        self._batch_fns = []
-        self._clock.out = []
-        self._profiler = None
-        self._nsys = None
-        trigger, self._trigger = self._trigger, None
-        if trigger is not None:
-            trigger.forget_in_child()
+        self._parts.forget_in_child()
+        self._sinks.forget_in_child()
 
     # ------------------------------------------------------------------ sinks
-    def _bind_step_fns(self) -> None:
-        """Which sinks take each record as it is known (``step``) and which in batches
-        (``step_batch``); the clock calls :meth:`_deliver` after every record only for the
-        first kind."""
-        self._step_fns = []
-        self._batch_fns = []
-        from asynctrace.capture.sinks import BaseSink
-
-        for sink in self._live_sinks:
-            batch = getattr(sink, "step_batch", None)
-            if callable(batch):
-                self._batch_fns.append((sink, batch))
-            else:
-                step = sink.step
-                # BaseSink's own no-op step (the annotator) is not called per step at all; a
-                # sink may bind its step on the instance in start() (TensorBoard does)
-                if getattr(step, "__func__", None) is not BaseSink.step:
-                    self._step_fns.append((sink, step))
-        self._clock.eager = bool(self._step_fns)
-
-    def _deliver(self) -> None:
-        """The clock's callback: a record was collected (``eager``), or a batch is full."""
-        out = self._clock.out
-        if self._step_fns:
-            rec = out[-1]
-            for sink, step in self._step_fns:
-                try:
-                    step(rec)
-                except Exception as e:
-                    err = self._sink_failed(sink, "step", e, raising=True)
-                    if err is not None:
-                        raise err from e
-        if len(out) >= self._clock.batch:
-            self._deliver_batch()
-
-    def _deliver_batch(self) -> None:
-        """The records collected so far, to the sinks that take them in batches."""
-        records, self._clock.out = self._clock.out, []
-        if not records:
-            return
-        self._steps_emitted += len(records)
-        # under strict, the first failure is raised once every other sink has the batch
-        first: tuple[CaptureError, Exception] | None = None
-        for sink, step_batch in self._batch_fns:
-            try:
-                step_batch(records)
-            except Exception as e:
-                err = self._sink_failed(sink, "step_batch", e, raising=True)
-                if err is not None and first is None:
-                    first = (err, e)
-        if first is not None:
-            raise first[0] from first[1]
-
     def read_collected(self, read: Callable[[], _T]) -> _T:
         """``read()`` (a live summary of what the sinks hold) once the batched records are
         handed on, serialized with the steps as a boundary is, so no step changes the sinks
@@ -789,7 +577,7 @@ class CaptureSession:
         box: list[_T] = []
 
         def collected() -> None:
-            self._deliver_batch()
+            self._sinks.deliver_batch()
             box.append(read())
 
         if not self._at_boundary(collected, step=False) or not box:
@@ -799,49 +587,10 @@ class CaptureSession:
                 collected()
         return box[-1]
 
-    def _dispatch(self, method: str, arg: Any) -> None:
-        for sink in list(self._live_sinks):
-            try:
-                getattr(sink, method)(arg)
-            except Exception as e:
-                err = self._sink_failed(sink, method, e, raising=True)
-                if err is not None:
-                    raise err from e
-
-    def _sink_failed(
-        self, sink: Sink, method: str, error: Exception, *, raising: bool
-    ) -> CaptureError | None:
-        """A sink raised: it gets nothing more, and the user hears of it once. Returns the
-        error to raise under ``strict`` (else None: a warning was given)."""
-        # new lists, not removed in place: the loop that called this goes on over the old
-        # one, so the sinks after the failed one still get this step
-        self._live_sinks = [s for s in self._live_sinks if s is not sink]
-        self._step_fns = [(s, f) for s, f in self._step_fns if s is not sink]
-        self._batch_fns = [(s, f) for s, f in self._batch_fns if s is not sink]
-        self._clock.eager = bool(self._step_fns)
-        describe = getattr(sink, "describe_failure", None)
-        text = describe(error) if describe is not None else None
-        if text is None:
-            text = (
-                f"asynctrace: the sink {sink!r} failed in {method}() "
-                f"({type(error).__name__}: {error}); the session goes on without it"
-            )
-        failure_note = getattr(sink, "failure_note", None)
-        note = failure_note(error) if failure_note is not None else None
-        if not isinstance(note, Note):
-            # a sink of the user's: its own text (a str), or ours, under the one code for both
-            said = note if isinstance(note, str) else f"sink {sink!r} stopped: {error}"
-            note = Note(code="sink-failed", text=said)
-        self._sink_failures.append(note)
-        if self.strict:
-            return CaptureError(text)
-        warnings.warn(text, AsyncTraceWarning, stacklevel=4)
-        return None
-
     def _trace_written(self, path: Path) -> None:
         """Deep mode wrote a trace (called from inside a step: never raises unless strict)."""
         self._traces.append(str(path))
-        self._dispatch("trace_written", path)
+        self._sinks.dispatch("trace_written", path)
 
     # ------------------------------------------------------------------ syncs
     def _on_sync(self, event: SyncEvent) -> None:
@@ -859,233 +608,16 @@ class CaptureSession:
         """The synchronizing source lines seen so far, most frequent first."""
         return self._sites.table()
 
-    # ------------------------------------------------------------------ parts and globals
-    def _start_parts(self) -> None:
-        """The sync detector, optimizer hook, NVTX ranges, nsys range and deep mode."""
-        opts = self.options
-        if opts.phases:
-            # before the optimizer_steps boundary hook: an optimizer step's end is marked
-            # before the boundary it makes closes the step
-            from asynctrace.capture import _phases
-
-            _phases.register(self._clock)
-            self._phases = True
-        if opts.detect_syncs != "off":
-            from asynctrace.capture.syncs import SyncDetector
-
-            sampled = self._lint_sampled()
-            mode = "lint" if sampled else opts.detect_syncs
-            self._detector = SyncDetector(self._on_sync, mode=mode)
-            try:
-                self._detector.start()
-            except CaptureError:
-                if not sampled:
-                    raise
-                # a lint of another thread's session started meanwhile: the default has none
-                self._detector = None
-                sampled = False
-            if sampled and self._detector is not None:
-                # the first steps run linted; the clock calls back where the sample turns
-                sampler = self._lint_sampler = LintSampler(self._detector, self._now)
-                self._clock.lint_toggle = sampler.toggle
-                self._clock.lint_at = sampler.start(self._clock.index)
-                self._clock.reschedule()
-        if opts.optimizer_steps:
-            from torch.optim.optimizer import register_optimizer_step_post_hook
-
-            self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
-        if opts.nvtx:
-            self._setup_nvtx()
-        if opts.nsys_capture is not None:
-            self._nsys = self._clock.nsys = NsysCapture(
-                opts.nsys_capture, device_kind=self.device.kind
-            )
-        if opts.profiling:
-            self._start_profiler()
-        if opts.on_demand and opts.write:
-            self._start_trigger()
-
-    def _start_trigger(self) -> None:
-        from asynctrace.capture._trigger import Trigger
-
-        trigger = Trigger(
-            dir=self.dir,
-            name=self.name or "session",
-            rank=self._rank,
-            clock=self._clock,
-            make_profiler=self._window_profiler,
-            hold_lint=self._hold_lint,
-            on_window=self._window_done,
-        )
-        try:
-            trigger.start()
-        except OSError:
-            # a folder that cannot be written: the records sink says so; no on-demand windows
-            trigger.stop()
-            return
-        self._trigger = trigger
-
-    def _window_profiler(self, start: int, steps: int) -> DeepProfiler | None:
-        """Deep mode for steps ``start`` … ``start + steps - 1``, opened now, at the start of
-        step ``start - 1`` (its warm-up); None, with a warning, where it cannot run."""
-        from asynctrace.capture.profiler import DeepProfiler, Profile
-
-        if self._profiler is not None or any(
-            s is not self and s.options.profiling for s in _active
-        ):
-            warnings.warn(
-                "asynctrace: deep mode (profile=) already runs: no on-demand window",
-                AsyncTraceWarning,
-                stacklevel=5,
-            )
-            return None
-        try:
-            prof = DeepProfiler(
-                Profile(wait=0, warmup=1, active=steps, skip_first=start - 1),
-                dir=self.dir,
-                run=sanitize_name(self.name or "session"),
-                on_trace=self._trace_written,
-            )
-            prof.start(first_step=start - 1)
-        except Exception as e:
-            warnings.warn(
-                f"asynctrace: the on-demand deep window could not start ({type(e).__name__}: "
-                f"{e}); the job goes on",
-                AsyncTraceWarning,
-                stacklevel=5,
-            )
-            return None
-        self._clock.profiler = prof
-        return prof
-
-    def _hold_lint(self, hold: bool) -> None:
-        # the lint's dispatch events would fill the profiled window (as in deep mode)
-        detector = self._detector
-        if detector is None:
-            return
-        with contextlib.suppress(Exception):
-            if hold:
-                detector.suspend()
-            else:
-                detector.resume()
-
-    def _window_done(self, window: dict[str, Any]) -> None:
-        traces = ", ".join(window.get("traces", ())) or "no trace written"
-        self._window_notes.append(
-            Note(
-                code="deep-window",
-                text=f"steps {window['start']}-{window['stop'] - 1} were profiled on demand "
-                f"(request {window['id']}): {traces}",
-            )
-        )
-
-    def _stop_trigger(self) -> None:
-        trigger, self._trigger = self._trigger, None
-        if trigger is not None:
-            self._trigger_files = trigger
-            trigger.stop()
-
-    def _remove_trigger_files(self) -> None:
-        trigger, self._trigger_files = self._trigger_files, None
-        if trigger is not None:
-            trigger.remove_files()
-
-    def _start_profiler(self) -> None:
-        from asynctrace.capture.profiler import make_profiler
-
-        profiler = make_profiler(
-            self.options.profile,
-            dir=self.dir,
-            run=sanitize_name(self.name or "session"),
-            on_trace=self._trace_written,
-            strict=self.strict,
-        )
-        if profiler is None:
-            return
-        try:
-            profiler.start()
-        except OSError as e:
-            if self.strict:
-                raise CaptureError(f"cannot write profiler traces under {self.dir}: {e}") from e
-            warnings.warn(
-                f"asynctrace could not write profiler traces under {self.dir}: {e}; "
-                "training continues without deep mode",
-                AsyncTraceWarning,
-                stacklevel=4,
-            )
-            return
-        self._profiler = self._clock.profiler = profiler
-        self._clock.held_detector = self._detector
-
-    def _setup_nvtx(self) -> None:
-        from asynctrace.capture import ranges
-
-        clock = self._clock
-        clock.nvtx_push = ranges._push
-        clock.nvtx_pop = ranges._pop
-        if ranges.nvtx_attached():
-            # a tool is listening: name each range after its step, like torch's ProfilerStep#N
-            handle = ranges._handle
-
-            def handle_for(i: int) -> Any:
-                return handle(f"step {i}", cache=False)
-
-            clock.nvtx_handle = None
-            clock.nvtx_handle_for = handle_for
-        else:
-            # nobody sees the name: one handle serves every step (keeps the depth count right)
-            clock.nvtx_handle = ranges._handle("step")
-
     def _restore_globals(self) -> None:
-        """Undo everything __enter__ changed, each part independent of the others' failure."""
-        parts: Sequence[Callable[[], None]] = (
-            self._stop_trigger,
-            self._stop_profiler,
-            self._stop_nsys,
-            self._remove_hook,
-            self._stop_phases,
-            self._stop_detector,
-            self._leave_active,
-        )
-        failure: BaseException | None = None
-        for part in parts:
-            try:
-                part()
-            except BaseException as e:
-                failure = _worse(failure, e)
-        if failure is not None:
-            raise failure
+        """Undo everything __enter__ changed: the parts, then the session's place among the
+        active ones, whatever the parts did."""
+        try:
+            self._parts.stop()
+        finally:
+            self._leave_active()
 
-    def _stop_profiler(self) -> None:
-        prof, self._profiler = self._profiler, None
-        self._clock.profiler = None
-        self._clock.held_detector = None
-        if prof is not None:
-            prof.stop()
-
-    def _stop_nsys(self) -> None:
-        nsys, self._nsys = self._nsys, None
-        self._clock.nsys = None
-        if nsys is not None:
-            nsys.close()
-
-    def _remove_hook(self) -> None:
-        hook, self._hook = self._hook, None
-        if hook is not None:
-            hook.remove()
-
-    def _stop_phases(self) -> None:
-        if self._phases:
-            self._phases = False
-            from asynctrace.capture import _phases
-
-            _phases.unregister(self._clock)
-
-    def _stop_detector(self) -> None:
-        detector, self._detector = self._detector, None
-        if detector is not None:
-            self._held_steps = detector.held_steps
-            detector.stop()
+    def _others_profiling(self) -> bool:
+        return any(s is not self and s.options.profiling for s in _active)
 
     def _leave_active(self) -> None:
         while self in _active:
@@ -1094,56 +626,7 @@ class CaptureSession:
     # ------------------------------------------------------------------ the header
     def header(self) -> SessionHeader:
         """Who, where, which device and how the clocks were aligned (as the records say)."""
-        dev = self.device
-        align = self._alignment
-        torch = sys.modules.get("torch")
-        return SessionHeader(
-            name=self.name or "session",
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            rank=self._rank,
-            world_size=self._world_size,
-            device_kind=dev.kind,
-            device_name=dev.name,
-            asynchronous=bool(dev.asynchronous),
-            torch_version=str(torch.__version__) if torch is not None else None,
-            started_unix_ns=self._started_unix_ns,
-            clock_method=align.method if align is not None else "none",
-            # device times are mapped onto the host clock by the device layer (see devices.py)
-            clock_offset_ns=0,
-            clock_uncertainty_ns=align.uncertainty_ns if align is not None else 0,
-            sync_detection=self._sync_detection(),
-            profile=self.options.profiling,
-            tensorboard=self.options.tensorboard,
-            # the live line draws only on a terminal: off elsewhere, whatever was asked
-            live=self.options.live and sys.stderr.isatty(),
-        )
-
-    def _sync_detection(self) -> str:
-        """The detector this session runs ("auto" resolved), said before it starts."""
-        if self.options.detect_syncs == "off":
-            return "off"
-        if self._lint_sampled():
-            return "lint-sampled"
-        from asynctrace.capture.syncs import _resolve
-
-        return _resolve(self.options.detect_syncs)
-
-    def _lint_sampled(self) -> bool:
-        """``detect_syncs="auto"`` where no CUDA hooks can run (a CPU): the lint, on a sample
-        of the steps (:mod:`~asynctrace.capture._lint_sample`), so a default
-        session names the syncs that would block an accelerator at a cost within noise. Not
-        beside deep mode, whose windows hold the lint off."""
-        if self.options.detect_syncs != "auto" or self.options.profiling:
-            return False
-        from asynctrace.capture.syncs import _hub, _resolve
-
-        # one thread's dispatch-mode stack at a time: a session of another thread has it
-        return _resolve("auto") == "off" and not _hub.lint_elsewhere()
-
-    def _lint_note(self) -> list[Note]:
-        sampler = self._lint_sampler
-        return [] if sampler is None else [sampler.note(self._clock.index)]
+        return _header(self)
 
     @property
     def started_unix_ns(self) -> int:
@@ -1161,3 +644,96 @@ class CaptureSession:
     def step_index(self) -> int:
         """The number of the open step (steps count from 0)."""
         return self._clock.index
+
+
+def _check_can_enter(self: CaptureSession) -> None:
+    """Refused before anything changes: a session already running, or one that would nest
+    in or share a process-wide part with a session of this or another thread."""
+    if self._active:
+        if self._thread == threading.get_ident():
+            raise CaptureError(
+                f"session {self.name or 'session'!r} is already active in this thread; "
+                "sessions do not nest (a decorated function called from inside itself, or "
+                "a session entered twice)"
+            )
+        raise CaptureError(
+            f"session {self.name or 'session'!r} is already active; a session object runs "
+            "once at a time (create one session per thread)"
+        )
+    other = current_session()
+    if other is not None:
+        raise CaptureError(
+            f"session {other.name or 'session'!r} is already active; sessions do not nest. "
+            "Use asynctrace.range(...) to mark a region inside a session, or end the outer "
+            "session first"
+        )
+    for other in _active:
+        name = other.name or "session"
+        if self.options.profiling and other.options.profiling:
+            raise CaptureError(
+                f"session {name!r} in another thread already uses profile=: torch.profiler "
+                "is process-wide, so only one session at a time can profile"
+            )
+        if self.nsys_capture is not None and other.nsys_capture is not None:
+            raise CaptureError(
+                f"session {name!r} in another thread already uses nsys_capture=: the CUDA "
+                "profiler API is process-wide, so only one session at a time can use it"
+            )
+
+
+def _header(self: CaptureSession) -> SessionHeader:
+    """Who, where, which device and how the clocks were aligned (as the records say)."""
+    dev = self.device
+    align = self._alignment
+    torch = sys.modules.get("torch")
+    return SessionHeader(
+        name=self.name or "session",
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        rank=self._rank,
+        world_size=self._world_size,
+        device_kind=dev.kind,
+        device_name=dev.name,
+        asynchronous=bool(dev.asynchronous),
+        torch_version=str(torch.__version__) if torch is not None else None,
+        started_unix_ns=self._started_unix_ns,
+        clock_method=align.method if align is not None else "none",
+        # device times are mapped onto the host clock by the device layer (see devices.py)
+        clock_offset_ns=0,
+        clock_uncertainty_ns=align.uncertainty_ns if align is not None else 0,
+        sync_detection=self._parts.sync_detection(),
+        profile=self.options.profiling,
+        tensorboard=self.options.tensorboard,
+        # the live line draws only on a terminal: off elsewhere, whatever was asked
+        live=self.options.live and sys.stderr.isatty(),
+    )
+
+
+def _raise_or_warn(
+    exc: BaseException | None, failure: BaseException | None, handler_error: BaseException | None
+) -> None:
+    """What a session's end met, to the caller: ``failure`` (the end's own) and
+    ``handler_error`` (a signal handler's, run once the end was out) are raised where the
+    session ended cleanly or the end was interrupted; after the user's ``exc`` they are
+    warnings, so that ours never masks theirs."""
+    if handler_error is not None:
+        if exc is not None and isinstance(handler_error, Exception):
+            warnings.warn(
+                f"asynctrace: after {type(exc).__name__}, a signal handler raised while the "
+                f"session ended (its records are written): {handler_error}",
+                AsyncTraceWarning,
+                stacklevel=3,
+            )
+        else:
+            failure = worse_failure(failure, handler_error)
+    if failure is not None:
+        if exc is None or not isinstance(failure, Exception):
+            # ours to raise: the session ended cleanly, or the cleanup was interrupted
+            # (KeyboardInterrupt, SystemExit), which must not be swallowed
+            raise failure
+        # never mask the user's exception with one of ours
+        warnings.warn(
+            f"asynctrace could not finish the session after {type(exc).__name__}: {failure}",
+            AsyncTraceWarning,
+            stacklevel=3,
+        )

@@ -24,15 +24,21 @@ nothing more; the training loop never sees its exception (``strict=True`` raises
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
+from asynctrace.errors import AsyncTraceWarning, CaptureError
 from asynctrace.records import Note, SessionHeader, StepRecord, SyncSite
 
-__all__ = ["BaseSink", "SessionEnd", "Sink", "StepCallback", "as_sink"]
+if TYPE_CHECKING:
+    from asynctrace.capture._clock import StepClock
+
+__all__ = ["BaseSink", "SessionEnd", "Sink", "SinkSet", "StepCallback", "as_sink"]
 
 
 class SessionEnd(msgspec.Struct, frozen=True, kw_only=True):
@@ -141,3 +147,173 @@ def as_sink(obj: Any) -> Sink:
         f"sinks=[{obj!r}]: a sink is a callable (given each step record) or an object with "
         "start/step/trace_written/finish methods (asynctrace.capture.sinks.Sink)"
     )
+
+
+def worse_failure(first: BaseException | None, new: BaseException) -> BaseException:
+    """The failure to report of two met while ending a session: the first, unless only the new
+    one is an interruption (KeyboardInterrupt, SystemExit), which must reach the caller."""
+    if first is None or (isinstance(first, Exception) and not isinstance(new, Exception)):
+        return new
+    return first
+
+
+class SinkSet:
+    """A session run's sinks: what each is given and when, and what happens when one fails.
+
+    The clock hands records on through :meth:`deliver` (its ``deliver`` callback): after every
+    record where some sink takes each one as it is known (``step``; the clock's ``eager``),
+    else once a batch is full, to the sinks that take them in batches (``step_batch``). A sink
+    that raises gets nothing more, and the user hears of it once (a warning, or under
+    ``strict`` a :class:`~asynctrace.CaptureError` for the caller to raise); the sinks after it
+    still get what it failed on.
+    """
+
+    __slots__ = (
+        "_batch_fns",
+        "_live",
+        "_step_fns",
+        "clock",
+        "emitted",
+        "failures",
+        "sinks",
+        "strict",
+    )
+
+    def __init__(self, sinks: Iterable[Sink], *, strict: bool) -> None:
+        self.sinks = list(sinks)
+        self.strict = strict
+        self.clock: StepClock | None = None
+        #: records handed on to the batch sinks so far
+        self.emitted = 0
+        #: a note for each sink that failed, in order
+        self.failures: list[Note] = []
+        self._live = list(self.sinks)
+        # each live sink with its step (or step_batch) method, looked up once, after start():
+        # a sink may bind it there
+        self._step_fns: list[tuple[Sink, Callable[[StepRecord], Any]]] = []
+        self._batch_fns: list[tuple[Sink, Callable[[list[StepRecord]], Any]]] = []
+
+    def start(self, header: SessionHeader) -> None:
+        """Every sink's ``start``; then which take each record and which take batches."""
+        self.dispatch("start", header)
+        for sink in self._live:
+            batch = getattr(sink, "step_batch", None)
+            if callable(batch):
+                self._batch_fns.append((sink, batch))
+            else:
+                step = sink.step
+                # BaseSink's own no-op step (the annotator) is not called per step at all; a
+                # sink may bind its step on the instance in start() (TensorBoard does)
+                if getattr(step, "__func__", None) is not BaseSink.step:
+                    self._step_fns.append((sink, step))
+        self._set_eager()
+
+    def _set_eager(self) -> None:
+        if self.clock is not None:
+            self.clock.eager = bool(self._step_fns)
+
+    def deliver(self) -> None:
+        """The clock's callback: a record was collected (``eager``), or a batch is full."""
+        clock = self.clock
+        assert clock is not None
+        out = clock.out
+        if self._step_fns:
+            rec = out[-1]
+            for sink, step in self._step_fns:
+                try:
+                    step(rec)
+                except Exception as e:
+                    err = self.failed(sink, "step", e)
+                    if err is not None:
+                        raise err from e
+        if len(out) >= clock.batch:
+            self.deliver_batch()
+
+    def deliver_batch(self) -> None:
+        """The records collected so far, to the sinks that take them in batches."""
+        clock = self.clock
+        if clock is None:
+            return
+        records, clock.out = clock.out, []
+        if not records:
+            return
+        self.emitted += len(records)
+        # under strict, the first failure is raised once every other sink has the batch
+        first: tuple[CaptureError, Exception] | None = None
+        for sink, step_batch in self._batch_fns:
+            try:
+                step_batch(records)
+            except Exception as e:
+                err = self.failed(sink, "step_batch", e)
+                if err is not None and first is None:
+                    first = (err, e)
+        if first is not None:
+            raise first[0] from first[1]
+
+    def dispatch(self, method: str, arg: Any) -> None:
+        """``method(arg)`` of every live sink (``start``, ``trace_written``)."""
+        for sink in list(self._live):
+            try:
+                getattr(sink, method)(arg)
+            except Exception as e:
+                err = self.failed(sink, method, e)
+                if err is not None:
+                    raise err from e
+
+    def finish(
+        self, end: SessionEnd, *, failure: BaseException | None = None
+    ) -> BaseException | None:
+        """Every sink's ``finish``, each whatever the others did; returns the worst failure
+        that must reach the caller (an interruption, or a sink error under ``strict``)."""
+        for sink in self.sinks:
+            try:
+                sink.finish(end)
+            except Exception as e:
+                err = self.failed(sink, "finish", e)
+                if err is not None:
+                    failure = worse_failure(failure, err)
+            except BaseException as e:
+                failure = worse_failure(failure, e)
+        return failure
+
+    def failed(self, sink: Sink, method: str, error: Exception) -> CaptureError | None:
+        """``sink`` raised: it gets nothing more. Returns the error to raise under ``strict``
+        (else None: a warning was given)."""
+        # new lists, not removed in place: the loop that called this goes on over the old
+        # one, so the sinks after the failed one still get this step
+        self._live = [s for s in self._live if s is not sink]
+        self._step_fns = [(s, f) for s, f in self._step_fns if s is not sink]
+        self._batch_fns = [(s, f) for s, f in self._batch_fns if s is not sink]
+        self._set_eager()
+        describe = getattr(sink, "describe_failure", None)
+        text = describe(error) if describe is not None else None
+        if text is None:
+            text = (
+                f"asynctrace: the sink {sink!r} failed in {method}() "
+                f"({type(error).__name__}: {error}); the session goes on without it"
+            )
+        failure_note = getattr(sink, "failure_note", None)
+        note = failure_note(error) if failure_note is not None else None
+        if not isinstance(note, Note):
+            # a sink of the user's: its own text (a str), or ours, under the one code for both
+            said = note if isinstance(note, str) else f"sink {sink!r} stopped: {error}"
+            note = Note(code="sink-failed", text=said)
+        self.failures.append(note)
+        if self.strict:
+            return CaptureError(text)
+        warnings.warn(text, AsyncTraceWarning, stacklevel=4)
+        return None
+
+    def forget_in_child(self) -> None:
+        """After fork: the parent's sinks are not the child's to flush or write."""
+        for sink in self.sinks:
+            forget = getattr(sink, "forget_in_child", None)
+            if forget is not None:
+                with contextlib.suppress(Exception):
+                    forget()
+        self.sinks = []
+        self._live = []
+        self._step_fns = []
+        self._batch_fns = []
+        if self.clock is not None:
+            self.clock.out = []
