@@ -8,7 +8,8 @@ The step is ``overhead.py``'s (an MLP of 8 Linear(64, 64)+ReLU, batch 32, SGD) p
 ``--steps`` steps per round, in an order that rotates between rounds, after a ``gc.collect()``:
 
 * ``off``        — ``detect_syncs="off"``;
-* ``auto``       — the default: on a CPU the lint on the first 5 steps, then one in 100;
+* ``auto``       — the default: on a CPU the lint on the first 5 steps, then one step at a
+  time, spaced to 1 % of the steps' time (``capture/_lint_sample.py``);
 * ``off again``  — "off" once more: its ratio to "off" is the noise of the same figure;
 * ``lint``       — every step linted, for reference.
 

@@ -149,7 +149,9 @@ def range_costs(number: int = 200_000, repeat: int = 7) -> dict[str, float]:
     }
 
 
-def session_step_cost(out: str, n: int = 20_000, repeat: int = 5, *, device: str = "cpu") -> float:
+def session_step_cost(
+    out: str, n: int = 20_000, repeat: int = 5, *, device: str = "cpu", **options: Any
+) -> float:
     """ns per step of ``session.steps`` + one range, with nothing in the step: the absolute
     cost asynctrace adds to every step. Best of ``repeat``, each minus the bare loop.
 
@@ -165,7 +167,7 @@ def session_step_cost(out: str, n: int = 20_000, repeat: int = 5, *, device: str
             pass
         bare = time.perf_counter_ns() - t0
         dev: Any = FakeDevice(FakeClock(), lambda i, t: t) if device == "fake" else device
-        with asynctrace.trace("cost", dir=out, device=dev, print_summary=False) as s:
+        with asynctrace.trace("cost", dir=out, device=dev, print_summary=False, **options) as s:
             t0 = time.perf_counter_ns()
             for _ in s.steps(range(n)):
                 with asynctrace.range("train_step"):

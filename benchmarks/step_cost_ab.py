@@ -31,6 +31,7 @@ __all__ = ["main"]
 _WORKER = """
 import sys, tempfile
 root, benchmarks, steps, device = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+options = {"detect_syncs": sys.argv[5]} if sys.argv[5] != "default" else {}
 sys.path.insert(0, root)
 import asynctrace
 assert asynctrace.__file__.startswith(root), asynctrace.__file__
@@ -40,19 +41,28 @@ torch.set_num_threads(1)
 from overhead import session_step_cost
 out = tempfile.mkdtemp(prefix="asynctrace-ab-")
 for _ in range(3):  # warm: lazy imports, the allocator, the first records files
-    session_step_cost(out, n=steps, repeat=1, device=device)
+    session_step_cost(out, n=steps, repeat=1, device=device, **options)
 print("ready", flush=True)
 for line in sys.stdin:
-    print(session_step_cost(out, n=steps, repeat=1, device=device), flush=True)
+    print(session_step_cost(out, n=steps, repeat=1, device=device, **options), flush=True)
 """
 
 
 class _Worker:
-    def __init__(self, root: Path, steps: int, device: str) -> None:
+    def __init__(self, root: Path, steps: int, device: str, detect_syncs: str) -> None:
         self.root = root
         benchmarks = Path(__file__).resolve().parent
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _WORKER, str(root), str(benchmarks), str(steps), device],
+            [
+                sys.executable,
+                "-c",
+                _WORKER,
+                str(root),
+                str(benchmarks),
+                str(steps),
+                device,
+                detect_syncs,
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -98,12 +108,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=5000, help="steps per trial")
     p.add_argument("--device", choices=("cpu", "fake"), default="cpu")
     p.add_argument("--noise", action="store_true", help="also run a second worker of each checkout")
+    p.add_argument(
+        "--detect-syncs",
+        default="default",
+        help="the sessions' detect_syncs (default: the option's default, on a CPU the sampled "
+        "lint where the checkout has it); 'off' compares the capture alone",
+    )
     args = p.parse_args(argv)
     here = Path(__file__).resolve().parent.parent
     roots = {"this": here, "base": args.base.resolve()}
     if args.noise:
         roots |= {"this again": here, "base again": args.base.resolve()}
-    workers = {side: _Worker(root, args.steps, args.device) for side, root in roots.items()}
+    workers = {
+        side: _Worker(root, args.steps, args.device, args.detect_syncs)
+        for side, root in roots.items()
+    }
     costs: dict[str, list[float]] = {side: [] for side in workers}
     names = list(workers)
     try:
@@ -118,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             w.close()
     print(
         f"{args.rounds} rounds × {args.steps} steps per side, device {args.device}, "
+        f"detect_syncs {args.detect_syncs}, "
         f"load average {os.getloadavg()}"
     )
     for side, v in costs.items():

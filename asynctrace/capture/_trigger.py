@@ -252,6 +252,10 @@ class Trigger:
             interval = max(1, min(steps * POLL_NS // elapsed, _MAX_INTERVAL))
             self._interval = interval
             self._rate_step, self._rate_ns = index, now
+        elif steps > 0:
+            # a clock that did not move over these steps (a coarse one, a scripted one): look
+            # twice as far ahead each time rather than every step
+            interval = self._interval = min(interval * 2, _MAX_INTERVAL)
         waiting = w is not None and w["state"] in ("scheduled", "open")
         if not waiting and not self._usr2 and now - self._io_ns < POLL_NS:
             # a step-rate check only (the first steps of a session, whose rate is not yet
