@@ -9,6 +9,11 @@ trace adds what only a trace has (activities, launches, queues, each sync call, 
 extras) in ``Report.trace``. ``Report.to_json()`` / ``Report.from_json()`` round-trip it; the
 schema is documented in docs/report-json.md and versioned by ``schema_version``.
 
+``session_report(acc, ...)`` is the one path from a session's accumulated steps
+(:class:`~asynctrace.analysis.accumulate.StepAccumulator`) to its Report: a live session's
+``summary()`` and its exit summary, and a records file read back (``analyze(records)`` runs it
+over every step of the file), so they agree by construction.
+
 ``analyze_detail(source)`` returns the same report with the detail beside it (each idle gap,
 each stream's queue over time, the launch links, the per-step series) for the views that draw
 more than the report carries; the detail is not part of the JSON form.

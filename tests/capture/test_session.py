@@ -683,6 +683,26 @@ def test_printed_table_shows_the_report(tmp_path: Path, capsys: pytest.CaptureFi
     assert capsys.readouterr().out == ""
 
 
+def test_the_exit_summary_is_the_report_of_its_records_printed_by_the_one_renderer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from asynctrace.analysis.report import analyze
+    from asynctrace.files.sources import load_source
+
+    clock = FakeClock(T0)
+    with session(tmp_path, FakeDevice(clock, stream(2_500)), print_summary=True) as s:
+        for i in range(12):
+            clock.advance(1_000 + 100 * i)
+            s.step()
+    printed = capsys.readouterr().out
+    assert s.records_path is not None
+    later = analyze(load_source(s.records_path))
+    # one type, one path: the live report is the records file's (steps within the window)
+    assert s.summary() == later
+    print_summary(later)
+    assert capsys.readouterr().out == printed
+
+
 def test_report_json_round_trip(tmp_path: Path) -> None:
     clock = FakeClock(T0)
     with session(tmp_path, FakeDevice(clock, stream(100))) as s:
