@@ -4,7 +4,9 @@ The capture itself (:class:`~asynctrace.capture.session.CaptureSession`) only me
 emits; this layer turns the options of :class:`~asynctrace.capture.options.TraceOptions` into
 sinks, in this order: the summary (every step into the accumulator), TensorBoard, the records
 file, the live line, the deep-mode annotator, the rank gather, then the user's own ``sinks``.
-At the end it prints the summary table (``print_summary``) and the per-rank table.
+At the end it prints the summary (``print_summary``: the session's
+:class:`~asynctrace.analysis.report.Report`, as ``asynctrace report`` prints one) and the
+per-rank table.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from asynctrace.analysis.accumulate import SessionReport, session_report
 from asynctrace.capture._signals import TerminatedBySignal
 from asynctrace.capture.options import TraceOptions
 from asynctrace.capture.session import CaptureSession, current_session
@@ -33,6 +34,7 @@ from asynctrace.sinks import (
 
 if TYPE_CHECKING:
     from asynctrace.analysis.ranks import RankTable
+    from asynctrace.analysis.report import Report
 
 __all__ = ["Session", "current_session", "trace"]
 
@@ -81,7 +83,7 @@ class Session(CaptureSession):
             self._ranks,
         ]
         super().__init__(name, options=opts, sinks=[*(s for s in own if s is not None), *sinks])
-        self._report: SessionReport | None = None
+        self._report: Report | None = None
         self._summary_error: str | None = None
 
     # ------------------------------------------------------------------ the outputs
@@ -127,25 +129,28 @@ class Session(CaptureSession):
     def _summary_line(self, notes: Iterable[Note]) -> Any:
         return self._summary.summary_line(notes=list(notes))
 
-    def _report_now(self) -> SessionReport:
+    def _report_now(self) -> Report:
         """The summary as it stands (TensorBoard's text at the end, ``summary()`` live)."""
         if self._summary.end is not None:
             return self._summary.final(notes=self._sink_notes())
+        from asynctrace.analysis.report import session_report
+
         header = self._header
         assert header is not None
         return self.read_collected(
             lambda: session_report(
                 self._summary.acc,
                 header=header,
+                path=header.name,
                 wall_ns=self.elapsed_ns(),
-                collected_at_exit=0,
                 sync_sites=self.sync_sites(),
                 notes=[*self._clock.end_notes(), *self._sites.notes(), *self._sinks.failures],
-                error=None,
+                # the run goes on: its records have no summary line yet
+                complete=False,
             )
         )
 
-    def _final_report(self) -> SessionReport:
+    def _final_report(self) -> Report:
         end = self._summary.end
         said = set(end.notes) if end is not None else set()
         # what failed while the sinks finished came after the session's end was told
@@ -179,11 +184,11 @@ class Session(CaptureSession):
             if (
                 self.options.print_summary
                 and report is not None
-                and (report.error is None or stopped)
+                and (report.source.error is None or stopped)
             ):
-                from asynctrace.render.session import print_report
+                from asynctrace.render.text import print_summary
 
-                print_report(report)
+                print_summary(report)
                 table = self.rank_table
                 if table is not None:
                     from asynctrace.render.ranks import format_rank_table
@@ -193,7 +198,7 @@ class Session(CaptureSession):
             # then the stop signal kills the process, as it would have without us
             self._after_exit()
 
-    def _summary_or_warning(self) -> SessionReport | None:
+    def _summary_or_warning(self) -> Report | None:
         """The final report; a bug while building it is one warning (the records are written
         by then) and :meth:`summary` says it, unless ``strict``."""
         self._summary_error = None
@@ -213,9 +218,10 @@ class Session(CaptureSession):
             )
             return None
 
-    def summary(self) -> SessionReport:
-        """The figures of the session: live while it runs (steps collected so far), final after
-        it ends. The printed table shows exactly these."""
+    def summary(self) -> Report:
+        """The report of the session (:class:`~asynctrace.analysis.report.Report`, the type
+        ``asynctrace report`` makes of its records): live while it runs (steps collected so
+        far), final after it ends. The printed summary shows exactly these figures."""
         if self._active:
             return self._report_now()
         if self._report is not None:

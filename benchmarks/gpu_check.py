@@ -249,8 +249,10 @@ def sync_check(dev: Any, tdev: torch.device, out: Path) -> dict[str, Any]:
         "expected": expected,
         "caught": caught,
         "sites": sites,
-        "syncs_per_step": report.sync_count.mean if report.sync_count is not None else None,
-        "verdict": report.verdict,
+        "syncs_per_step": (
+            report.figures["sync_count"].mean if "sync_count" in report.figures else None
+        ),
+        "verdict": report.verdict.code,
     }
 
 

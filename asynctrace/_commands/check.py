@@ -204,12 +204,12 @@ def run(args: argparse.Namespace) -> int:
         # records could not be written (the note says why): judge from the summary alone
         steps = []
         sites = [msgspec.structs.replace(s, site=_display(s.site, cwd)) for s in report.sync_sites]
-        verdict = judge_steps([], asynchronous=report.asynchronous, sync_sites=sites)
+        verdict = judge_steps([], asynchronous=report.source.asynchronous, sync_sites=sites)
 
     judged = sync_budget(steps, max_syncs_per_step=budget, sync_sites=sites)
     if judged.whole_run:
         notes.append(_WHOLE_RUN_NOTE)
-    n_steps = report.steps
+    n_steps = report.source.events
     per = max(n_steps, 1)
     exit_code = status if status != 0 else (1 if judged.exceeded else 0)
 
@@ -218,8 +218,8 @@ def run(args: argparse.Namespace) -> int:
         script=str(args.script) if args.module is None else f"-m {args.module}",
         exit_code=exit_code,
         script_exit_code=status,
-        device=report.device_name,
-        asynchronous=report.asynchronous,
+        device=report.source.device,
+        asynchronous=report.source.asynchronous,
         detect=args.detect,
         steps=n_steps,
         sync_sites=[

@@ -178,7 +178,7 @@ class _Ending:
 
 def run(args: argparse.Namespace) -> int:
     from asynctrace.capture.devices import get_device
-    from asynctrace.render.session import print_report
+    from asynctrace.render.text import print_summary
     from asynctrace.session import trace
 
     script = resolve_target(args)
@@ -237,17 +237,19 @@ def run(args: argparse.Namespace) -> int:
         if status and not args.json:
             print(f"the script exited with status {status}", file=sys.stderr)
         return status
-    if report.records_path is not None:
+    if session.records_path is not None:
         # said as --dir was given, from where the command was typed
-        records_path = str(Path(args.dir) / Path(report.records_path).name)
-        report = msgspec.structs.replace(report, records_path=records_path)
+        records_path = str(Path(args.dir) / session.records_path.name)
+        source = msgspec.structs.replace(report.source, path=records_path)
+        report = msgspec.structs.replace(report, source=source)
     sys.stdout.flush()
     if args.json:
+        # the report's JSON form, as `asynctrace report --json` prints it
         print(json_text(report, indent=None))
     else:
         # not "use asynctrace.trace() in the script": under run that is a second session,
         # and sessions do not nest (the script fails with a CaptureError)
-        print_report(
+        print_summary(
             report,
             no_steps_hint=(
                 "no optimizer.step() ended a step, and asynctrace run ends steps only there. In "

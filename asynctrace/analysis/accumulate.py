@@ -3,8 +3,9 @@
 A live session and a records file read back give the same summary because both go through
 :class:`StepAccumulator`: means over every step, medians and nearest-rank p90s over the most
 recent ``window`` steps (bounded memory however long the run), and the verdict over those
-steps. :func:`session_report` turns it into the :class:`SessionReport` that the exit summary
-prints and ``asynctrace run --json`` writes.
+steps. :func:`asynctrace.analysis.report.session_report` turns it into the
+:class:`~asynctrace.analysis.report.Report` that the exit summary prints and
+``asynctrace run --json`` writes.
 """
 
 from __future__ import annotations
@@ -17,13 +18,8 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from asynctrace.analysis._bound_model import Bound, WarmUp
-from asynctrace.analysis.diagnosis import (
-    Finding,
-    diagnose,
-    sync_cost_fraction,
-    warmup_of_steps,
-)
-from asynctrace.records import Note, SessionHeader, StepRecord, SyncSite
+from asynctrace.analysis.diagnosis import sync_cost_fraction, warmup_of_steps
+from asynctrace.records import Note, StepRecord, SyncSite
 
 if TYPE_CHECKING:
     from asynctrace.analysis.verdict import Verdict
@@ -33,12 +29,10 @@ __all__ = [
     "PHASE_FIGURES",
     "STEP_FIGURES",
     "FigureStats",
-    "SessionReport",
     "StepAccumulator",
     "StepFigure",
     "figure_value",
     "nearest_rank",
-    "session_report",
 ]
 
 CPU_NOTE: Final = Note(
@@ -327,132 +321,3 @@ class StepAccumulator:
                 )
             )
         return notes
-
-
-class SessionReport(msgspec.Struct, frozen=True, kw_only=True):
-    """What a session measured: the figures its printed summary shows, as an object."""
-
-    name: str
-    device_kind: str
-    device_name: str
-    asynchronous: bool
-    steps: int
-    wall_ns: int
-    collected_at_exit: int
-    frontend_ns: FigureStats | None
-    data_wait_ns: FigureStats | None
-    device_ns: FigureStats | None
-    run_ahead_ns: FigureStats | None
-    in_flight: FigureStats | None
-    sync_count: FigureStats | None
-    sync_wait_ns: FigureStats | None
-    mem_allocated_bytes: FigureStats | None
-    mem_reserved_bytes: FigureStats | None
-    verdict: str
-    verdict_message: str
-    findings: list[str] = msgspec.field(default_factory=list)
-    #: what bounds the recent steps (estimated from their records: ``evidence.estimated``),
-    #: with its evidence and one next step; None without steps
-    bound: Bound | None = None
-    #: the findings, costliest first; ``diagnosis[0]`` is the headline (as ``Report.diagnosis``)
-    diagnosis: list[Finding] = msgspec.field(default_factory=list)
-    #: the leading steps left out of the steady state; None where none were
-    warmup: WarmUp | None = None
-    sync_sites: list[SyncSite] = msgspec.field(default_factory=list)
-    #: how the figures were made, each with a stable code (docs/how-it-works.md lists them)
-    notes: list[Note] = msgspec.field(default_factory=list)
-    error: str | None = None
-    records_path: str | None = None
-    #: the host time by phase (``StepRecord.phases_ns``); None where no step had phases
-    phase_forward_ns: FigureStats | None = None
-    phase_backward_ns: FigureStats | None = None
-    phase_optimizer_ns: FigureStats | None = None
-    phase_other_ns: FigureStats | None = None
-
-    @property
-    def verdict_line(self) -> str:
-        """``code: message`` with the code said once, as every view shows the verdict."""
-        from asynctrace.analysis.verdict import verdict_line
-
-        return verdict_line(self.verdict, self.verdict_message)
-
-    def to_json(self) -> str:
-        return msgspec.json.encode(self).decode()
-
-    @classmethod
-    def from_json(cls, data: str | bytes) -> SessionReport:
-        return msgspec.json.decode(data, type=cls)
-
-
-def session_report(
-    acc: StepAccumulator,
-    *,
-    header: SessionHeader,
-    wall_ns: int,
-    collected_at_exit: int,
-    sync_sites: list[SyncSite],
-    notes: Sequence[Note] = (),
-    error: str | None = None,
-    records_path: str | None = None,
-    judge: bool = True,
-) -> SessionReport:
-    """The summary of a run from its accumulated steps (pure). ``notes`` come first, then what
-    the accumulator says about its own figures. ``judge=False``: no verdict and no bound (the
-    figures alone, where judging failed)."""
-    code, message, findings = "", "", []
-    figures = acc.figures()
-    warmup = acc.warmup() if judge else None
-    bound = acc.bound(asynchronous=header.asynchronous, warmup=warmup) if judge else None
-    diagnosis: list[Finding] = []
-    if judge:
-        v = acc.judge(
-            asynchronous=header.asynchronous,
-            sync_sites=sync_sites,
-            sync_detection=header.sync_detection,
-            bound=bound,
-        )
-        code, message, findings = v.code, v.message, list(v.findings)
-        diagnosis = diagnose(
-            bound=bound,
-            asynchronous=header.asynchronous,
-            has_device_activity=header.asynchronous,
-            trace=False,
-            steps=acc.steps,
-            figures=figures,
-            sync_sites=sync_sites,
-            warmup=warmup,
-            verdict_codes=v.codes,
-            verdict_findings=v.findings,
-        )
-    return SessionReport(
-        name=header.name,
-        device_kind=header.device_kind,
-        device_name=header.device_name,
-        asynchronous=header.asynchronous,
-        steps=acc.steps,
-        wall_ns=wall_ns,
-        collected_at_exit=collected_at_exit,
-        frontend_ns=figures["frontend_ns"],
-        data_wait_ns=figures["data_wait_ns"],
-        device_ns=figures["device_ns"],
-        run_ahead_ns=figures["run_ahead_ns"],
-        in_flight=figures["in_flight"],
-        sync_count=figures["sync_count"],
-        sync_wait_ns=figures["sync_wait_ns"],
-        mem_allocated_bytes=figures["mem_allocated_bytes"],
-        mem_reserved_bytes=figures["mem_reserved_bytes"],
-        phase_forward_ns=figures["phase_forward_ns"],
-        phase_backward_ns=figures["phase_backward_ns"],
-        phase_optimizer_ns=figures["phase_optimizer_ns"],
-        phase_other_ns=figures["phase_other_ns"],
-        verdict=code,
-        verdict_message=message,
-        findings=findings,
-        bound=bound,
-        diagnosis=diagnosis,
-        warmup=warmup,
-        sync_sites=list(sync_sites),
-        notes=[*notes, *acc.notes(asynchronous=header.asynchronous, verdict=code)],
-        error=error,
-        records_path=records_path,
-    )

@@ -9,6 +9,11 @@ trace adds what only a trace has (activities, launches, queues, each sync call, 
 extras) in ``Report.trace``. ``Report.to_json()`` / ``Report.from_json()`` round-trip it; the
 schema is documented in docs/report-json.md and versioned by ``schema_version``.
 
+``session_report(acc, ...)`` is the one path from a session's accumulated steps
+(:class:`~asynctrace.analysis.accumulate.StepAccumulator`) to its Report: a live session's
+``summary()`` and its exit summary, and a records file read back (``analyze(records)`` runs it
+over every step of the file), so they agree by construction.
+
 ``analyze_detail(source)`` returns the same report with the detail beside it (each idle gap,
 each stream's queue over time, the launch links, the per-step series) for the views that draw
 more than the report carries; the detail is not part of the JSON form.
@@ -17,6 +22,7 @@ more than the report carries; the detail is not part of the JSON form.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import PurePath
 from typing import Any
 
@@ -86,6 +92,7 @@ __all__ = [
     "analyze_detail",
     "rank_from_name",
     "report_diagnosis",
+    "session_report",
     "sync_sites",
     "warmup_steps",
 ]
@@ -108,7 +115,7 @@ class SourceInfo(msgspec.Struct, frozen=True, kw_only=True):
     #: (``rank<N>``, ``rank-N``)
     rank: int | None
     world_size: int | None
-    #: events the trace held, or the step lines of a records file
+    #: events the trace held, or the steps of a session (its records' step lines)
     events: int
     #: events the loader read and did not keep, by reason
     skipped: dict[str, int] = msgspec.field(default_factory=dict)
@@ -116,6 +123,13 @@ class SourceInfo(msgspec.Struct, frozen=True, kw_only=True):
     complete: bool = True
     #: records only: the header the session wrote (device kind, clocks, capture settings)
     session: SessionHeader | None = None
+    #: records only: the session's wall time, as its summary line says (a live session's:
+    #: so far); None for a trace and a killed run's records
+    wall_ns: int | None = None
+    #: records only: steps still pending on the device at the session's end, collected then
+    collected_at_exit: int = 0
+    #: records only: the exception that ended the session's block, if one did
+    error: str | None = None
 
 
 class ActivityCounts(msgspec.Struct, frozen=True, kw_only=True):
@@ -173,7 +187,9 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
 
     schema_version: int = REPORT_SCHEMA_VERSION
     source: SourceInfo
-    #: one record per step, the same type a capture session writes
+    #: one record per step, the same type a capture session writes (a live session's summary:
+    #: its last ``window`` steps, those its medians and verdict cover; ``source.events`` counts
+    #: them all)
     steps: list[StepRecord]
     #: each step's share of the device timeline and its label, index for index with ``steps``
     #: (a trace's; empty for a session's records, whose per-step estimates only the pictures
@@ -331,12 +347,14 @@ def report_diagnosis(report: Report, sync_cost_ns: int | None = None) -> list[Fi
     ``Report.diagnosis`` holds (pure). ``sync_cost_ns``: what the syncs cost, where the
     timeline gave it (:func:`_sync_cost_ns`); else the bound's sync idle."""
     t = report.trace
+    # a session's summary holds only its recent steps; the diagnosis counts them all
+    steps = report.source.events if report.source.session is not None else len(report.steps)
     return diagnose(
         bound=report.bound,
         asynchronous=report.source.asynchronous,
         has_device_activity=t.activities.total > 0 if t is not None else report.source.asynchronous,
         trace=t is not None,
-        steps=len(report.steps),
+        steps=steps,
         figures=report.figures,
         sync_sites=report.sync_sites,
         warnings=report.warnings,
@@ -662,41 +680,84 @@ def _activity_counts(trace: Trace, keys: list[str], group_of: np.ndarray) -> Act
 
 def _records_report(records: Records) -> Report:
     """A session's records as a report: the live session's own summary
-    (:class:`~asynctrace.analysis.accumulate.StepAccumulator`) over every step of the file,
-    its warm-up steps left out of the bound."""
-    h = records.header
+    (:func:`session_report`) over every step of the file, its notes those of the file's
+    summary line."""
     steps = records.steps
-    acc = StepAccumulator(window=max(1, len(steps))).extend(steps)
-    warmup = acc.warmup()
-    bound = acc.bound(asynchronous=h.asynchronous, warmup=warmup)
-    v = acc.judge(
-        asynchronous=h.asynchronous,
+    end = records.summary
+    return session_report(
+        StepAccumulator(window=max(1, len(steps))).extend(steps),
+        header=records.header,
+        path=records.path,
         sync_sites=records.syncs,
-        sync_detection=h.sync_detection,
-        bound=bound,
+        notes=end.notes if end is not None else [],
+        own_notes=False,
+        complete=records.complete,
+        wall_ns=end.wall_ns if end is not None else None,
+        collected_at_exit=end.collected_at_exit if end is not None else 0,
+        error=end.error if end is not None else None,
     )
+
+
+def session_report(
+    acc: StepAccumulator,
+    *,
+    header: SessionHeader,
+    path: str,
+    sync_sites: Sequence[SyncSite],
+    notes: Sequence[Note] = (),
+    own_notes: bool = True,
+    complete: bool = True,
+    wall_ns: int | None = None,
+    collected_at_exit: int = 0,
+    error: str | None = None,
+    judge: bool = True,
+) -> Report:
+    """The report of a session from its accumulated steps (pure): what a live session's
+    ``summary()`` returns and what its records file reads back as. Medians, p90s, verdict and
+    bound are over the accumulator's recent steps, the warm-up steps left out of the bound.
+    ``notes`` come first, then (``own_notes``) what the accumulator says about its own figures.
+    ``judge=False``: no verdict and no bound (the figures alone, where judging failed)."""
+    h = header
+    warmup = acc.warmup() if judge else None
+    bound = acc.bound(asynchronous=h.asynchronous, warmup=warmup) if judge else None
+    verdict = VerdictInfo(code="", message="")
+    if judge:
+        v = acc.judge(
+            asynchronous=h.asynchronous,
+            sync_sites=list(sync_sites),
+            sync_detection=h.sync_detection,
+            bound=bound,
+        )
+        verdict = VerdictInfo(
+            code=v.code, message=v.message, findings=list(v.findings), codes=list(v.codes)
+        )
+    if own_notes:
+        notes = [*notes, *acc.notes(asynchronous=h.asynchronous, verdict=verdict.code)]
     report = Report(
         source=SourceInfo(
-            path=records.path,
+            path=path,
             format="records",
             device=h.device_name,
             asynchronous=h.asynchronous,
-            rank=h.rank if h.rank is not None else rank_from_name(records.path),
+            rank=h.rank if h.rank is not None else rank_from_name(path),
             world_size=h.world_size,
-            events=len(steps),
-            complete=records.complete,
+            events=acc.steps,
+            complete=complete,
             session=h,
+            wall_ns=wall_ns,
+            collected_at_exit=collected_at_exit,
+            error=error,
         ),
-        steps=list(steps),
+        steps=list(acc.recent),
         figures=_figures(acc),
-        sync_sites=list(records.syncs),
-        notes=list(records.summary.notes) if records.summary is not None else [],
-        verdict=VerdictInfo(
-            code=v.code, message=v.message, findings=list(v.findings), codes=list(v.codes)
-        ),
+        sync_sites=list(sync_sites),
+        notes=list(notes),
+        verdict=verdict,
         bound=bound,
         warmup=warmup,
     )
+    if not judge:
+        return report
     return msgspec.structs.replace(report, diagnosis=report_diagnosis(report))
 
 

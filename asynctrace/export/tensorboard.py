@@ -34,9 +34,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from asynctrace.analysis.accumulate import SessionReport
 from asynctrace.capture._writer import sanitize_name
-from asynctrace.records import SessionHeader, StepRecord, SyncSite
+from asynctrace.records import SessionHeader, StepRecord
 
 if TYPE_CHECKING:
     from asynctrace.analysis.bound import Bound
@@ -49,7 +48,6 @@ __all__ = [
     "SCALAR_TAGS",
     "TEXT_TAG",
     "TensorBoardWriter",
-    "session_markdown",
     "step_scalars",
     "summary_markdown",
     "write_records",
@@ -112,9 +110,45 @@ def step_scalars(step: StepRecord) -> dict[str, float]:
 def summary_markdown(report: Report) -> str:
     """A short Markdown summary of a session's records (TensorBoard's text dashboard renders
     Markdown), from their report (``analyze(records)``): what the session's own summary at its
-    end shows: the diagnosis, the bound's figures, the per-step figures and the top sync
-    sites."""
-    return session_markdown(_header(report), complete=report.source.complete, report=report)
+    end shows (:func:`asynctrace.render.text.render_report`, the same sections in Markdown):
+    the diagnosis, the bound's figures, the per-step figures, the notes and the top sync
+    sites. A live session's TensorBoard text at its end is this of its report."""
+    from asynctrace.render.text import (
+        bound_scope,
+        bound_text,
+        figure_rows,
+        known_fix_lines,
+        more_sites_text,
+        site_rows,
+    )
+
+    h = _header(report)
+    lines = [
+        f"**{_md(h.name)}** on {_md(h.device_name)} ({_md(h.device_kind)}, "
+        f"{'asynchronous' if h.asynchronous else 'synchronous'}), host {_md(h.host)}, "
+        f"pid {h.pid}" + (f", rank {h.rank}" if h.rank is not None else ""),
+    ]
+    steps = report.source.events
+    # the headline first, as in every view
+    if steps:
+        lines += _diagnosis_lines(report.diagnosis)
+    incomplete = "" if report.source.complete else " (incomplete file)"
+    lines += ["", f"steps recorded: {steps}{incomplete}"]
+    b = report.bound
+    if b is not None and report.source.asynchronous:
+        lines += _bound_lines(b, bound_text(b, scope=bound_scope(report)))
+    lines += _figure_lines(figure_rows(report.figures))
+    lines += _note_lines(report.notes)
+    rows = site_rows(report)
+    if rows:
+        lines += ["", "| site | op | count | wait | steps |", "|---|---|---|---|---|"]
+        lines += [f"| {' | '.join(_md(c) for c in row)} |" for row in rows[:_TOP_SITES]]
+        if len(rows) > _TOP_SITES:
+            more = more_sites_text(report)
+            lines.append(f"\n… and {len(rows) - _TOP_SITES} more site(s) {more}")
+        fixes = known_fix_lines(report.sync_sites[:_TOP_SITES])
+        lines += ["", *(f"- {_md(x.strip())}" for x in fixes)] if fixes else []
+    return "\n".join(lines)
 
 
 def _header(report: Report) -> SessionHeader:
@@ -126,75 +160,19 @@ def _header(report: Report) -> SessionHeader:
     return report.source.session
 
 
-def session_markdown(
-    header: SessionHeader, *, report: SessionReport | Report | None, complete: bool = True
-) -> str:
-    """:func:`summary_markdown` from a session's parts: a running session passes its
-    ``report`` at its end (a records file, its :class:`~asynctrace.analysis.report.Report`).
-    The text carries the diagnosis (its headline first, with its next step and evidence, then
-    the other findings), the bound's figures, the per-step figures, the notes and the top sync
-    sites, as the exit summary prints them."""
-    h = header
-    steps: int | None = None
-    syncs: Sequence[SyncSite] = ()
-    if report is not None:
-        steps = report.steps if isinstance(report, SessionReport) else len(report.steps)
-        syncs = report.sync_sites
-    lines = [
-        f"**{_md(h.name)}** on {_md(h.device_name)} ({_md(h.device_kind)}, "
-        f"{'asynchronous' if h.asynchronous else 'synchronous'}), host {_md(h.host)}, "
-        f"pid {h.pid}" + (f", rank {h.rank}" if h.rank is not None else ""),
-    ]
-    # the headline first, as in every view
-    if report is not None and steps:
-        lines += _diagnosis_lines(report.diagnosis)
-    lines += ["", f"steps recorded: {steps or 0}" + ("" if complete else " (incomplete file)")]
-    if isinstance(report, SessionReport):
-        lines += _report_lines(report)
-    elif report is not None:
-        from asynctrace.render.session import figure_rows
-
-        lines += _bound_lines(report.bound)
-        lines += _figure_lines(figure_rows(report.figures))
-        lines += _note_lines(report.notes)
-    if syncs:
-        lines += ["", "| site | op | count | wait ms |", "|---|---|---|---|"]
-        lines += [
-            f"| {_md(x.site)} | {_md(x.op)} | {x.count} | {x.wait_ns / _NS_PER_MS:.3f} |"
-            for x in list(syncs)[:_TOP_SITES]
-        ]
-        if len(syncs) > _TOP_SITES:
-            lines.append(f"\n… and {len(syncs) - _TOP_SITES} more site(s) in the records file")
-    return "\n".join(lines)
-
-
-def _report_lines(report: SessionReport) -> list[str]:
-    from asynctrace.render.session import report_rows
-
-    lines = _bound_lines(report.bound)
-    lines += _figure_lines(report_rows(report))
-    return lines + _note_lines(report.notes)
-
-
 def _note_lines(notes: Sequence[Note]) -> list[str]:
     # the text only: the code is for programs
     return ["", *(f"- {_md(n.text)}" for n in notes)] if notes else []
 
 
-def _bound_lines(b: Bound | None) -> list[str]:
-    if b is None:
-        return []
-    est = " (estimated from step records)" if b.evidence.estimated else ""
-    lines = [
-        "",
-        f"bound: **{_md(b.label)}**{est}: device busy {b.evidence.busy_pct:.1f}%, idle "
-        + ", ".join(
-            f"{_md(c)} {v / _NS_PER_MS:.3f} ms"
-            for c, v in b.idle_ns_by_cause.as_dict().items()
-            if v
-        ),
-    ]
-    return lines
+def _bound_lines(b: Bound, text: Sequence[str]) -> list[str]:
+    """The bound's lines (:func:`~asynctrace.render.text.bound_text`), its label in bold and
+    the lines under it a list."""
+    text = [_md(x) for x in text]
+    label = _md(f"bound: {b.label}")
+    if text[0].startswith(label):
+        text[0] = f"bound: **{_md(b.label)}**{text[0][len(label) :]}"
+    return ["", *(f"- {x.strip()}" if x.startswith(" ") else x for x in text)]
 
 
 def _diagnosis_lines(diagnosis: Sequence[Finding]) -> list[str]:

@@ -1,27 +1,52 @@
 """Rich text tables for a :class:`~asynctrace.analysis.report.Report` of a trace or of a
-session's records (formatting only)."""
+session (its records, or its live summary: the exit summary prints this), formatting only.
+
+The sections are plain text made by one function each (:func:`title_text`,
+:func:`~asynctrace.render.diagnosis.diagnosis_text`, :func:`bound_text`, :func:`figure_rows`,
+:func:`site_rows`, :func:`known_fix_lines`, :func:`more_sites_text`); this module prints them
+as rich text, and the TensorBoard summary (:mod:`asynctrace.export.tensorboard`) wraps the
+same ones in Markdown.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from asynctrace.analysis.accumulate import STEP_FIGURES, FigureStats
 from asynctrace.analysis.bound import Bound, BoundEvidence
 from asynctrace.analysis.diagnosis import Finding
 from asynctrace.analysis.report import Report, TraceFigures
+from asynctrace.records import SyncSite
 from asynctrace.render.diagnosis import diagnosis_text
 from asynctrace.render.printable import printable
 
 __all__ = [
+    "EXIT_TOP_SITES",
     "bound_lines",
+    "bound_scope",
+    "bound_text",
     "diagnosis_markup",
     "evidence_parts",
+    "figure_rows",
     "format_ns",
+    "format_value",
+    "known_fix_lines",
+    "more_sites_text",
+    "print_summary",
     "render_report",
+    "site_rows",
+    "title_text",
 ]
+
+#: sync sites the exit summary lists (the records file has all of them)
+EXIT_TOP_SITES: Final = 5
 
 
 def _shown(text: str) -> str:
@@ -45,80 +70,195 @@ def format_ns(ns: float | None) -> str:
     return f"{text} {unit}"
 
 
-def _title(report: Report) -> str:
-    """The report's first line (markup): the file, its format (a session's device kind), the
-    device and the rank; a session's step count, and whether its run was killed."""
+def title_text(report: Report) -> str:
+    """The report's first line: the file, its format (a session's device kind), the device and
+    the rank; a session's step count and wall time, and whether its run was killed or is still
+    running."""
     s = report.source
     rank = f", rank {s.rank}" if s.rank is not None else ""
     if s.session is None:
-        return f"[bold]{_shown(f'{s.path} ({s.format}, {s.device}{rank})')}[/bold]"
-    note = "" if s.complete else " (incomplete: no summary line, the run was killed)"
-    return (
-        f"[bold]{_shown(s.path)}[/bold] "
-        f"({_shown(s.session.device_kind)}, {_shown(s.device)}{rank}): "
-        f"{len(report.steps)} step(s){note}"
-    )
+        return f"{s.path} ({s.format}, {s.device}{rank})"
+    wall = f", {s.wall_ns / 1e9:.3f} s" if s.wall_ns is not None else ""
+    note = ""
+    if not s.complete:
+        note = (
+            " (incomplete: no summary line, the run was killed)"
+            if s.wall_ns is None
+            else " (running)"
+        )
+    return f"{s.path} ({s.session.device_kind}, {s.device}{rank}): {s.events} step(s){wall}{note}"
+
+
+def _title(report: Report) -> str:
+    """:func:`title_text` as markup: its file name in bold."""
+    text = _shown(title_text(report))
+    s = report.source
+    if s.session is None:
+        return f"[bold]{text}[/bold]"
+    path = _shown(s.path)
+    return f"[bold]{path}[/bold]{text[len(path) :]}"
 
 
 def _no_device(report: Report) -> bool:
     return report.trace is not None and report.trace.activities.total == 0
 
 
-def _scope(report: Report) -> str:
+def bound_scope(report: Report) -> str:
+    """What the bound is over, as its line says: the whole trace, the run, a session or its
+    last steps (a long session's summary judges its recent steps)."""
     if report.trace is None:
-        return "session"
+        n = len(report.steps)
+        return f"last {n} steps" if 0 < n < report.source.events else "session"
     return "whole trace" if report.whole_trace else "run"
 
 
+def print_summary(report: Report, *, file: Any = None, no_steps_hint: str | None = None) -> None:
+    """Print a session's report as its exit summary: :func:`render_report`, with its top
+    :data:`EXIT_TOP_SITES` sync sites (stdout by default); ``no_steps_hint`` follows the
+    diagnosis where the session recorded no steps."""
+    from asynctrace.render.output import stdout_console
+
+    console = stdout_console(file=file if file is not None else sys.stdout, highlight=False)
+    render_report(report, console, top_sites=EXIT_TOP_SITES, no_steps_hint=no_steps_hint)
+
+
 def render_report(
-    report: Report, console: Console, *, steps: bool = False, top_sites: int = 10
+    report: Report,
+    console: Console,
+    *,
+    steps: bool = False,
+    top_sites: int = 10,
+    no_steps_hint: str | None = None,
 ) -> None:
-    """Print a report of a trace or of a session's records: its title, the diagnosis (the
-    headline with its next step and evidence, then the other findings ranked), warnings, the
-    bound's figures, the per-step figures; a trace's activities, launches, queues and syncs;
-    the sync sites; the steps (a trace's summary or all of them, a session's with
-    ``steps``)."""
-    console.print(_title(report))
+    """Print a report of a trace or of a session: its title, the diagnosis (the headline with
+    its next step and evidence, then the other findings ranked; ``no_steps_hint`` after it
+    where a session has no steps), warnings, the bound's figures, the per-step figures; a
+    trace's activities, launches, queues and syncs; the sync sites (a session's with the fix of
+    each library sync known); the steps (a trace's summary or all of them, a session's with
+    ``steps``); a session's notes."""
+    # one line however long its path: the terminal wraps it, so that it copies whole
+    console.print(_title(report), soft_wrap=True)
     for line in diagnosis_markup(report.diagnosis):
         console.print(line)
+    if no_steps_hint and report.trace is None and not report.source.events:
+        console.print(f"no steps: {_shown(no_steps_hint)}")
     for w in report.warnings:
         console.print(f"[bold yellow]warning[/bold yellow] ({_shown(w.code)}): {_shown(w.message)}")
     # a trace without device activity, or a synchronous device (the CPU backend), has no
     # device timeline to show: its headline says what the host spends its step on
     if report.bound is not None and report.source.asynchronous and not _no_device(report):
-        for line in bound_lines(report.bound, scope=_scope(report)):
+        for line in bound_lines(report.bound, scope=bound_scope(report)):
             console.print(line)
     clocks = any("clock" in w.code for w in report.warnings)
     _print_figures(report, console)
     if report.trace is not None:
         _print_trace(report.trace, report.source.skipped, console, clocks=clocks)
+    _print_sites(report, console, top=top_sites)
+    if report.trace is None:
+        for line in known_fix_lines(report.sync_sites[:top_sites]):
+            console.print(_shown(line))
+    if report.steps and (steps or report.trace is not None):
+        _print_steps(report, console, every=steps, clocks=clocks)
+    for note in report.notes:
+        console.print(f"note: {_shown(note.text)}")
+
+
+def more_sites_text(report: Report) -> str:
+    """Where the sync sites a summary leaves out are: a session's in its records file, a
+    trace's in the JSON report."""
+    return "in the records file" if report.trace is None else "in --json"
+
+
+def format_value(value: float, unit: str) -> str:
+    """A per-step figure as printed: ns (:func:`format_ns`), bytes or a plain number, in a
+    readable unit; ``-`` for NaN."""
+    if math.isnan(value):
+        return "-"
+    if unit == "ns":
+        return format_ns(value)
+    if unit == "bytes":
+        return _bytes(value)
+    return f"{value:.2f}"
+
+
+def _bytes(value: float) -> str:
+    """``value`` bytes in the largest binary unit it reaches *as printed* (1023.96 KiB prints
+    as ``1.0 MiB``)."""
+    text, name = f"{value:.0f}", "B"
+    for bigger, scale in (("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30)):
+        if not abs(float(text)) >= 1024:
+            break
+        text, name = f"{value / scale:.1f}", bigger
+    return f"{text} {name}"
+
+
+def figure_rows(figures: Mapping[str, FigureStats | None]) -> list[tuple[str, str, str, str]]:
+    """(figure, mean, median, p90) as printed, for every figure of ``figures``
+    (``Report.figures``: by :class:`~asynctrace.records.StepRecord` field) that some step
+    had."""
+    rows = []
+    for fig in STEP_FIGURES:
+        s = figures.get(fig.field)
+        if s is None:
+            continue
+        if fig.field in ("data_wait_ns", "sync_count", "sync_wait_ns") and s.mean == 0:
+            # always zero here: a row of zeros is noise, the verdict says what matters
+            continue
+        rows.append(
+            (
+                fig.label,
+                format_value(s.mean, fig.unit),
+                format_value(s.median, fig.unit),
+                format_value(s.p90, fig.unit),
+            )
+        )
+    return rows
+
+
+def site_rows(report: Report) -> list[tuple[str, str, str, str, str]]:
+    """(site, op, count, wait, steps) as printed, for each sync site of ``report`` (a trace's:
+    its sync calls' sites, the wait their total)."""
+    if report.trace is not None:
         sites = [
             (s.site or "-", s.op, s.count, s.total_ns, s.steps) for s in report.trace.syncs.sites
         ]
-        _print_sites(sites, console, wait="total", top=top_sites)
     else:
         sites = [(s.site, s.op, s.count, s.wait_ns, s.steps) for s in report.sync_sites]
-        _print_sites(sites, console, wait="wait", top=top_sites)
-    if report.steps and (steps or report.trace is not None):
-        _print_steps(report, console, every=steps, clocks=clocks)
+    return [
+        (site, op, str(count), format_ns(wait_ns), str(n)) for site, op, count, wait_ns, n in sites
+    ]
+
+
+def known_fix_lines(sites: Sequence[SyncSite]) -> list[str]:
+    """For each sync a library makes that ``_known_syncs.py`` knows: what it does and the
+    setting that removes it, as ``asynctrace check`` prints them."""
+    from asynctrace._known_syncs import is_library_frame, known_sync
+
+    lines: list[str] = []
+    for s in sites:
+        found = known_sync(s.stack[0]) if s.stack else None
+        if found is None:
+            continue
+        entry, detail = found
+        user = next((f for f in s.stack[1:] if not is_library_frame(f)), None)
+        key = f" ({detail})" if detail else ""
+        lines.append(f"{s.site}: {entry.what}{key}" + (f", from {user}" if user else ""))
+        lines.append(f"  fix: {entry.fix}")
+    return lines
 
 
 def _print_figures(report: Report, console: Console) -> None:
-    """Mean, median and p90 of each per-step figure (the figures some step had); not for a
-    trace judged as one step, whose steps table shows that step's figures."""
-    if not report.figures or report.whole_trace:
+    """Mean, median and p90 of each per-step figure (:func:`figure_rows`); not for a trace
+    judged as one step, whose steps table shows that step's figures."""
+    rows = figure_rows(report.figures)
+    if not rows or report.whole_trace:
         return
     t = Table(title="per-step figures")
-    for col in ("figure", "steps", "mean", "median", "p90"):
-        t.add_column(col, justify="left" if col == "figure" else "right")
-    for name, f in report.figures.items():
-        fmt = format_ns if name.endswith("_ns") else _plain
-        t.add_row(name, str(f.count), fmt(f.mean), fmt(f.median), fmt(f.p90) if f.count else "-")
+    for col in ("per step", "mean", "median", "p90"):
+        t.add_column(col, justify="left" if col == "per step" else "right")
+    for row in rows:
+        t.add_row(*(_shown(c) for c in row))
     console.print(t)
-
-
-def _plain(v: float | None) -> str:
-    return f"{v:.2f}" if v is not None else "-"
 
 
 def _print_trace(
@@ -173,19 +313,24 @@ def _print_trace(
     console.print(f"syncs: {s.count} call(s), {format_ns(s.total_ns)} waiting")
 
 
-def _print_sites(
-    sites: list[tuple[str, str, int, int, int]], console: Console, *, wait: str, top: int
-) -> None:
-    """The sync sites table: (site, op, count, wait, steps), the first ``top`` of them."""
-    if not sites:
+def _print_sites(report: Report, console: Console, *, top: int) -> None:
+    """The sync sites table (:func:`site_rows`), the first ``top`` of them."""
+    rows = site_rows(report)
+    if not rows:
         return
     t = Table(title="sync sites")
+    wait = "wait" if report.trace is None else "total"
     for col in ("site", "op", "count", wait, "steps"):
-        t.add_column(col, justify="left" if col in ("site", "op") else "right")
-    for site, op, count, wait_ns, n_steps in sites[:top]:
-        t.add_row(_shown(site), _shown(op), str(count), format_ns(wait_ns), str(n_steps))
-    if len(sites) > top:
-        t.caption = f"{len(sites) - top} more site(s) in --json"
+        # a site is a path: folded onto more lines rather than cut short
+        t.add_column(
+            col,
+            justify="left" if col in ("site", "op") else "right",
+            overflow="fold" if col == "site" else "ellipsis",
+        )
+    for row in rows[:top]:
+        t.add_row(*(_shown(c) for c in row))
+    if len(rows) > top:
+        t.caption = f"{len(rows) - top} more site(s) {more_sites_text(report)}"
     console.print(t)
 
 
@@ -265,9 +410,10 @@ def evidence_parts(e: BoundEvidence) -> list[str]:
     return detail
 
 
-def bound_lines(b: Bound, *, scope: str = "run") -> list[str]:
-    """The bound's figures as rich markup lines: label, device busy and idle by cause, the
-    evidence, host frames and notes (its next step is the diagnosis's, shown above it)."""
+def bound_text(b: Bound, *, scope: str = "run") -> list[str]:
+    """The bound's figures as plain lines: label, device busy and idle by cause, the evidence,
+    host frames and notes (its next step is the diagnosis's, shown above it). The first line
+    opens with ``bound: <label>``."""
     e = b.evidence
     idle = b.idle_ns_by_cause
     causes = ", ".join(
@@ -277,22 +423,31 @@ def bound_lines(b: Bound, *, scope: str = "run") -> list[str]:
     )
     est = " (estimated from step records)" if e.estimated else ""
     lines = [
-        f"bound: [bold]{_shown(b.label)}[/bold]{_shown(est)} — {_shown(scope)}: device busy "
+        f"bound: {b.label}{est} — {scope}: device busy "
         f"{format_ns(b.busy_ns)} of {format_ns(b.region_ns)} ({_pct(b.busy_ns, b.region_ns)}), "
-        f"idle {format_ns(b.idle_ns)}" + (f": {_shown(causes)}" if causes else "")
+        f"idle {format_ns(b.idle_ns)}" + (f": {causes}" if causes else "")
     ]
     detail = evidence_parts(e)
     if detail:
-        lines.append("  evidence: " + _shown("; ".join(detail)))
+        lines.append("  evidence: " + "; ".join(detail))
     frames = [f for f in e.host_frames if f.frame != "(no host frame)"][:3]
     if frames:
         shown = ", ".join(
             f"{f.frame}" + (f" ({f.site})" if f.site else "") + f" {format_ns(f.idle_ns)}"
             for f in frames
         )
-        lines.append(f"  host during {_shown(e.leading_cause)} idle: {_shown(shown)}")
+        lines.append(f"  host during {e.leading_cause} idle: {shown}")
     for note in e.notes:
-        lines.append(f"  note: {_shown(note)}")
+        lines.append(f"  note: {note}")
+    return lines
+
+
+def bound_lines(b: Bound, *, scope: str = "run") -> list[str]:
+    """:func:`bound_text` as rich markup lines, the label in bold."""
+    lines = [_shown(x) for x in bound_text(b, scope=scope)]
+    label = _shown(f"bound: {b.label}")
+    if lines and lines[0].startswith(label):
+        lines[0] = f"bound: [bold]{_shown(b.label)}[/bold]{lines[0][len(label) :]}"
     return lines
 
 

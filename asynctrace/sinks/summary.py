@@ -1,16 +1,20 @@
 """The exit summary's sink: every step into a :class:`~asynctrace.analysis.accumulate.
-StepAccumulator`, and the session's :class:`~asynctrace.analysis.accumulate.SessionReport`."""
+StepAccumulator`, and the session's :class:`~asynctrace.analysis.report.Report`
+(:func:`~asynctrace.analysis.report.session_report`)."""
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from asynctrace.analysis.accumulate import SessionReport, StepAccumulator, session_report
+from asynctrace.analysis.accumulate import StepAccumulator
 from asynctrace.capture.sinks import BaseSink, SessionEnd
 from asynctrace.errors import AsyncTraceWarning
 from asynctrace.records import Note, SessionHeader, SessionSummary, StepRecord
+
+if TYPE_CHECKING:
+    from asynctrace.analysis.report import Report
 
 __all__ = ["SummarySink"]
 
@@ -43,21 +47,23 @@ class SummarySink(BaseSink):
     def finish(self, end: SessionEnd) -> None:
         self.end = end
 
-    def final(
-        self, *, notes: Sequence[Note] = (), records_path: str | None = None
-    ) -> SessionReport:
-        """The report of the ended session; ``notes`` follow the session's own. Judging the
-        steps is analysis run at the end of a training job: where it fails, the figures are
-        still reported, with a note (and one warning) instead of a verdict."""
+    def final(self, *, notes: Sequence[Note] = (), records_path: str | None = None) -> Report:
+        """The report of the ended session; ``notes`` follow the session's own. Its
+        ``source.path`` is ``records_path``, else the session's name. Judging the steps is
+        analysis run at the end of a training job: where it fails, the figures are still
+        reported, with a note (and one warning) instead of a verdict."""
+        # not at import: the report's analysis (numpy) is needed at the session's end only
+        from asynctrace.analysis.report import session_report
+
         end = self.end
         assert end is not None, "final() before the session ended"
         args: dict[str, Any] = {
             "header": end.header,
+            "path": records_path if records_path is not None else end.header.name,
             "wall_ns": end.wall_ns,
             "collected_at_exit": end.collected_at_exit,
             "sync_sites": end.syncs,
             "error": end.error,
-            "records_path": records_path,
         }
         if self.judge_error is None:
             try:
@@ -80,11 +86,12 @@ class SummarySink(BaseSink):
     def summary_line(self, *, notes: Sequence[Note] = ()) -> SessionSummary:
         """The records file's last line."""
         report = self.final(notes=notes)
+        s = report.source
         return SessionSummary(
-            steps=report.steps,
-            wall_ns=report.wall_ns,
-            collected_at_exit=report.collected_at_exit,
-            verdict=report.verdict or None,
+            steps=s.events,
+            wall_ns=s.wall_ns if s.wall_ns is not None else 0,
+            collected_at_exit=s.collected_at_exit,
+            verdict=report.verdict.code or None,
             notes=report.notes,
-            error=report.error,
+            error=s.error,
         )

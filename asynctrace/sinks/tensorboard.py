@@ -12,12 +12,15 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from asynctrace.analysis.accumulate import SessionReport
 from asynctrace.capture._writer import sanitize_name
 from asynctrace.capture.sinks import BaseSink, SessionEnd
-from asynctrace.export.tensorboard import TensorBoardWriter, session_markdown
+from asynctrace.export.tensorboard import TensorBoardWriter, summary_markdown
 from asynctrace.records import Note, SessionHeader
+
+if TYPE_CHECKING:
+    from asynctrace.analysis.report import Report
 
 __all__ = ["TensorBoardSink", "run_stamp"]
 
@@ -48,7 +51,7 @@ def run_stamp(started_unix_ns: int) -> str:
 class TensorBoardSink(BaseSink):
     """Writes each step's scalars (in a background thread) and the summary text at the end."""
 
-    def __init__(self, dir: str | os.PathLike[str], *, report: Callable[[], SessionReport]) -> None:
+    def __init__(self, dir: str | os.PathLike[str], *, report: Callable[[], Report]) -> None:
         self.dir = Path(dir)
         self._report = report
         self._writer: TensorBoardWriter | None = None
@@ -75,7 +78,7 @@ class TensorBoardSink(BaseSink):
             return
         try:
             if end.started:
-                w.add_text(session_markdown(end.header, report=self._report()))
+                w.add_text(summary_markdown(self._report()))
         finally:
             try:
                 w.close()

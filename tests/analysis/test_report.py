@@ -28,6 +28,10 @@ def test_json_has_the_documented_fields() -> None:
         "skipped": {},
         "complete": True,
         "session": None,
+        # a session's (its records' summary line); a trace has none
+        "wall_ns": None,
+        "collected_at_exit": 0,
+        "error": None,
     }
     t = obj["trace"]  # schema 3: what only a trace has
     assert t["activities"] == {

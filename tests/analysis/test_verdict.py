@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import asynctrace
+from asynctrace.analysis.report import Report
 from asynctrace.analysis.verdict import (
     MEM_CREEP_MIN_BYTES,
     TREND_Z,
@@ -279,7 +280,7 @@ class _Queue:
         return self.allocated + backlog * (8 << 20), 2 << 30
 
 
-def _run(synchronized: bool, n: int = 40) -> asynctrace.capture.session.SessionReport:
+def _run(synchronized: bool, n: int = 40) -> Report:
     clock = FakeClock()
     q = _Queue(clock, device_ns=3 * MS)
     device = FakeDevice(clock, q.executes, memory=q.memory)
@@ -300,18 +301,16 @@ def _run(synchronized: bool, n: int = 40) -> asynctrace.capture.session.SessionR
 
 def test_fake_device_never_synchronized_runs_away() -> None:
     report = _run(synchronized=False)
-    assert report.verdict == "never-synchronized"
-    assert report.in_flight is not None
-    assert report.in_flight.p90 >= 5
-    assert any(f.startswith("memory creep") for f in report.findings)
+    assert report.verdict.code == "never-synchronized"
+    assert report.figures["in_flight"].p90 >= 5
+    assert any(f.startswith("memory creep") for f in report.verdict.findings)
 
 
 def test_fake_device_synchronized_once_per_step() -> None:
     report = _run(synchronized=True)
-    assert report.verdict == "synchronized"
-    assert report.verdict_message == "synchronized once per step (bounded queue)"
-    assert report.in_flight is not None
-    assert report.in_flight.p90 == 0
+    assert report.verdict.code == "synchronized"
+    assert report.verdict.message == "synchronized once per step (bounded queue)"
+    assert report.figures["in_flight"].p90 == 0
     assert [s.count for s in report.sync_sites] == [40]
 
 

@@ -150,8 +150,8 @@ def test_an_ending_keeps_completed_steps_and_restores_everything(
     assert [r.device_ns for r in rec.steps] == [1_000] * 4
     assert rec.summary is not None
     assert rec.summary.error == error
-    assert s.summary().error == error
-    assert s.summary().steps == 4
+    assert s.summary().source.error == error
+    assert s.summary().source.events == 4
 
 
 def test_a_device_error_inside_a_step_boundary_leaves_nvtx_balanced(
@@ -357,7 +357,7 @@ def test_read_only_folder_warns_and_training_continues(read_only_dir: Path, sub:
     with pytest.warns(AsyncTraceWarning, match="could not write the session records"):
         _three_steps(s, clock)
     assert s.records_path is None
-    assert s.summary().steps == 3
+    assert s.summary().source.events == 3
     assert any(n.code == "records-not-written" for n in s.summary().notes)
     assert list(read_only_dir.iterdir()) == []
 
@@ -390,7 +390,7 @@ def test_read_only_folder_with_tensorboard_and_profile_warns_for_each(
     assert "TensorBoard events" in messages
     assert "profiler traces" in messages
     assert "session records" in messages
-    assert s.summary().steps == 3
+    assert s.summary().source.events == 3
     assert not torch.autograd.profiler._is_profiler_enabled
 
 
@@ -466,7 +466,7 @@ def test_full_disk_warns_once_and_training_continues(
             s.step()
     assert len([w for w in caught if issubclass(w.category, AsyncTraceWarning)]) == 1
     assert s.records_path is None
-    assert s.summary().steps == 20
+    assert s.summary().source.events == 20
     written = [n for n in s.summary().notes if n.code == "records-not-written"]
     # said once, though both the failed sink and the records' own error know it
     assert [n.text for n in written] == ["records not written: No space left on device"]
@@ -531,7 +531,7 @@ def test_tensorboard_disk_full_mid_run_warns_and_training_continues(
                 while tb._error is None and time.monotonic() < deadline:
                     time.sleep(0.01)
     assert len([w for w in caught if issubclass(w.category, AsyncTraceWarning)]) == 1
-    assert s.summary().steps == 50
+    assert s.summary().source.events == 50
     assert any(n.code == "tensorboard-failed" for n in s.summary().notes)
     assert len(read_records(s.records_path).steps) == 50  # type: ignore[arg-type]
     assert hooked == []
@@ -627,7 +627,7 @@ def test_a_session_object_cannot_run_in_two_threads_at_once(tmp_path: Path) -> N
     assert len(caught) == 1
     assert isinstance(caught[0], CaptureError)
     assert "one session per thread" in str(caught[0])
-    assert s.summary().steps == 1
+    assert s.summary().source.events == 1
 
 
 @pytest.mark.parametrize(
@@ -660,7 +660,7 @@ def test_process_wide_parts_serve_one_thread_at_a_time(
     assert isinstance(caught[0], CaptureError)
     assert match in str(caught[0])
     assert not (tmp_path / "b").exists() or not list((tmp_path / "b").glob("*" + RECORDS_SUFFIX))
-    assert a.summary().steps == 1
+    assert a.summary().source.events == 1
 
 
 def _in_thread(fn: Callable[[], object]) -> BaseException | None:
@@ -734,7 +734,7 @@ with s:
     print("refused:", caught[0])
     s.step()
 assert not torch.autograd.profiler._is_profiler_enabled
-print("steps", s.summary().steps)
+print("steps", s.summary().source.events)
 """
 
 

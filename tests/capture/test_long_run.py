@@ -94,7 +94,7 @@ def test_a_million_steps_through_steps_ended_by_ctrl_c(tmp_path: Path) -> None:
     assert count == N
     assert summary.steps == N
     assert summary.error == "KeyboardInterrupt"
-    assert s.summary().steps == N
-    assert s.summary().data_wait_ns is not None
-    assert s.summary().data_wait_ns.mean == DATA_NS
+    assert s.summary().source.events == N
+    assert s.summary().figures.get("data_wait_ns") is not None
+    assert s.summary().figures["data_wait_ns"].mean == DATA_NS
     assert dev.waits <= 1

@@ -252,12 +252,12 @@ def test_asynctrace_run_calls_a_loader_bound_script_input_bound(tmp_path: Path) 
         check=True,
     )
     report = json.loads(out.stdout)
-    assert report["steps"] == 8
-    assert report["data_wait_ns"]["median"] >= 40 * MS
-    assert report["phase_backward_ns"] is not None
+    assert report["source"]["events"] == 8
+    assert report["figures"]["data_wait_ns"]["median"] >= 40 * MS
+    assert "phase_backward_ns" in report["figures"]
     # the steady state (step 0 holds the script's set-up: torch.optim's first import alone
     # takes seconds on a loaded machine, a warm-up the exit summary's headline sets apart)
-    steps = read_records(report["records_path"]).steps
+    steps = read_records(report["source"]["path"]).steps
     assert all(s.data_wait_ns >= 40 * MS for s in steps)
     assert bound_of_records(steps[1:], asynchronous=False).run.label == "input-bound"
 

@@ -16,7 +16,7 @@ import torch
 import asynctrace
 from asynctrace.capture._lint_sample import LINT_EVERY, LINT_FIRST_STEPS
 from asynctrace.records import SyncSite, read_records
-from asynctrace.render.session import known_fix_lines
+from asynctrace.render.text import known_fix_lines
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="auto is the CUDA hooks there")
 

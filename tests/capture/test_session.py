@@ -20,7 +20,7 @@ import torch
 import torch.optim.optimizer as torch_optimizer
 
 import asynctrace
-from asynctrace.analysis.accumulate import SessionReport
+from asynctrace.analysis.report import Report
 from asynctrace.capture import _clock, _writer, ranges
 from asynctrace.capture._writer import RecordsWriter, records_file_name, sanitize_name
 from asynctrace.capture.devices import FakeClock, FakeDevice
@@ -29,9 +29,8 @@ from asynctrace.capture.sinks import BaseSink, SessionEnd
 from asynctrace.capture.syncs import SyncEvent
 from asynctrace.errors import AsyncTraceWarning, CaptureError, OptionError
 from asynctrace.records import RECORDS_SUFFIX, StepRecord, read_records
-from asynctrace.render.session import format_value as _fmt
-from asynctrace.render.session import print_report
-from asynctrace.render.session import report_rows as _report_rows
+from asynctrace.render.text import figure_rows, print_summary
+from asynctrace.render.text import format_value as _fmt
 from asynctrace.session import Session, current_session, trace
 
 T0 = 1_000_000
@@ -79,7 +78,7 @@ def test_never_synced_loop_queue_grows_pinned_to_the_ns(tmp_path: Path) -> None:
         assert r.in_flight == expected
         assert r.in_flight == i - (i * frontend) // work
     assert steps[-1].in_flight > steps[5].in_flight > 0  # the queue grows
-    assert dev.waits == s.summary().collected_at_exit > 0
+    assert dev.waits == s.summary().source.collected_at_exit > 0
 
 
 def test_synced_loop_has_no_run_ahead_and_nothing_in_flight(tmp_path: Path) -> None:
@@ -101,7 +100,7 @@ def test_synced_loop_has_no_run_ahead_and_nothing_in_flight(tmp_path: Path) -> N
         assert r.device_ns == work
         assert r.run_ahead_ns == 0
         assert r.in_flight == 0
-    assert s.summary().collected_at_exit == 0
+    assert s.summary().source.collected_at_exit == 0
     assert dev.waits == 0
 
 
@@ -147,8 +146,7 @@ def test_device_idle_gaps_count_in_device_time_and_run_ahead_never_below_zero(
     rec = read_records(s.records_path).steps  # type: ignore[arg-type]
     assert [r.device_ns for r in rec] == [1_000, 2_000, 500]
     assert [r.run_ahead_ns for r in rec] == [0, 0, 0]
-    assert steps.in_flight is not None
-    assert steps.in_flight.mean == 0
+    assert steps.figures["in_flight"].mean == 0
 
 
 # ---------------------------------------------------------------- lazy collection
@@ -166,14 +164,14 @@ def test_collection_is_lazy_and_never_waits_inside_steps(tmp_path: Path) -> None
             # a step is written once its end marker (boundary i+1, at (i+1)*W) executed by now
             now = (i + 1) * frontend
             done = sum(1 for j in range(i + 1) if (j + 1) * work <= now)
-            assert s.summary().steps == done
+            assert s.summary().source.events == done
         # the file holds exactly the collected steps, in order (flushed by hand here)
         # every sink got exactly the collected steps, in order
         assert [r.step for r in seen] == list(range(done))
         tmp = next(tmp_path.glob("*.records.jsonl.tmp"))
         pending = n - done
     assert pending > 0
-    assert s.summary().collected_at_exit == pending
+    assert s.summary().source.collected_at_exit == pending
     assert dev.waits == pending  # only at exit
     assert not tmp.exists()  # renamed into place
     rec = read_records(s.records_path)  # type: ignore[arg-type]
@@ -193,7 +191,7 @@ def test_pending_markers_are_bounded(tmp_path: Path) -> None:
             clock.advance(1_000)
             s.step()
             # at most 4 wait for the device: the older ones are written without device figures
-            assert s.summary().steps >= s.step_index - 4
+            assert s.summary().source.events >= s.step_index - 4
     rec = read_records(s.records_path)  # type: ignore[arg-type]
     assert [r.step for r in rec.steps] == list(range(20))
     dropped = [r for r in rec.steps if r.device_ns is None]
@@ -206,10 +204,8 @@ def test_pending_markers_are_bounded(tmp_path: Path) -> None:
     (note,) = [n for n in rec.summary.notes if n.code == "pending-steps-dropped"]
     assert note.text.startswith("16 step(s) have no device figures")
     report = s.summary()
-    assert report.device_ns is not None
-    assert report.device_ns.count == 4
-    assert report.frontend_ns is not None
-    assert report.frontend_ns.count == 20
+    assert report.figures["device_ns"].count == 4
+    assert report.figures["frontend_ns"].count == 20
 
 
 @pytest.mark.slow
@@ -254,7 +250,7 @@ def test_a_million_steps_in_flat_memory(tmp_path: Path) -> None:
     with open(s.records_path, "rb") as f:
         count = sum(1 for line in f if line.startswith(b'{"type":"step"'))
     assert count == n
-    assert s.summary().steps == n
+    assert s.summary().source.events == n
     assert dev.waits <= 1
 
 
@@ -293,7 +289,7 @@ def test_exception_inside_a_step_writes_completed_steps_and_restores_everything(
     assert all(r.device_ns == 2_000 for r in rec.steps)
     assert rec.summary is not None
     assert rec.summary.error == "RuntimeError: boom"
-    assert s.summary().error == "RuntimeError: boom"
+    assert s.summary().source.error == "RuntimeError: boom"
     assert not list(tmp_path.glob("*.tmp"))
 
 
@@ -306,7 +302,7 @@ def test_nested_sessions_are_a_clear_error(tmp_path: Path) -> None:
         assert current_session() is outer
         clock.advance(10)
         outer.step()
-    assert outer.summary().steps == 1
+    assert outer.summary().source.events == 1
     assert inner.records_path is None
     assert len(list(tmp_path.iterdir())) == 1
 
@@ -362,9 +358,9 @@ def test_decorator_forms(tmp_path: Path) -> None:
     assert names == ["custom", "train", "train"]
     assert seen[0] is seen[1]
     assert seen[0] is not None
-    assert seen[0].summary().steps == 2  # the last run
+    assert seen[0].summary().source.events == 2  # the last run
     assert train.__name__ == "train"
-    assert named.summary().steps == 1
+    assert named.summary().source.events == 1
     # the bare form with defaults: writes under ./traces, prints; not run here (cwd), but it is
     # a Session-wrapped function
     assert bare.__wrapped__.__name__ == "bare"  # type: ignore[attr-defined]
@@ -467,7 +463,7 @@ def test_bare_decorator_runs_with_defaults(
     files = list((tmp_path / "traces").iterdir())
     assert len(files) == 1
     assert files[0].name.startswith("job.")
-    assert "asynctrace job: no steps on " in capsys.readouterr().out
+    assert ": 0 step(s), " in " ".join(capsys.readouterr().out.split())
 
 
 def test_steps_measures_data_wait(tmp_path: Path) -> None:
@@ -493,8 +489,7 @@ def test_steps_measures_data_wait(tmp_path: Path) -> None:
     assert [r.device_ns for r in rec] == [r.frontend_ns for r in rec]
     assert rec[0].start_ns == 123_456
     report = s.summary()
-    assert report.data_wait_ns is not None
-    assert report.data_wait_ns.mean == sum(waits) / 4
+    assert report.figures["data_wait_ns"].mean == sum(waits) / 4
 
 
 def test_steps_break_drops_the_unfinished_step(tmp_path: Path) -> None:
@@ -589,8 +584,8 @@ def test_cpu_figures_are_honest_on_a_real_torch_loop(tmp_path: Path) -> None:
     total = sum(r.frontend_ns for r in rec.steps)
     assert before_last - after_enter <= total <= after_last - before
     report = s.summary()
-    assert report.verdict == "cpu-synchronous"
-    assert "executes synchronously" in report.verdict_message
+    assert report.verdict.code == "cpu-synchronous"
+    assert "executes synchronously" in report.verdict.message
     assert rec.summary is not None
     assert rec.summary.verdict == "cpu-synchronous"
 
@@ -647,15 +642,17 @@ def test_summary_statistics_match_numpy(tmp_path: Path) -> None:
             clock.advance(f)
             s.step()
     r = s.summary()
-    assert r.frontend_ns is not None
-    assert r.steps == r.frontend_ns.count == 57
-    assert r.frontend_ns.mean == pytest.approx(np.mean(frontends))
+    fe = r.figures["frontend_ns"]
+    assert r.source.events == fe.count == 57
+    # the summary holds the steps its medians are over
+    assert len(r.steps) == 20
+    assert fe.mean == pytest.approx(np.mean(frontends))
     last = frontends[-20:]
-    assert r.frontend_ns.window_steps == 20
-    assert r.frontend_ns.median == pytest.approx(np.median(last))
-    assert r.frontend_ns.p90 == np.percentile(last, 90, method="inverted_cdf")
-    assert r.frontend_ns.p90 == sorted(last)[17]  # nearest rank: ceil(0.9 * 20) = 18th
-    assert r.wall_ns == sum(frontends)
+    assert fe.window_steps == 20
+    assert fe.median == pytest.approx(np.median(last))
+    assert fe.p90 == np.percentile(last, 90, method="inverted_cdf")
+    assert fe.p90 == sorted(last)[17]  # nearest rank: ceil(0.9 * 20) = 18th
+    assert r.source.wall_ns == sum(frontends)
     (note,) = [n for n in r.notes if n.code == "recent-window"]
     assert "median and p90 are over the last 20 of 57 steps" in note.text
 
@@ -668,21 +665,42 @@ def test_printed_table_shows_the_report(tmp_path: Path, capsys: pytest.CaptureFi
             s.step()
     out = capsys.readouterr().out
     report = s.summary()
-    rows = _report_rows(report)
+    rows = figure_rows(report.figures)
     assert [row[0] for row in rows] == ["frontend", "device", "run-ahead", "in flight"]
-    assert rows[0][1:] == ("1.0 µs", "1.0 µs", "1.0 µs")
-    assert rows[1][1:] == ("2.5 µs", "2.5 µs", "2.5 µs")
+    assert rows[0][1:] == ("1.000 µs", "1.000 µs", "1.000 µs")
+    assert rows[1][1:] == ("2.500 µs", "2.500 µs", "2.500 µs")
     for row in rows:
         assert " ".join(row[1:]) in " ".join(out.split()) or all(v in out for v in row[1:])
-    # the diagnosis's headline first, under the title; no verdict line says something else
+    # the diagnosis's headline first, under the title (the records file, its step count); no
+    # verdict line says something else
     lines = out.splitlines()
-    assert lines[0].startswith("asynctrace t: 12 steps")
-    assert lines[1].startswith(report.diagnosis[0].code)
+    head = next(i for i, line in enumerate(lines) if line.startswith(report.diagnosis[0].code))
+    assert "".join(lines[:head]).endswith("): 12 step(s), 0.000 s")
     assert "verdict:" not in out
     assert str(s.records_path) in out.replace("\n", "")
     with session(tmp_path, FakeDevice(clock), print_summary=False) as quiet:
         quiet.step()
     assert capsys.readouterr().out == ""
+
+
+def test_the_exit_summary_is_the_report_of_its_records_printed_by_the_one_renderer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from asynctrace.analysis.report import analyze
+    from asynctrace.files.sources import load_source
+
+    clock = FakeClock(T0)
+    with session(tmp_path, FakeDevice(clock, stream(2_500)), print_summary=True) as s:
+        for i in range(12):
+            clock.advance(1_000 + 100 * i)
+            s.step()
+    printed = capsys.readouterr().out
+    assert s.records_path is not None
+    later = analyze(load_source(s.records_path))
+    # one type, one path: the live report is the records file's (steps within the window)
+    assert s.summary() == later
+    print_summary(later)
+    assert capsys.readouterr().out == printed
 
 
 def test_report_json_round_trip(tmp_path: Path) -> None:
@@ -692,10 +710,10 @@ def test_report_json_round_trip(tmp_path: Path) -> None:
             clock.advance(50)
             s.step()
     r = s.summary()
-    assert isinstance(r, SessionReport)
-    again = SessionReport.from_json(r.to_json())
+    assert isinstance(r, Report)
+    again = Report.from_json(r.to_json())
     assert again == r
-    assert json.loads(r.to_json())["device_ns"]["mean"] == 100
+    assert json.loads(r.to_json())["figures"]["device_ns"]["mean"] == 100
 
 
 def test_print_report_goes_to_a_given_file(tmp_path: Path) -> None:
@@ -705,7 +723,7 @@ def test_print_report_goes_to_a_given_file(tmp_path: Path) -> None:
         s.step()
     out = tmp_path / "out.txt"
     with open(out, "w") as f:
-        print_report(s.summary(), file=f)
+        print_summary(s.summary(), file=f)
     assert s.summary().diagnosis[0].code in out.read_text()
 
 
@@ -737,8 +755,8 @@ def test_records_round_trip(tmp_path: Path) -> None:
     assert rec.summary is not None
     assert rec.summary.steps == 6
     assert rec.summary.wall_ns == 6_000
-    assert s.summary().device_ns is not None
-    assert s.summary().device_ns.mean == np.mean([r.device_ns for r in rec.steps])  # type: ignore[union-attr]
+    assert s.summary().figures.get("device_ns") is not None
+    assert s.summary().figures["device_ns"].mean == np.mean([r.device_ns for r in rec.steps])  # type: ignore[union-attr]
 
 
 def test_write_false_writes_nothing(tmp_path: Path) -> None:
@@ -748,7 +766,7 @@ def test_write_false_writes_nothing(tmp_path: Path) -> None:
         s.step()
     assert s.records_path is None
     assert not (tmp_path / "never").exists()
-    assert s.summary().steps == 1
+    assert s.summary().source.events == 1
 
 
 def test_rank_in_the_file_name_under_torch_distributed(
@@ -803,7 +821,7 @@ def test_unwritable_dir_warns_and_training_continues(tmp_path: Path) -> None:
         train()
     assert s.records_path is None
     report = s.summary()
-    assert report.steps == 3
+    assert report.source.events == 3
     assert any(n.code == "records-not-written" for n in report.notes)
 
 
@@ -844,7 +862,7 @@ def test_disk_full_mid_run_warns_and_keeps_measuring(
     with pytest.warns(AsyncTraceWarning, match="No space left on device"):
         train()
     assert s.records_path is None
-    assert s.summary().steps == 5
+    assert s.summary().source.events == 5
 
 
 def test_device_failure_at_exit_keeps_host_figures(tmp_path: Path) -> None:
@@ -905,7 +923,7 @@ def test_nvtx_off_pushes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     with session(tmp_path, FakeDevice(clock), nvtx=False) as s:
         clock.advance(10)
         s.step()
-    assert s.summary().steps == 1
+    assert s.summary().source.events == 1
 
 
 def test_summary_statistics_by_hand(tmp_path: Path) -> None:
@@ -914,7 +932,7 @@ def test_summary_statistics_by_hand(tmp_path: Path) -> None:
         for f in (70, 10, 100, 40, 20, 90, 30, 60, 50, 80):
             clock.advance(f)
             s.step()
-    r = s.summary().frontend_ns
+    r = s.summary().figures.get("frontend_ns")
     assert r is not None
     assert (r.count, r.mean, r.median, r.p90, r.window_steps) == (10, 55.0, 55.0, 90, 10)
 
@@ -998,12 +1016,12 @@ def test_a_users_failed_sink_is_a_sink_failed_note(tmp_path: Path) -> None:
 
 def test_summary_units_are_chosen_after_rounding() -> None:
     # just under a unit boundary the value rounds up to it: the next unit, never "1000 ns"
-    assert _fmt(999.6, "ns") == "1.0 µs"
+    assert _fmt(999.6, "ns") == "1.000 µs"
     assert _fmt(999.4, "ns") == "999 ns"
-    assert _fmt(999_960, "ns") == "1.000 ms"
-    assert _fmt(999_940, "ns") == "999.9 µs"
+    assert _fmt(999_999.6, "ns") == "1.000 ms"
+    assert _fmt(999_940, "ns") == "999.940 µs"
     assert _fmt(999_999_999.6, "ns") == "1.000 s"
-    assert _fmt(-999.6, "ns") == "-1.0 µs"
+    assert _fmt(-999.6, "ns") == "-1.000 µs"
     assert _fmt(1023.96 * 1024, "bytes") == "1.0 MiB"
     assert _fmt(1000 * 1024, "bytes") == "1000.0 KiB"
     assert _fmt(64 << 20, "bytes") == "64.0 MiB"
@@ -1028,12 +1046,12 @@ def test_a_session_without_steps_says_how_to_mark_them(tmp_path: Path) -> None:
     with trace("train", dir=tmp_path, device="cpu", print_summary=False) as s:
         pass
     report = s.summary()
-    assert (report.steps, report.verdict) == (0, "no-steps")
+    assert (report.source.events, report.verdict.code) == (0, "no-steps")
     buf = io.StringIO()
-    print_report(report, file=buf)
+    print_summary(report, file=buf)
     text = " ".join(buf.getvalue().split())
-    assert "asynctrace train: no steps on " in text
-    assert "`session.step()` at the end of each iteration" in text
+    assert ": 0 step(s), " in text
+    assert "session.step() at the end of each iteration" in text
     assert "verdict:" not in text  # "no steps" says it all
     assert "┏" not in text  # no empty table
 
@@ -1044,7 +1062,7 @@ def test_the_cpu_note_is_not_said_twice(tmp_path: Path) -> None:
         for _ in range(3):
             s.step()
     report = s.summary()
-    assert report.verdict == "cpu-synchronous"
+    assert report.verdict.code == "cpu-synchronous"
     assert not any(n.code == "cpu-synchronous" for n in report.notes)
     with trace("none", dir=tmp_path, device="cpu", print_summary=False) as s:
         pass

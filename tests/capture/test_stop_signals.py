@@ -131,7 +131,7 @@ def test_run_ends_the_session_prints_the_summary_and_dies_of_the_signal(
     # every step so far, in order, none lost: at least the 300 before the marker
     assert len(steps) >= 300
     assert steps == list(range(len(steps)))
-    assert f"{len(steps)} steps on" in out
+    assert f": {len(steps)} step(s), " in out
     assert f"stopped by {signal.Signals(sig).name}" in err
     assert "Traceback" not in err
 
@@ -147,7 +147,7 @@ def test_a_session_of_the_api_ends_prints_and_dies_of_sigterm(tmp_path: Path) ->
     steps = _records(out_dir)
     assert len(steps) >= 300
     assert steps == list(range(len(steps)))
-    assert f"asynctrace api: {len(steps)} steps" in out
+    assert f": {len(steps)} step(s), " in out
 
 
 def test_the_programs_own_handler_decides_and_is_put_back(tmp_path: Path) -> None:

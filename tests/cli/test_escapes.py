@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from asynctrace.analysis.report import Report
 from asynctrace.cli import main
 from asynctrace.records import Note, SessionHeader, SessionSummary, StepRecord, SyncSite
 from asynctrace.render.printable import printable, printable_fields
@@ -128,30 +129,44 @@ def test_check_shows_escapes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "x\\x1b]0;TITL/train.py" in out
 
 
-def test_printable_fields_escapes_every_string_of_a_summary_object() -> None:
-    from asynctrace.analysis.accumulate import SessionReport
+def _evil_report(steps: int) -> Report:
+    from asynctrace.analysis.accumulate import StepAccumulator
+    from asynctrace.analysis.report import session_report
 
-    report = SessionReport(
-        name=f"n{EVIL}", device_kind="cpu", device_name=f"CPU é{EVIL}", asynchronous=False,
-        steps=1, wall_ns=1, collected_at_exit=0, frontend_ns=None, data_wait_ns=None,
-        device_ns=None, run_ahead_ns=None, in_flight=None, sync_count=None, sync_wait_ns=None,
-        mem_allocated_bytes=None, mem_reserved_bytes=None, verdict="ok",
-        verdict_message=f"m{EVIL}",
-        notes=[Note(code="evil", text=f"note{EVIL}"), Note(code="plain", text="plain")],
-        sync_sites=[SyncSite(site=f"s{EVIL}.py:1", op="op", count=1)],
-        records_path=f"/r{EVIL}",
+    header = SessionHeader(
+        name=f"n{EVIL}", host="h", pid=1, device_kind="cpu", device_name=f"CPU é{EVIL}",
+        asynchronous=False, started_unix_ns=0,
     )  # fmt: skip
-    shown = printable_fields(report)
-    _clean(
-        shown.name
-        + shown.verdict_message
-        + "".join(n.text for n in shown.notes)
-        + str(shown.records_path)
+    acc = StepAccumulator(window=10).extend(
+        StepRecord(step=i, start_ns=i, frontend_ns=1) for i in range(steps)
     )
-    assert shown.device_name == f"CPU é{SHOWN}"
-    assert shown.notes == [Note(code="evil", text=f"note{SHOWN}"), Note(code="plain", text="plain")]
+    return session_report(
+        acc,
+        header=header,
+        path=f"/r{EVIL}",
+        sync_sites=[SyncSite(site=f"s{EVIL}.py:1", op=f"op{EVIL}", count=1)],
+        notes=[Note(code="evil", text=f"note{EVIL}"), Note(code="plain", text="plain")],
+        wall_ns=1,
+    )
+
+
+def test_printable_fields_escapes_every_string_of_a_summary_object() -> None:
+    report = _evil_report(1)
+    shown = printable_fields(report)
+    assert shown.source.session is not None
+    _clean(
+        shown.source.session.name
+        + shown.verdict.message
+        + "".join(n.text for n in shown.notes)
+        + shown.source.path
+    )
+    assert shown.source.device == f"CPU é{SHOWN}"
+    assert shown.notes[:2] == [
+        Note(code="evil", text=f"note{SHOWN}"),
+        Note(code="plain", text="plain"),
+    ]
     assert shown.sync_sites[0].site == f"s{SHOWN}.py:1"
-    assert shown.steps == 1
+    assert shown.source.events == 1
     plain = SyncSite(site="a.py:1", op="op", count=1)
     assert printable_fields(plain) is plain
 
@@ -159,18 +174,10 @@ def test_printable_fields_escapes_every_string_of_a_summary_object() -> None:
 def test_the_exit_summary_shows_names_escaped() -> None:
     import io
 
-    from asynctrace.analysis.accumulate import SessionReport
-    from asynctrace.render.session import print_report
+    from asynctrace.render.text import print_summary
 
-    report = SessionReport(
-        name=f"n{EVIL}", device_kind="cpu", device_name=f"CPU{EVIL}", asynchronous=False,
-        steps=0, wall_ns=1, collected_at_exit=0, frontend_ns=None, data_wait_ns=None,
-        device_ns=None, run_ahead_ns=None, in_flight=None, sync_count=None, sync_wait_ns=None,
-        mem_allocated_bytes=None, mem_reserved_bytes=None, verdict="no-steps",
-        verdict_message=f"m{EVIL}", notes=[Note(code="evil", text=f"note{EVIL}")],
-        sync_sites=[SyncSite(site=f"s{EVIL}.py:1", op=f"op{EVIL}", count=1)],
-    )  # fmt: skip
-    out = io.StringIO()
-    print_report(report, file=out)
-    _clean(out.getvalue())
-    assert SHOWN in out.getvalue()
+    for steps in (0, 1):
+        out = io.StringIO()
+        print_summary(_evil_report(steps), file=out)
+        _clean(out.getvalue())
+        assert SHOWN in out.getvalue()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from asynctrace._commands.run import parse_step_range
-from asynctrace.analysis.accumulate import SessionReport
+from asynctrace.analysis.report import REPORT_SCHEMA_VERSION, Report
 from asynctrace.capture import ranges
 from asynctrace.cli import main
 from asynctrace.errors import AsyncTraceError, AsyncTraceWarning
@@ -73,7 +73,7 @@ def test_runs_the_script_as_main_with_a_step_per_optimizer_step(
 
     stdout = capsys.readouterr().out
     assert "script done" in stdout
-    assert "asynctrace train: 5 steps" in stdout
+    assert ": 5 step(s), " in stdout
     rec = read_records(_records(d))
     assert rec.header.name == "train"
     assert rec.complete
@@ -102,7 +102,7 @@ def test_keeps_the_scripts_exit_status(
     args = ["run", "--dir", str(d), "--device", "cpu", str(script), str(tmp_path / "o"), "2"]
     assert main([*args, "exit3"]) == 3
     captured = capsys.readouterr()
-    assert "asynctrace train: 2 steps" in captured.out
+    assert ": 2 step(s), " in captured.out
     assert "status 3" in captured.err
     rec = read_records(_records(d))
     assert len(rec.steps) == 2
@@ -118,7 +118,7 @@ def test_a_failing_script_exits_1_and_its_session_records_the_error(
     assert main([*args, "raise"]) == 1
     captured = capsys.readouterr()
     assert "ValueError: script failed" in captured.err
-    assert "asynctrace train: 3 steps" in captured.out
+    assert ": 3 step(s), " in captured.out
     rec = read_records(_records(d))
     assert len(rec.steps) == 3
     assert rec.summary is not None
@@ -130,10 +130,28 @@ def test_json_summary(tmp_path: Path, script: Path, capsys: pytest.CaptureFixtur
     args = ["run", "--json", "--name", "j", "--dir", str(tmp_path), "--device", "cpu"]
     assert main([*args, str(script), str(tmp_path / "o"), "4"]) == 0
     captured = capsys.readouterr()
-    report = SessionReport.from_json(captured.out)
-    assert report.name == "j"
-    assert report.steps == 4
+    report = Report.from_json(captured.out)
+    assert report.source.session is not None
+    assert report.source.session.name == "j"
+    assert report.source.events == 4
     assert "script done" in captured.err  # the script's prints keep stdout clean
+
+
+def test_json_summary_is_the_report_of_the_records_it_wrote(
+    tmp_path: Path, script: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["run", "--json", "--dir", str(tmp_path), "--device", "cpu"]
+    assert main([*args, str(script), str(tmp_path / "o"), "4"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    assert run["schema_version"] == REPORT_SCHEMA_VERSION
+    path = _records(tmp_path)
+    assert run["source"]["path"] == str(path)
+    # the report of that file, by the same command that reads any: the same object
+    assert main(["report", "--json", str(path)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert run == report
+    assert run["source"]["events"] == len(run["steps"]) == 4
+    assert run["figures"]["frontend_ns"]["count"] == 4
 
 
 def test_nsys_capture_on_cpu_is_a_noop_with_a_warning(tmp_path: Path, script: Path) -> None:
@@ -177,7 +195,7 @@ def test_console_exit_status_in_a_real_process(tmp_path: Path, script: Path) -> 
         timeout=120,
     )
     assert proc.returncode == 3, proc.stderr
-    assert "asynctrace train: 2 steps" in proc.stdout
+    assert ": 2 step(s), " in proc.stdout
 
 
 @pytest.mark.parametrize(
@@ -211,7 +229,7 @@ def test_a_run_without_optimizer_steps_says_what_works(
     assert main(["run", "--dir", str(tmp_path), "--device", "cpu", str(plain)]) == 0
     # the hint follows the summary's "no steps" (rich may wrap it: joined into one line)
     out = " ".join(capsys.readouterr().out.split())
-    note = out[out.index("no steps on ") :]
+    note = out[out.index("no steps: ") :]
     # a second asynctrace.trace() under run fails (sessions do not nest): not what to suggest
     assert "use asynctrace.trace() in the script" not in note
     assert "asynctrace.current_session().step()" in note
@@ -232,7 +250,7 @@ def test_a_run_without_optimizer_steps_says_what_works(
         )
     )
     assert main(["run", "--json", "--dir", str(tmp_path), "--device", "cpu", str(stepped)]) == 0
-    assert SessionReport.from_json(capsys.readouterr().out).steps == 3
+    assert Report.from_json(capsys.readouterr().out).source.events == 3
     subprocess.run([sys.executable, str(stepped)], check=True, timeout=120)
 
 
@@ -331,7 +349,7 @@ def test_ctrl_c_shows_where_and_still_prints_the_summary(
     captured = capsys.readouterr()
     assert "KeyboardInterrupt" in captured.err
     assert f'File "{interrupted}"' in captured.err
-    assert "asynctrace interrupted: 3 steps" in captured.out
+    assert ": 3 step(s), " in captured.out
     rec = read_records(_records(tmp_path / "t"))
     assert rec.complete
     assert rec.summary is not None
@@ -370,7 +388,7 @@ def test_records_are_written_when_the_script_changes_folder(
     assert main(["run", "--dir", "traces", "--device", "cpu", str(script)]) == 0
     out = capsys.readouterr().out
     path = _records(tmp_path / "traces")
-    assert f"records: traces/{path.name}\n" in out
+    assert out.startswith(f"traces/{path.name} (")
     rec = read_records(path)
     assert rec.complete
     assert len(rec.steps) == 3
@@ -393,7 +411,7 @@ def test_json_stdout_is_only_the_summary_whatever_writes_to_descriptor_1(
     )
     assert _run(tmp_path, script, opts=("--json",)) == 0
     captured = capfd.readouterr()
-    assert SessionReport.from_json(captured.out).name == "noisy"
+    assert Path(Report.from_json(captured.out).source.path).name.startswith("noisy.")
     for line in ("print", "dunder", "fd 1", "child"):
         assert f"{line}\n" in captured.err
 
@@ -500,7 +518,7 @@ def test_dash_m_runs_a_module_as_python_dash_m_does(
     assert seen == expected
     assert seen["argv"] == [str(pkg / "train.py"), "--lr", "0.1"]
     assert seen["path0"] == str(tmp_path)
-    assert "asynctrace train: 3 steps" in out
+    assert ": 3 step(s), " in out
     rec = read_records(_records(tmp_path / "traces"))
     assert rec.header.name == "train"
     assert len(rec.steps) == 3
@@ -521,7 +539,7 @@ def test_dash_m_runs_a_packages_main_named_after_the_package(
     seen = json.loads(captured.out.splitlines()[0])
     assert seen["argv"] == [str(pkg / "__main__.py"), "--json", "--", "--fail"]
     assert seen["spec"] == "pkg.__main__"
-    assert "asynctrace pkg: 3 steps" in captured.out
+    assert ": 3 step(s), " in captured.out
     assert "the script exited with status 4" in captured.err
     assert read_records(_records(tmp_path / "traces")).header.name == "pkg"
 

@@ -121,7 +121,7 @@ def test_a_signal_handler_raising_while_the_session_ends_keeps_status_and_record
     captured = capsys.readouterr()
     assert "summary() before" not in captured.err
     # the summary is printed, and the handler's error said in one line, after the records
-    assert "asynctrace train: 3 steps" in captured.out
+    assert ": 3 step(s), " in captured.out
     assert "DataLoader worker (pid 1234) exited unexpectedly" in captured.err
     if error is not None:
         assert "ValueError: script failed" in captured.err
@@ -266,10 +266,10 @@ def test_a_forked_child_that_finishes_the_script_prints_no_second_summary(
     if json_out:
         # stdout is the parent's one JSON summary, nothing else
         assert r.stdout.count('"name":"forks"') == 1, r.stdout
-        assert '"steps":5' in r.stdout.replace(" ", "")
+        assert '"events":5' in r.stdout.replace(" ", "")
     else:
-        assert r.stdout.count("asynctrace forks:") == 1, r.stdout
-        assert "asynctrace forks: 5 steps" in r.stdout
+        assert r.stdout.count(" step(s), ") == 1, r.stdout
+        assert ": 5 step(s), " in r.stdout
     rec = read_records(_only_records(out))
     assert rec.complete
     assert [s.step for s in rec.steps] == [0, 1, 2, 3, 4]
@@ -307,5 +307,5 @@ def test_a_handler_raising_before_the_end_is_deferred_still_ends_the_session(
     assert rec.complete
     assert [s.step for s in rec.steps] == [0, 1, 2]
     captured = capsys.readouterr()
-    assert "asynctrace train: 3 steps" in captured.out
+    assert ": 3 step(s), " in captured.out
     assert "exited unexpectedly" in captured.err

@@ -254,7 +254,8 @@ def test_run_and_check_a_script_whose_name_is_not_utf8(
     script = _odd_name(tmp_path, b"tr\xffain.py")
     script.write_text("print('hi')\n")
     assert main(["run", "--json", "--dir", str(tmp_path), str(script)]) == 0
-    assert json.loads(capsys.readouterr().out.splitlines()[-1])["name"] == "tr?ain"
+    report = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert report["source"]["session"]["name"] == "tr?ain"
     assert main(["check", "--json", "--dir", str(tmp_path), str(script)]) == 0
     assert json.loads(capsys.readouterr().out)["exit_code"] == 0
 

@@ -402,7 +402,7 @@ with Session("t", dir=out, device="cpu", detect_syncs="off", print_summary=False
             except OSError:
                 pass
             os.close(fd)
-print("steps", s.summary().steps)
+print("steps", s.summary().source.events)
 """
 
 

@@ -148,7 +148,7 @@ def test_fit_is_one_session_with_a_step_per_batch(tmp_path: Path, nvtx_log: list
     assert rec.summary.error is None
     n = BATCHES * EPOCHS
     assert [s.step for s in rec.steps] == list(range(n))
-    assert session.summary().steps == n
+    assert session.summary().source.events == n
 
     # step i runs from batch i-1's end (batch 0: its start) to batch i's end. The probe runs
     # after our callback at each hook, so step i's end lies between the probe's start and end
@@ -214,7 +214,7 @@ def test_exception_in_training_ends_the_session_cleanly(
 def test_summary_is_printed_by_default(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _fit(tmp_path, Tiny(), AsyncTraceCallback("loud", dir=tmp_path, device="cpu"))
     out = capsys.readouterr().out
-    assert f"asynctrace loud: {BATCHES * EPOCHS} steps" in out
+    assert f"): {BATCHES * EPOCHS} step(s), " in out
 
 
 def test_optimizer_steps_option_is_refused() -> None:

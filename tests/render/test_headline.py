@@ -17,8 +17,7 @@ from asynctrace.files.sources import load_source
 from asynctrace.records import SyncSite
 from asynctrace.render.diagnosis import diagnosis_text, evidence_items
 from asynctrace.render.html import report_html
-from asynctrace.render.session import print_report
-from asynctrace.render.text import render_report
+from asynctrace.render.text import print_summary, render_report
 from tests.analysis._traces import steps_trace
 from tests.export._records import make_steps, write_records_file
 
@@ -70,9 +69,9 @@ def test_the_exit_summary_leads_with_the_headline(tmp_path: Path) -> None:
             s.step()
     summary = s.summary()
     buf = io.StringIO()
-    print_report(summary, file=buf)
+    print_summary(summary, file=buf)
     lines = buf.getvalue().splitlines()
-    assert lines[0].startswith("asynctrace s: 10 steps")
+    assert lines[0].endswith("): 10 step(s), 0.010 s")
     head = summary.diagnosis[0]
     assert _flat(" ".join(lines[1:4])).startswith(_flat(head.message))
     assert "verdict:" not in buf.getvalue()

@@ -165,13 +165,13 @@ def test_records_text_title_bound_figures_sites_verdict() -> None:
     render_report(analyze(_records()), console)
     out = buf.getvalue()
     lines = out.splitlines()
-    assert lines[0] == "a.records.jsonl (fake, Fake GPU, rank 0): 8 step(s)"
+    assert lines[0] == "a.records.jsonl (fake, Fake GPU, rank 0): 8 step(s), 0.000 s"
     assert lines[1].startswith(analyze(_records()).diagnosis[0].code)
     # the bound lines in the layout a trace's take, the session as their scope
     (bound,) = [line for line in lines if line.startswith("bound: ")]
     assert "(estimated from step records) — session: device busy" in bound
     assert "per-step figures" in out
-    assert "frontend_ns" in out
+    assert "│ frontend " in out
     assert "1.000 µs" in out  # mean frontend
     assert "train.py:12" in out
     assert "aten::item" in out
@@ -213,7 +213,7 @@ def test_sync_sites_beyond_top_are_counted_in_a_caption() -> None:
     (table,) = [t for t in out.split("sync sites")[1:]]
     assert "train.py:13" in table
     assert "train.py:14" not in table
-    assert "2 more site(s) in --json" in table
+    assert "2 more site(s) in the records file" in table
 
 
 def test_a_trace_judged_as_one_step_shows_no_figures_table() -> None:

@@ -64,7 +64,7 @@ def test_a_batch_sink_gets_every_record_in_order_in_batches(
     # the last step's marker was waited for at the end
     assert sink.at_finish == 11 == len(per_step)
     assert [i for b in sink.batches for i in b] == list(range(11))
-    assert s.summary().steps == 11
+    assert s.summary().source.events == 11
     (path,) = tmp_path.glob("*" + RECORDS_SUFFIX)
     assert [r.step for r in read_records(path).steps] == list(range(11))
 
@@ -76,9 +76,9 @@ def test_the_live_summary_counts_the_records_still_batched(tmp_path: Path) -> No
         _steps(s, clock, 7)
         live = s.summary()
         # the records are handed on before the summary reads: nothing is behind
-        assert live.steps == sum(len(b) for b in sink.batches) == 6
+        assert live.source.events == sum(len(b) for b in sink.batches) == 6
         _steps(s, clock, 2)
-    assert s.summary().steps == 9
+    assert s.summary().source.events == 9
 
 
 def test_a_sink_asking_for_the_summary_inside_its_step_sees_every_step(tmp_path: Path) -> None:
@@ -86,7 +86,7 @@ def test_a_sink_asking_for_the_summary_inside_its_step_sees_every_step(tmp_path:
     s: Session
 
     def ask(rec: StepRecord) -> None:
-        counts.append((rec.step, s.summary().steps))
+        counts.append((rec.step, s.summary().source.events))
 
     s, clock = _session(tmp_path, ask)
     with s:
@@ -103,7 +103,7 @@ def test_a_summary_asked_from_another_thread_loses_no_step(tmp_path: Path) -> No
 
     def watch() -> None:
         while not stop.is_set():
-            seen.append(s.summary().steps)
+            seen.append(s.summary().source.events)
 
     saved = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads as often as possible: any race shows
@@ -120,7 +120,7 @@ def test_a_summary_asked_from_another_thread_loses_no_step(tmp_path: Path) -> No
         sys.setswitchinterval(saved)
     assert seen
     assert seen == sorted(seen)
-    assert s.summary().steps == n
+    assert s.summary().source.events == n
     (path,) = tmp_path.glob("*" + RECORDS_SUFFIX)
     assert [r.step for r in read_records(path).steps] == list(range(n))
 
@@ -140,7 +140,7 @@ def test_a_failing_batch_sink_warns_once_and_the_others_go_on(
         _steps(s, clock, 13)
     assert len([w for w in caught if issubclass(w.category, AsyncTraceWarning)]) == 1
     assert [i for b in after.batches for i in b] == list(range(13))
-    assert s.summary().steps == 13
+    assert s.summary().source.events == 13
     assert any("batch broke" in n.text for n in s.summary().notes)
 
 
