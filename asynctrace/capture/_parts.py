@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 from asynctrace.capture._clock import StepClock
 from asynctrace.capture._lint_sample import LintSampler
 from asynctrace.capture._nsys import NsysCapture
-from asynctrace.capture._writer import sanitize_name
 from asynctrace.capture.options import TraceOptions
 from asynctrace.capture.sinks import worse_failure
 from asynctrace.errors import AsyncTraceWarning, CaptureError
 from asynctrace.records import Note
+from asynctrace.records.names import sanitize_name
 
 if TYPE_CHECKING:
     from asynctrace.capture._trigger import Trigger

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from asynctrace.analysis.accumulate import SessionReport
-from asynctrace.capture._writer import sanitize_name
 from asynctrace.records import SessionHeader, StepRecord, SyncSite
+from asynctrace.records.names import sanitize_name
 
 if TYPE_CHECKING:
     from asynctrace.analysis.bound import Bound

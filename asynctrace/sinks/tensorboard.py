@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from asynctrace.analysis.accumulate import SessionReport
-from asynctrace.capture._writer import sanitize_name
 from asynctrace.capture.sinks import BaseSink, SessionEnd
 from asynctrace.export.tensorboard import TensorBoardWriter, session_markdown
 from asynctrace.records import Note, SessionHeader
+from asynctrace.records.names import sanitize_name
 
 __all__ = ["TensorBoardSink", "run_stamp"]
 

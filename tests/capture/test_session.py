@@ -21,14 +21,16 @@ import torch.optim.optimizer as torch_optimizer
 
 import asynctrace
 from asynctrace.analysis.accumulate import SessionReport
-from asynctrace.capture import _clock, _writer, ranges
-from asynctrace.capture._writer import RecordsWriter, records_file_name, sanitize_name
+from asynctrace.capture import _clock, ranges
 from asynctrace.capture.devices import FakeClock, FakeDevice
 from asynctrace.capture.options import TraceOptions
 from asynctrace.capture.sinks import BaseSink, SessionEnd
 from asynctrace.capture.syncs import SyncEvent
 from asynctrace.errors import AsyncTraceWarning, CaptureError, OptionError
 from asynctrace.records import RECORDS_SUFFIX, StepRecord, read_records
+from asynctrace.records import writer as _writer
+from asynctrace.records.names import records_file_name, sanitize_name
+from asynctrace.records.writer import RecordsWriter
 from asynctrace.render.session import format_value as _fmt
 from asynctrace.render.session import print_report
 from asynctrace.render.session import report_rows as _report_rows

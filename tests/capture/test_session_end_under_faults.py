@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from asynctrace.capture._writer import RecordsWriter
 from asynctrace.capture.devices import FakeClock, FakeDevice
 from asynctrace.errors import AsyncTraceWarning
 from asynctrace.records import RECORDS_SUFFIX, read_records
+from asynctrace.records.writer import RecordsWriter
 from asynctrace.session import Session
 
 REPO = Path(__file__).resolve().parents[2]

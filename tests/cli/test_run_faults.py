@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from asynctrace.capture._clock import StepClock
-from asynctrace.capture._writer import RecordsWriter
 from asynctrace.capture.session import CaptureSession
 from asynctrace.cli import main
 from asynctrace.records import RECORDS_SUFFIX, read_records
+from asynctrace.records.writer import RecordsWriter
 from asynctrace.session import current_session
 from asynctrace.sinks import SummarySink
 

@@ -26,6 +26,7 @@ from typing import BinaryIO
 import msgspec
 
 from asynctrace.errors import TraceFormatError
+from asynctrace.records.names import RECORDS_SUFFIX, is_records_name
 
 __all__ = [
     "RECORDS_SCHEMA",
@@ -45,13 +46,6 @@ __all__ = [
 RECORDS_SCHEMA = "asynctrace.records"
 #: 2: the summary's notes are :class:`Note` objects (1: strings; still read)
 RECORDS_VERSION = 2
-RECORDS_SUFFIX = ".records.jsonl"
-
-
-def is_records_name(name: str) -> bool:
-    """Whether a file name is a session's records: ``*.records.jsonl``, or
-    ``*.records.jsonl.tmp`` (its session still runs, or was killed before renaming it)."""
-    return name.endswith((RECORDS_SUFFIX, RECORDS_SUFFIX + ".tmp"))
 
 
 class SessionHeader(msgspec.Struct, frozen=True, kw_only=True, tag="header", tag_field="type"):
