@@ -47,7 +47,7 @@ from asynctrace._commands._script import (
     script_arguments,
     stdout_to_stderr,
 )
-from asynctrace.capture._signals import deferred_signals, resend
+from asynctrace.capture.signals import deferred_signals, resend
 from asynctrace.errors import AsyncTraceError
 from asynctrace.render.output import json_text, output_folder, utf8
 
@@ -282,7 +282,7 @@ def _one_line(e: BaseException) -> str:
 
 
 def _print_rank_table(session: Session) -> None:
-    from asynctrace.capture import _distributed
+    from asynctrace.capture import distributed as _distributed
     from asynctrace.render.ranks import format_rank_table
 
     table = session.rank_table

@@ -25,9 +25,9 @@ from asynctrace.records import Note
 from asynctrace.records.names import sanitize_name
 
 if TYPE_CHECKING:
-    from asynctrace.capture._trigger import Trigger
     from asynctrace.capture.profiler import DeepProfiler
     from asynctrace.capture.syncs import SyncDetector, SyncEvent
+    from asynctrace.capture.trigger import Trigger
 
 __all__ = ["SessionParts"]
 
@@ -224,7 +224,7 @@ class SessionParts:
 
     # ------------------------------------------------------------------ on-demand windows
     def _start_trigger(self) -> None:
-        from asynctrace.capture._trigger import Trigger
+        from asynctrace.capture.trigger import Trigger
 
         trigger = Trigger(
             dir=Path(self.options.dir),

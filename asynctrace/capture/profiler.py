@@ -48,7 +48,7 @@ from typing import Any
 
 import msgspec
 
-from asynctrace.capture._distributed import rank_and_world
+from asynctrace.capture.distributed import rank_and_world
 from asynctrace.errors import AsyncTraceWarning, CaptureError
 from asynctrace.records.names import PROFILER_TRACE_SUFFIX, annotated_path, sanitize_name
 

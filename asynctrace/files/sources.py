@@ -23,9 +23,9 @@ from asynctrace.records.names import (
     TRACE_SUFFIXES,
     is_records_name,
 )
-from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES
 from asynctrace.traces.load import find_traces, load
 from asynctrace.traces.model import Trace
+from asynctrace.traces.reading import DEFAULT_MAX_INFLATED_BYTES
 
 __all__ = ["FolderSources", "Source", "find_sources", "load_source", "source_kind"]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from asynctrace.errors import TraceFormatError
 from asynctrace.records.names import DERIVED_SUFFIXES, TRACE_SUFFIXES
-from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES, _open_error, sniff
 from asynctrace.traces.model import Trace
+from asynctrace.traces.reading import DEFAULT_MAX_INFLATED_BYTES, _open_error, sniff
 
 __all__ = ["find_traces", "load"]
 

@@ -246,7 +246,7 @@ def test_a_handler_raising_before_the_deferral_takes_hold_still_ends_the_session
 ) -> None:
     # the second DataLoader worker's SIGCHLD right as the loop ends: its handler raises
     # between two bytecodes before the end's signal deferral is in place
-    from asynctrace.capture import _signals
+    from asynctrace.capture import signals as _signals
 
     real_enter = _signals.deferred_signals.__enter__
     raised: list[bool] = []

@@ -286,7 +286,7 @@ def test_a_handler_raising_before_the_end_is_deferred_still_ends_the_session(
     error: str | None,
 ) -> None:
     # the second worker's SIGCHLD as the script ends, before run's deferral is in place
-    from asynctrace.capture import _signals
+    from asynctrace.capture import signals as _signals
 
     real_enter = _signals.deferred_signals.__enter__
     raised: list[bool] = []
