@@ -21,7 +21,6 @@ from asynctrace.errors import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from asynctrace._regression import assert_no_regression
     from asynctrace.analysis.report import Analysis, Report, analyze, analyze_detail
     from asynctrace.capture.benchmark import Benchmark
     from asynctrace.capture.options import TraceOptions
@@ -30,6 +29,7 @@ if TYPE_CHECKING:
     from asynctrace.capture.sinks import BaseSink, SessionEnd, Sink
     from asynctrace.capture.syncs import expect_syncs
     from asynctrace.files.many import analyze_many
+    from asynctrace.files.regression import assert_no_regression
     from asynctrace.files.sources import find_sources, load_source
     from asynctrace.session import Session, current_session, trace
     from asynctrace.traces.load import load
@@ -85,7 +85,7 @@ _LAZY: dict[str, str] = {
     "load_source": "asynctrace.files.sources",
     "find_sources": "asynctrace.files.sources",
     "analyze_many": "asynctrace.files.many",
-    "assert_no_regression": "asynctrace._regression",
+    "assert_no_regression": "asynctrace.files.regression",
 }
 
 

@@ -257,8 +257,8 @@ def run(args: argparse.Namespace) -> int:
 def _library_fields(stack: Sequence[str]) -> dict[str, Any]:
     """For a sync made inside a library: ``from``, the innermost user frame that led to it
     (None when only the library's own frames are there), and ``known``, what the known-sync
-    table (``asynctrace/_known_syncs.py``) says of it. Both None for a sync in user code."""
-    from asynctrace._known_syncs import is_library_frame, known_sync
+    table (``asynctrace/records/known_syncs.py``) says of it. Both None for a sync in user code."""
+    from asynctrace.records.known_syncs import is_library_frame, known_sync
 
     if not stack or not is_library_frame(stack[0]):
         return {"from": None, "known": None}

@@ -48,7 +48,8 @@ from types import FrameType
 from typing import Any, Literal, ParamSpec, TypeVar, cast
 
 from asynctrace._frames import is_user_file, short_path
-from asynctrace._known_syncs import (
+from asynctrace.errors import AsyncTraceWarning, CaptureError, OptionError, UnexpectedSyncError
+from asynctrace.records.known_syncs import (
     LINT_OPS,
     MASK_OPS,
     SCALAR_READ_OPS,
@@ -57,7 +58,6 @@ from asynctrace._known_syncs import (
     match_frame,
     tag_of,
 )
-from asynctrace.errors import AsyncTraceWarning, CaptureError, OptionError, UnexpectedSyncError
 
 __all__ = [
     "DETECT_MODES",
@@ -92,7 +92,7 @@ class SyncEvent:
     #: the site, then the user's frames outwards, as "file.py:123 in func": frames of torch,
     #: site-packages, runpy and asynctrace are left out, and ``asynctrace run``/``check``'s own
     #: frames that ran the script end it. A library's site is tagged " [library]", or
-    #: " [id]" / " [id: key 'k']" for a known library sync (``asynctrace._known_syncs``), and
+    #: " [id]" / " [id: key 'k']" for a known library sync (``asynctrace.records.known_syncs``), and
     #: the next entry is the innermost user frame that led to it
     stack: tuple[str, ...] = ()
     #: host time spent blocked, where known (0 where not measurable: lint, implicit CUDA syncs)
@@ -131,7 +131,7 @@ def _locate(
     The **site** is the innermost frame outside torch and asynctrace. For a sync made inside a
     library (transformers, lightning, …) it is that library's line, shortened to
     ``package/…/file.py:123``, and the stack starts there, tagged `` [id]`` when it is a known
-    library sync (:mod:`asynctrace._known_syncs`: what it is, the setting that removes it),
+    library sync (:mod:`asynctrace.records.known_syncs`: what it is, the setting that removes it),
     then goes on with the innermost user frame that led to it — where the user can act —
     and the user's other frames outwards (see :attr:`SyncEvent.stack`).
 

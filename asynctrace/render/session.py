@@ -82,7 +82,7 @@ def figure_rows(figures: Mapping[str, FigureStats | None]) -> list[tuple[str, st
 def known_fix_lines(sites: Sequence[SyncSite]) -> list[str]:
     """For each sync a library makes that ``_known_syncs.py`` knows: what it does and the
     setting that removes it, as ``asynctrace check`` prints them."""
-    from asynctrace._known_syncs import is_library_frame, known_sync
+    from asynctrace.records.known_syncs import is_library_frame, known_sync
 
     lines: list[str] = []
     for s in sites:

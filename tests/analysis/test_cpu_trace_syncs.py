@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from asynctrace._known_syncs import LINT_OPS, TRACE_SYNC_OPS
 from asynctrace.analysis.report import analyze
+from asynctrace.records.known_syncs import LINT_OPS, TRACE_SYNC_OPS
 from asynctrace.traces.builder import TraceBuilder
 from asynctrace.traces.kineto import load_kineto
 from asynctrace.traces.model import RangeKind
