@@ -16,6 +16,10 @@ figures are ``null`` where the device cannot measure them.
 Version 2 (from 1): the summary's ``notes`` are ``{"code", "text"}`` objects, no longer strings.
 :func:`read_records` reads version 1 files too; their notes become :class:`Note` objects of code
 ``"note"`` (the prose is kept as it was, never read for a code).
+
+Beside it: :mod:`~asynctrace.records.writer` writes the file, :mod:`~asynctrace.records.names`
+names it (and every other file asynctrace writes or lists), :mod:`~asynctrace.records.known_syncs`
+is the table of library syncs whose tags the sync rows carry.
 """
 
 from __future__ import annotations
