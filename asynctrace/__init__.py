@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from asynctrace.files.many import analyze_many
     from asynctrace.files.regression import assert_no_regression
     from asynctrace.files.sources import find_sources, load_source
-    from asynctrace.session import Session, current_session, trace
     from asynctrace.traces.load import load
+    from asynctrace.tracing import Session, current_session, trace
 
 __all__ = [
     "Analysis",
@@ -68,10 +68,10 @@ __all__ = [
 _LAZY: dict[str, str] = {
     "Benchmark": "asynctrace.capture.benchmark",
     "Profile": "asynctrace.capture.profiler",
-    "current_session": "asynctrace.session",
+    "current_session": "asynctrace.tracing",
     "range": "asynctrace.capture.ranges",
-    "Session": "asynctrace.session",
-    "trace": "asynctrace.session",
+    "Session": "asynctrace.tracing",
+    "trace": "asynctrace.tracing",
     "TraceOptions": "asynctrace.capture.options",
     "BaseSink": "asynctrace.capture.sinks",
     "SessionEnd": "asynctrace.capture.sinks",

@@ -44,7 +44,7 @@ _OWN_MODULES = frozenset(
         "integrations",
         "records",
         "render",
-        "session.py",
+        "tracing.py",
         "tb_plugin",
         "sinks",
         "traces",

@@ -23,7 +23,7 @@ from asynctrace.capture.profiler import Profile
 from asynctrace.files.sources import load_source
 from asynctrace.records import StepRecord
 from asynctrace.records.names import ANNOTATED_SUFFIX
-from asynctrace.session import trace
+from asynctrace.tracing import trace
 
 __all__ = [
     "DEMO_PROFILE",

@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     from asynctrace.analysis.verdict import judge_steps
     from asynctrace.files.sources import load_source
     from asynctrace.records import Records
-    from asynctrace.session import trace
+    from asynctrace.tracing import trace
 
     script_args, budget, as_json = split_trailing_options(args.args)
     budget = budget if budget is not None else args.max_syncs_per_step

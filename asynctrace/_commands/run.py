@@ -52,7 +52,7 @@ from asynctrace.errors import AsyncTraceError
 from asynctrace.render.output import json_text, output_folder, utf8
 
 if TYPE_CHECKING:
-    from asynctrace.session import Session
+    from asynctrace.tracing import Session
 
 __all__ = ["add_arguments", "parse_step_range", "run"]
 
@@ -179,7 +179,7 @@ class _Ending:
 def run(args: argparse.Namespace) -> int:
     from asynctrace.capture.devices import get_device
     from asynctrace.render.session import print_report
-    from asynctrace.session import trace
+    from asynctrace.tracing import trace
 
     script = resolve_target(args)
     # resolved here so that a wrong one is said as the option typed, not as trace(device=...)

@@ -122,7 +122,7 @@ def test_a_session_on_cuda_n_gathers_on_cuda_n(
 
     from asynctrace.capture import distributed as _distributed
     from asynctrace.capture.devices import CudaDevice
-    from asynctrace.session import trace
+    from asynctrace.tracing import trace
     from tests.capture._fake_cuda import install
 
     gpu = install(monkeypatch)
@@ -158,7 +158,7 @@ def test_a_session_on_cuda_n_gathers_on_cuda_n(
 
 
 def test_tail_steps_is_bounded(tmp_path: Path) -> None:
-    from asynctrace.session import trace
+    from asynctrace.tracing import trace
 
     with trace("tail", dir=tmp_path, device="cpu", print_summary=False) as s:
         for _ in range(30):

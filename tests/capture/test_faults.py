@@ -33,7 +33,7 @@ from asynctrace.records import RECORDS_SUFFIX, Records, read_records
 from asynctrace.records import writer as _writer
 from asynctrace.records.names import records_file_name
 from asynctrace.records.writer import RecordsWriter
-from asynctrace.session import Session, current_session, trace
+from asynctrace.tracing import Session, current_session, trace
 from tests.capture._datasets import SlowDataset
 
 T0 = 1_000_000
@@ -710,7 +710,7 @@ DEEP_MODE_OTHER_THREAD = """
 import sys, threading
 import torch
 from asynctrace.capture.profiler import Profile
-from asynctrace.session import Session
+from asynctrace.tracing import Session
 from asynctrace.errors import CaptureError
 
 s = Session("t", dir=sys.argv[2], device="cpu", print_summary=False, detect_syncs="off",

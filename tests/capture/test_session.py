@@ -34,7 +34,7 @@ from asynctrace.records.writer import RecordsWriter
 from asynctrace.render.session import format_value as _fmt
 from asynctrace.render.session import print_report
 from asynctrace.render.session import report_rows as _report_rows
-from asynctrace.session import Session, current_session, trace
+from asynctrace.tracing import Session, current_session, trace
 
 T0 = 1_000_000
 

@@ -28,7 +28,7 @@ from asynctrace.capture.devices import FakeClock, FakeDevice
 from asynctrace.errors import AsyncTraceWarning
 from asynctrace.records import RECORDS_SUFFIX, read_records
 from asynctrace.records.writer import RecordsWriter
-from asynctrace.session import Session
+from asynctrace.tracing import Session
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -202,7 +202,7 @@ def test_steps_from_two_threads_at_once_are_all_counted(tmp_path: Path) -> None:
 _FORK_IN_SESSION = """
 import os, sys
 from asynctrace.capture.devices import FakeClock, FakeDevice
-from asynctrace.session import Session
+from asynctrace.tracing import Session
 
 clock = FakeClock(1_000_000)
 s = Session("p", dir=sys.argv[1], device=FakeDevice(clock, lambda i, t: t + 300),

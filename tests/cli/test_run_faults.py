@@ -20,8 +20,8 @@ from asynctrace.capture.session import CaptureSession
 from asynctrace.cli import main
 from asynctrace.records import RECORDS_SUFFIX, read_records
 from asynctrace.records.writer import RecordsWriter
-from asynctrace.session import current_session
 from asynctrace.sinks import SummarySink
+from asynctrace.tracing import current_session
 
 REPO = Path(__file__).resolve().parents[2]
 
