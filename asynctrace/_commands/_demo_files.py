@@ -11,7 +11,7 @@ from typing import Any
 from asynctrace._commands._demo_loops import _LOOP_NAMES, DEMO_PROFILE, LoopResult, _median, _us
 from asynctrace.analysis.report import Analysis, Report, analyze_detail
 from asynctrace.files.sources import load_source
-from asynctrace.traces.load import ANNOTATED_SUFFIX
+from asynctrace.records.names import ANNOTATED_SUFFIX
 
 __all__ = ["Artifact", "clear_previous", "write_views"]
 
@@ -117,8 +117,8 @@ def _trace_views(
 ) -> tuple[Analysis, list[Artifact]]:
     """The profiled loop's trace: its analysis (made once), the trace and its annotated copy
     (written here when deep mode did not), and its timeline picture."""
-    from asynctrace.capture.profiler import annotated_path
     from asynctrace.export.chrome import annotate_file
+    from asynctrace.records.names import annotated_path
     from asynctrace.render import plot
 
     trace_path = Path(profiled.profiler_traces[0])

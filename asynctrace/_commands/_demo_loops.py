@@ -22,8 +22,8 @@ from asynctrace.capture.devices import Device, get_device
 from asynctrace.capture.profiler import Profile
 from asynctrace.files.sources import load_source
 from asynctrace.records import StepRecord
-from asynctrace.session import trace
-from asynctrace.traces.load import ANNOTATED_SUFFIX
+from asynctrace.records.names import ANNOTATED_SUFFIX
+from asynctrace.tracing import trace
 
 __all__ = [
     "DEMO_PROFILE",

@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     from asynctrace.analysis.verdict import judge_steps
     from asynctrace.files.sources import load_source
     from asynctrace.records import Records
-    from asynctrace.session import trace
+    from asynctrace.tracing import trace
 
     script_args, budget, as_json = split_trailing_options(args.args)
     budget = budget if budget is not None else args.max_syncs_per_step
@@ -257,8 +257,8 @@ def run(args: argparse.Namespace) -> int:
 def _library_fields(stack: Sequence[str]) -> dict[str, Any]:
     """For a sync made inside a library: ``from``, the innermost user frame that led to it
     (None when only the library's own frames are there), and ``known``, what the known-sync
-    table (``asynctrace/_known_syncs.py``) says of it. Both None for a sync in user code."""
-    from asynctrace._known_syncs import is_library_frame, known_sync
+    table (``asynctrace/records/known_syncs.py``) says of it. Both None for a sync in user code."""
+    from asynctrace.records.known_syncs import is_library_frame, known_sync
 
     if not stack or not is_library_frame(stack[0]):
         return {"from": None, "known": None}

@@ -47,12 +47,12 @@ from asynctrace._commands._script import (
     script_arguments,
     stdout_to_stderr,
 )
-from asynctrace.capture._signals import deferred_signals, resend
+from asynctrace.capture.signals import deferred_signals, resend
 from asynctrace.errors import AsyncTraceError
 from asynctrace.render.output import json_text, output_folder, utf8
 
 if TYPE_CHECKING:
-    from asynctrace.session import Session
+    from asynctrace.tracing import Session
 
 __all__ = ["add_arguments", "parse_step_range", "run"]
 
@@ -179,7 +179,7 @@ class _Ending:
 def run(args: argparse.Namespace) -> int:
     from asynctrace.capture.devices import get_device
     from asynctrace.render.text import print_summary
-    from asynctrace.session import trace
+    from asynctrace.tracing import trace
 
     script = resolve_target(args)
     # resolved here so that a wrong one is said as the option typed, not as trace(device=...)
@@ -284,7 +284,7 @@ def _one_line(e: BaseException) -> str:
 
 
 def _print_rank_table(session: Session) -> None:
-    from asynctrace.capture import _distributed
+    from asynctrace.capture import distributed as _distributed
     from asynctrace.render.ranks import format_rank_table
 
     table = session.rank_table

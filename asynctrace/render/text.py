@@ -230,9 +230,9 @@ def site_rows(report: Report) -> list[tuple[str, str, str, str, str]]:
 
 
 def known_fix_lines(sites: Sequence[SyncSite]) -> list[str]:
-    """For each sync a library makes that ``_known_syncs.py`` knows: what it does and the
+    """For each sync a library makes that ``records/known_syncs.py`` knows: what it does and the
     setting that removes it, as ``asynctrace check`` prints them."""
-    from asynctrace._known_syncs import is_library_frame, known_sync
+    from asynctrace.records.known_syncs import is_library_frame, known_sync
 
     lines: list[str] = []
     for s in sites:

@@ -35,7 +35,7 @@ from asynctrace.errors import TraceFormatError
 from asynctrace.traces import model
 from asynctrace.traces._apis import RUNTIME_CATEGORIES, classify_runtime
 from asynctrace.traces._columns import blocking_copies, clamp_durations, distinct
-from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES, iter_blocks, prefetched
+from asynctrace.traces.reading import DEFAULT_MAX_INFLATED_BYTES, iter_blocks, prefetched
 
 try:
     from asynctrace.traces import _kineto_fast
