@@ -36,7 +36,7 @@ Definitions (docs/how-it-works.md and docs/analysis.md say the same, with exampl
 Everything is arithmetic on sorted numpy arrays (:class:`~asynctrace.analysis.timeline.Cover`):
 one merge of the activities, one vectorised classification of the gaps, binary searches for
 the per-step shares; the host frames are measured per host thread (a loop over threads, not
-gaps). :data:`FRAME_SAMPLE_GAPS` is no longer used (schema 4 measures every gap).
+gaps).
 
 :func:`bound_of_records` gives the same label, from the same rule and thresholds, to a live
 session's step records, which have no per-gap timeline (see its docstring).
@@ -84,7 +84,6 @@ from asynctrace.traces.model import RangeKind, Trace
 __all__ = [
     "CAUSES",
     "DEVICE_BOUND_IDLE_FRACTION",
-    "FRAME_SAMPLE_GAPS",
     "LABELS",
     "LAUNCH_GAP_NS",
     "MISSING_ACTIVITY_BUSY_FRACTION",
@@ -123,8 +122,6 @@ SYNC_COST_FRACTION = 0.05
 MISSING_ACTIVITY_MIN_NS = 1_000_000
 #: ... during which the device is busy less than this share of it: activity is missing
 MISSING_ACTIVITY_BUSY_FRACTION = 0.01
-#: longest gaps of the leading cause whose host frames are looked up (the evidence)
-FRAME_SAMPLE_GAPS = 64
 #: records: run-ahead at a step's end above this share of the step: the device is behind
 RECORDS_BEHIND_FRACTION = 0.05
 #: records: this many steps in flight: the queue holds whole steps, the device is behind
@@ -522,7 +519,11 @@ def _device_timeline(
     if len(s):
         heads, me = union_runs(s, e)
         busy = Cover._from_disjoint(s[heads], me)
-        g0, g1, ender = np.r_[r0, me[:-1]], s[heads], rows[heads]
+        g0, g1, ender = (
+            np.r_[r0, me[:-1]],
+            s[heads],
+            _first_to_start(trace, links, rows, s, e, heads),
+        )
     else:
         busy = Cover.of([], [])
         g0 = g1 = np.zeros(0, np.int64)
@@ -544,6 +545,41 @@ def _device_timeline(
         g1=g1[keep],
         ender=ender[keep].astype(np.intp),
     )
+
+
+def _first_to_start(
+    trace: Trace,
+    links: LaunchLinks,
+    rows: npt.NDArray[np.intp],
+    s: I64,
+    e: I64,
+    heads: npt.NDArray[np.intp],
+) -> npt.NDArray[np.intp]:
+    """The row of the activity that starts each run at ``heads``: where several start at once,
+    the first by (end, stream, name, launch call), so that the choice is the same whatever the
+    order of the trace's rows."""
+    ender = rows[heads]
+    nxt = heads + 1
+    tied = heads[(nxt < len(s)) & (s[np.minimum(nxt, len(s) - 1)] == s[heads])] if len(s) else heads
+    if not len(tied):
+        return ender
+    act = trace.activities
+    ends = np.searchsorted(s, s[tied], side="right")
+    for i, h, k in zip(
+        np.searchsorted(heads, tied).tolist(), tied.tolist(), ends.tolist(), strict=True
+    ):
+        j = min(
+            range(h, k),
+            key=lambda j: (
+                int(e[j]),
+                int(act.stream[rows[j]]),
+                trace.name_of(int(act.name[rows[j]])),
+                int(links.launch_start_ns[rows[j]]),
+                int(links.launch_end_ns[rows[j]]),
+            ),
+        )
+        ender[i] = rows[j]
+    return ender
 
 
 class _HostWaits(msgspec.Struct, frozen=True, eq=False):
@@ -1054,7 +1090,10 @@ def _sync_costs(syncs: SyncSummary, g0: I64, g1: I64, cls: I64) -> list[SyncCost
     opened = np.zeros(len(keys), np.int64)
     sg = np.flatnonzero(cls == _SYNC)
     if len(sg):
-        order = np.argsort(c_start, kind="stable")
+        # calls that start together in the order of their end and (site, op), not of the rows
+        rank = np.empty(len(keys), np.intp)
+        rank[[i for _, i in sorted(keys.items())]] = np.arange(len(keys))
+        order = np.lexsort((rank[c_key], c_end, c_start))
         cs, ce = c_start[order], c_end[order]
         reach = np.maximum.accumulate(ce)
         # the call reaching furthest among those started so far (the one that covers g0 when
@@ -1137,6 +1176,48 @@ def _thread_layers(trace: Trace) -> list[tuple[int, I64, I64, I64, npt.NDArray[n
     ]
 
 
+def _name_rank(trace: Trace, names: npt.NDArray[np.integer]) -> I64:
+    """Each name index's place in the order of the names' text: a name's index follows the
+    order the trace's rows were read in, its text does not (ties broken by it give the same
+    result whatever the rows' order)."""
+    used, inv = unique_inverse(names)
+    texts = [trace.name_of(int(i)) for i in used.tolist()]
+    rank = np.empty(len(used), np.int64)
+    rank[sorted(range(len(used)), key=texts.__getitem__)] = np.arange(len(used))
+    out: I64 = rank[inv.reshape(-1)]
+    return out
+
+
+def _start_order_on_ties(
+    trace: Trace, s: I64, e: I64, names: npt.NDArray[np.integer]
+) -> npt.NDArray[np.intp]:
+    """The order of intervals by start, and where several start together by end (the longer
+    first), then by name: the same whatever the order of the trace's rows. Only the tied ones
+    are sorted again (few in a real trace)."""
+    order = start_order(s)
+    if order is None:
+        order = np.arange(len(s))
+    ss = s[order]
+    same = ss[1:] == ss[:-1]
+    tied = np.flatnonzero(np.r_[same, False] | np.r_[False, same]) if len(ss) else order[:0]
+    if len(tied):
+        sub = order[tied]
+        order[tied] = sub[np.lexsort((_name_rank(trace, names[sub]), -e[sub], s[sub]))]
+    return order
+
+
+def _by_name_on_ties(
+    trace: Trace, parts: list[tuple[int, I64, I64, I64, npt.NDArray[np.int32]]]
+) -> list[tuple[int, I64, I64, I64, npt.NDArray[np.int32]]]:
+    """Each layer's events in the order of :func:`_start_order_on_ties`: where two events of a
+    thread share their start and end, the innermost is the same whatever the rows' order."""
+    out = []
+    for layer, k, s, e, name in parts:
+        order = _start_order_on_ties(trace, s, e, name)
+        out.append((layer, k[order], s[order], e[order], name[order]))
+    return out
+
+
 def _host_frames(
     trace: Trace, by_class: ClassCover, lo: int, hi: int, ev: BoundEvidence
 ) -> tuple[list[HostFrame], float | None]:
@@ -1161,6 +1242,7 @@ def _host_frames(
         on = (e > s) & (idle.between(s, e) > 0)
         if on.any():
             parts.append((layer, k[on], s[on], e[on], name[on]))
+    parts = _by_name_on_ties(trace, parts)
     seg_s: list[I64] = []
     seg_e: list[I64] = []
     seg_key: list[I64] = []
@@ -1290,10 +1372,12 @@ def _top_kernels(trace: Trace, rows: npt.NDArray[np.intp], s: I64, e: I64) -> li
     # summed as floats and held within int64: a hostile trace's durations can sum past it
     total = np.minimum(np.bincount(inv, weights=e - s), 9.2e18).astype(np.int64)
     count = np.bincount(inv)
-    top = np.argsort(-total, kind="stable")[:5]
+    # equal totals in the order of the names' text (a name's index follows the rows' order)
+    text = [trace.name_of(int(u)) for u in uniq.tolist()]
+    top = sorted(range(len(uniq)), key=lambda i: (-int(total[i]), text[i]))[:5]
     return [
         KernelTime(name=trace.name_of(int(uniq[i])), count=int(count[i]), total_ns=int(total[i]))
-        for i in top.tolist()
+        for i in top
     ]
 
 
@@ -1324,8 +1408,13 @@ def _waited_on(
     inv = inv.reshape(-1)
     idle = np.bincount(inv, weights=g1[d] - g0[d]).astype(np.int64)
     gaps = np.bincount(inv)
-    top = np.lexsort((uniq, -idle))[:5]
     width = int(names.max()) + 1
+    # equal idle by stream, then the name's text (a name's index follows the rows' order)
+    text = [trace.name_of(int(u) % width) for u in uniq.tolist()]
+    top = np.array(
+        sorted(range(len(uniq)), key=lambda i: (-int(idle[i]), int(uniq[i]) // width, text[i]))[:5],
+        np.intp,
+    )
     return [
         WaitedOn(
             stream=keys[int(uniq[i]) // width],
