@@ -46,6 +46,7 @@ from asynctrace.analysis._bound_model import (
     WarmUp,
     WarmUpItem,
 )
+from asynctrace.analysis._bound_rule import LABELS
 from asynctrace.records import StepRecord, SyncSite
 
 if TYPE_CHECKING:
@@ -64,14 +65,7 @@ __all__ = [
 ]
 
 #: the codes that are bound labels
-BOUND_CODES = (
-    "device-bound",
-    "host-bound",
-    "sync-bound",
-    "input-bound",
-    "dependency-bound",
-    "undetermined",
-)
+BOUND_CODES = LABELS
 
 #: every code a finding may carry
 FINDING_CODES = (
@@ -225,7 +219,7 @@ _BLOCKING_ADVICE: Final = (
 
 
 def _advice(bound: Bound, label: str, *, asynchronous: bool) -> str:
-    from asynctrace.analysis.bound import advice_for
+    from asynctrace.analysis.advice import advice_for
 
     got = advice_for(label, bound, asynchronous=asynchronous)
     return got[0] if got else ""

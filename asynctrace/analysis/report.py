@@ -31,7 +31,6 @@ from asynctrace.analysis.bound import (
     Bound,
     IdleGaps,
     ReportWarning,
-    bound_columns_of_records,
     bound_of_trace,
 )
 from asynctrace.analysis.diagnosis import Finding, diagnose, sync_cost_fraction
@@ -51,6 +50,7 @@ from asynctrace.analysis.queue import (
     queue_stats,
     stream_groups,
 )
+from asynctrace.analysis.records_bound import bound_columns_of_records
 from asynctrace.analysis.series import (
     MAX_BINS,
     BoundSeries,
@@ -292,7 +292,7 @@ def _to_schema_4(old: Report) -> Report:
     """A report of schema 1–3 with what schema 4 adds, from the figures it always had: the
     verdict judged again (syncs by the idle they open, each finding's code), this version's
     advice, and the diagnosis."""
-    from asynctrace.analysis.bound import advice_for
+    from asynctrace.analysis.advice import advice_for
 
     b = old.bound
     if b is not None:

@@ -20,9 +20,9 @@ from asynctrace.analysis.bound import (
     HostFrame,
     IdleByCause,
     ReportWarning,
-    bound_of_records,
 )
 from asynctrace.analysis.diagnosis import Finding
+from asynctrace.analysis.records_bound import bound_of_records
 from asynctrace.analysis.report import Analysis, analyze_detail
 from asynctrace.records import read_records
 from asynctrace.render.html import combined_html, report_html
@@ -208,9 +208,7 @@ def test_html_box_escapes_what_comes_from_the_file_and_leads_with_the_warnings()
         advice=f"move {EVIL} out of the step",
         evidence={"frame": EVIL, "idle_ns": 90},
     )
-    report = msgspec.structs.replace(
-        a.report, bound=bound, warnings=warnings, diagnosis=[finding]
-    )
+    report = msgspec.structs.replace(a.report, bound=bound, warnings=warnings, diagnosis=[finding])
     page = report_html(Analysis(report=report, trace=a.trace))
     assert "<script" not in page.lower()
     assert EVIL not in page
