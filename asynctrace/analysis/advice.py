@@ -80,6 +80,95 @@ def _kernel_advice(top: Sequence[KernelTime], busy_ns: int) -> str:
     )
 
 
+def _device_advice(b: Bound) -> str:
+    e = b.evidence
+    kernels = ", ".join(
+        f"{_short(k.name)} ({format_ns(k.total_ns)}, ×{k.count})" for k in e.top_kernels[:3]
+    )
+    fit = _kernel_advice(e.top_kernels, b.busy_ns)
+    return (
+        f"the device is busy {e.busy_pct:.0f}% of the time: {fit}"
+        + (f" — {kernels}" if kernels else "")
+        + "; the host is not the limit"
+    )
+
+
+def _host_advice(b: Bound) -> str:
+    e = b.evidence
+    if e.launch_gaps and e.launch_gaps_ns >= e.host_work_ns:
+        return (
+            f"launch overhead: {e.launch_gaps} gaps under {LAUNCH_GAP_NS // 1000} µs "
+            f"between kernels ({format_ns(e.launch_gaps_ns)} idle) — capture the step in a "
+            'CUDA graph (torch.compile(mode="reduce-overhead"), torch.cuda.graphs), launch '
+            "fewer, larger kernels (fusion, torch.compile), or run larger batches"
+        )
+    frames = ", ".join(
+        f"{f.frame}" + (f" ({f.site})" if f.site else "") + f" {format_ns(f.idle_ns)}"
+        for f in e.host_frames[:3]
+    )
+    return (
+        f"host work: the device waits {format_ns(e.host_work_ns)} in "
+        f"{e.host_work_gaps} gaps while the host computes"
+        + (f" — in {frames}" if frames else "")
+        + ": move that work out of the step, overlap it with device work, or make it "
+        "cheaper"
+    )
+
+
+def _sync_advice(b: Bound) -> str:
+    sites = ", ".join(
+        (f"{s.site} ({s.op} ×{s.count}" if s.site else f"{s.op} (×{s.count}")
+        + f", opens {format_ns(s.idle_ns)} of idle)"
+        for s in b.evidence.sync_sites[:3]
+    )
+    return (
+        "syncs stall the pipeline"
+        + (f" at {sites}" if sites else "")
+        + ": keep the loss on the device (accumulate it, call .item() once per log "
+        "interval), copy with non_blocking=True from pinned memory, and avoid "
+        "boolean-mask indexing / nonzero() in the step"
+    )
+
+
+def _input_advice(b: Bound) -> str:
+    return (
+        f"the device waits {format_ns(b.idle_ns_by_cause.input)} for data: raise "
+        "DataLoader(num_workers=...), set pin_memory=True, prefetch (prefetch_factor, "
+        "copy the next batch to the device with non_blocking=True while this one runs)"
+    )
+
+
+def _dependency_advice(b: Bound) -> str:
+    waited = ", ".join(
+        f"stream {w.stream} ({_short(w.name)}, {format_ns(w.idle_ns)})"
+        for w in b.evidence.waited_on[:3]
+    )
+    return (
+        "queued work waited on other work"
+        + (f": {waited}" if waited else "")
+        + " — overlap communication with computation (bucketing, async collectives), "
+        "check event waits between streams, and the launch latency of graph replays"
+    )
+
+
+def _undetermined_advice(b: Bound) -> str:
+    return (
+        f"{format_ns(b.idle_ns_by_cause.unattributed)} of idle has no launch to explain it "
+        "(activity missing, unlinked launches or clocks that disagree): re-record with "
+        "the device activity of every stream (and graph replays) traced"
+    )
+
+
+#: the advice of each label (an asynchronous device whose clocks agree)
+_ADVICE = {
+    "device-bound": _device_advice,
+    "host-bound": _host_advice,
+    "sync-bound": _sync_advice,
+    "input-bound": _input_advice,
+    "dependency-bound": _dependency_advice,
+}
+
+
 def advice_for(
     label: str, b: Bound | None = None, *, asynchronous: bool = True, clocks_disagree: bool = False
 ) -> list[str]:
@@ -88,85 +177,22 @@ def advice_for(
     if b is None:
         return []
     e = b.evidence
-    out: list[str]
     if clocks_disagree and label == "undetermined":
-        out = [
+        first = (
             f"the host and device clocks disagree: the device is busy {e.busy_pct:.0f}% of its "
             f"own span, and the {format_ns(b.idle_ns)} idle cannot be tied to what the host did — "
             "re-record with host and device on one clock (one profiler session on one machine; "
             "an export that converts device timestamps to the host clock)"
-        ]
+        )
     elif label == "device-bound" and not asynchronous:
         # the host ran every op itself: no device, no GPU advice
-        out = [
+        first = (
             f"the host's own compute fills {e.busy_pct:.0f}% of the step: profile the step "
             "(torch.profiler, py-spy) and speed up its top ops"
-        ]
-    elif label == "device-bound":
-        kernels = ", ".join(
-            f"{_short(k.name)} ({format_ns(k.total_ns)}, ×{k.count})" for k in e.top_kernels[:3]
         )
-        fit = _kernel_advice(e.top_kernels, b.busy_ns)
-        out = [
-            f"the device is busy {e.busy_pct:.0f}% of the time: {fit}"
-            + (f" — {kernels}" if kernels else "")
-            + "; the host is not the limit"
-        ]
-    elif label == "host-bound":
-        if e.launch_gaps and e.launch_gaps_ns >= e.host_work_ns:
-            out = [
-                f"launch overhead: {e.launch_gaps} gaps under {LAUNCH_GAP_NS // 1000} µs "
-                f"between kernels ({format_ns(e.launch_gaps_ns)} idle) — capture the step in a "
-                'CUDA graph (torch.compile(mode="reduce-overhead"), torch.cuda.graphs), launch '
-                "fewer, larger kernels (fusion, torch.compile), or run larger batches"
-            ]
-        else:
-            frames = ", ".join(
-                f"{f.frame}" + (f" ({f.site})" if f.site else "") + f" {format_ns(f.idle_ns)}"
-                for f in e.host_frames[:3]
-            )
-            out = [
-                f"host work: the device waits {format_ns(e.host_work_ns)} in "
-                f"{e.host_work_gaps} gaps while the host computes"
-                + (f" — in {frames}" if frames else "")
-                + ": move that work out of the step, overlap it with device work, or make it "
-                "cheaper"
-            ]
-    elif label == "sync-bound":
-        sites = ", ".join(
-            (f"{s.site} ({s.op} ×{s.count}" if s.site else f"{s.op} (×{s.count}")
-            + f", opens {format_ns(s.idle_ns)} of idle)"
-            for s in e.sync_sites[:3]
-        )
-        out = [
-            "syncs stall the pipeline"
-            + (f" at {sites}" if sites else "")
-            + ": keep the loss on the device (accumulate it, call .item() once per log "
-            "interval), copy with non_blocking=True from pinned memory, and avoid "
-            "boolean-mask indexing / nonzero() in the step"
-        ]
-    elif label == "input-bound":
-        out = [
-            f"the device waits {format_ns(b.idle_ns_by_cause.input)} for data: raise "
-            "DataLoader(num_workers=...), set pin_memory=True, prefetch (prefetch_factor, "
-            "copy the next batch to the device with non_blocking=True while this one runs)"
-        ]
-    elif label == "dependency-bound":
-        waited = ", ".join(
-            f"stream {w.stream} ({_short(w.name)}, {format_ns(w.idle_ns)})" for w in e.waited_on[:3]
-        )
-        out = [
-            "queued work waited on other work"
-            + (f": {waited}" if waited else "")
-            + " — overlap communication with computation (bucketing, async collectives), "
-            "check event waits between streams, and the launch latency of graph replays"
-        ]
     else:
-        out = [
-            f"{format_ns(b.idle_ns_by_cause.unattributed)} of idle has no launch to explain it "
-            "(activity missing, unlinked launches or clocks that disagree): re-record with "
-            "the device activity of every stream (and graph replays) traced"
-        ]
+        first = _ADVICE.get(label, _undetermined_advice)(b)
+    out = [first]
     if not asynchronous:
         out.append(
             "the CPU backend is synchronous: this label is about the host (there is no queue "

@@ -972,35 +972,16 @@ def _by_name_on_ties(
     return out
 
 
-def _host_frames(
-    trace: Trace, by_class: ClassCover, lo: int, hi: int, ev: BoundEvidence
-) -> tuple[list[HostFrame], float | None]:
-    """What the host was in while the device idled for the leading cause: each frame's time
-    inside that idle, measured (on every host thread, the innermost frame of each moment gets
-    it: the runtime call the host sat in, named with the user's line around it, else the
-    user's Python frame, any Python frame, the operator), and the share of the idle the listed
-    frames cover (None where the trace has no host events to measure it from)."""
-    want = np.isin(by_class.cls, _FRAME_CLASSES[ev.leading_cause])
-    ps = np.maximum(by_class.start_ns[want], lo)
-    pe = np.minimum(by_class.end_ns[want], hi)
-    keep = pe > ps
-    idle = Cover._from_disjoint(ps[keep], pe[keep])
-    layers = _thread_layers(trace)
-    if not layers:
-        return [], None
-    if idle.total_ns == 0:
-        return [], 0.0
-    # each layer's events that overlap the idle, by thread
-    parts = []
-    for layer, k, s, e, name in layers:
-        on = (e > s) & (idle.between(s, e) > 0)
-        if on.any():
-            parts.append((layer, k[on], s[on], e[on], name[on]))
-    parts = _by_name_on_ties(trace, parts)
+_Layer = tuple[int, I64, I64, I64, npt.NDArray[np.int32]]
+
+
+def _thread_segments(idle: Cover, parts: list[_Layer], n_str: int) -> tuple[I64, I64, I64]:
+    """The idle cut into segments by every host event's bounds, each with the key of its
+    innermost frame (layer, name and, for a runtime call, the user's line around it), one host
+    thread at a time: (start, end, key) of the framed segments."""
     seg_s: list[I64] = []
     seg_e: list[I64] = []
     seg_key: list[I64] = []
-    n_str = len(trace.strings) + 1
     threads = (
         sorted_unique(np.concatenate([p[1] for p in parts])) if parts else np.zeros(0, np.int64)
     )
@@ -1033,9 +1014,64 @@ def _host_frames(
         seg_s.append(a[framed])
         seg_e.append(b[framed])
         seg_key.append((layer_of[framed] * n_str + name_of[framed]) * n_str + site[framed] + 1)
-    s_all = np.concatenate(seg_s) if seg_s else np.zeros(0, np.int64)
-    e_all = np.concatenate(seg_e) if seg_e else np.zeros(0, np.int64)
-    k_all = np.concatenate(seg_key) if seg_key else np.zeros(0, np.int64)
+    empty = np.zeros(0, np.int64)
+    return (
+        np.concatenate(seg_s) if seg_s else empty,
+        np.concatenate(seg_e) if seg_e else empty,
+        np.concatenate(seg_key) if seg_key else empty,
+    )
+
+
+def _bare_rows(trace: Trace, idle: Cover, framed: Cover, hi: int) -> list[HostFrame]:
+    """The idle no host event covers, as rows: before the trace's last host event the host ran
+    something unrecorded; after it (a step range outliving the record window) nothing was
+    recorded at all. Each with the number of idle gaps it lies in."""
+    bare = idle.total_ns - framed.total_ns
+    if bare <= 0:
+        return []
+    last = _last_host_event_end(trace)
+    after = idle.clip(last, hi) if last is not None else Cover.of([], [])
+    tail = after.subtract(framed) if len(after) else after
+    uncovered = idle.subtract(framed)
+    gap_of = np.searchsorted(idle.start_ns, uncovered.start_ns, side="right") - 1
+    in_tail = tail.contains(uncovered.start_ns)
+    rows = []
+    for label, part, mask in (
+        ("(no host frame)", bare - tail.total_ns, ~in_tail),
+        ("(nothing recorded: after the last host event)", tail.total_ns, in_tail),
+    ):
+        if part > 0:
+            gaps = len(sorted_unique(gap_of[mask]))
+            rows.append(HostFrame(frame=label, site="", idle_ns=part, gaps=gaps))
+    return rows
+
+
+def _host_frames(
+    trace: Trace, by_class: ClassCover, lo: int, hi: int, ev: BoundEvidence
+) -> tuple[list[HostFrame], float | None]:
+    """What the host was in while the device idled for the leading cause: each frame's time
+    inside that idle, measured (on every host thread, the innermost frame of each moment gets
+    it: the runtime call the host sat in, named with the user's line around it, else the
+    user's Python frame, any Python frame, the operator), and the share of the idle the listed
+    frames cover (None where the trace has no host events to measure it from)."""
+    want = np.isin(by_class.cls, _FRAME_CLASSES[ev.leading_cause])
+    ps = np.maximum(by_class.start_ns[want], lo)
+    pe = np.minimum(by_class.end_ns[want], hi)
+    keep = pe > ps
+    idle = Cover._from_disjoint(ps[keep], pe[keep])
+    layers = _thread_layers(trace)
+    if not layers:
+        return [], None
+    if idle.total_ns == 0:
+        return [], 0.0
+    # each layer's events that overlap the idle, by thread
+    parts = []
+    for layer, k, s, e, name in layers:
+        on = (e > s) & (idle.between(s, e) > 0)
+        if on.any():
+            parts.append((layer, k[on], s[on], e[on], name[on]))
+    n_str = len(trace.strings) + 1
+    s_all, e_all, k_all = _thread_segments(idle, _by_name_on_ties(trace, parts), n_str)
     # one entry per (frame, site) as shown
     uniq, inv = unique_inverse(k_all)
     label_of: dict[tuple[str, str], int] = {}
@@ -1052,31 +1088,11 @@ def _host_frames(
     pairs = sorted_unique(lab.astype(np.int64) * (len(idle) + 1) + gap)
     gaps = np.bincount(pairs // (len(idle) + 1), minlength=len(label_of))
     framed_cover = Cover.of(s_all, e_all)
-    bare = idle.total_ns - framed_cover.total_ns
     rows = [
         HostFrame(frame=f, site=st, idle_ns=int(total[i]), gaps=int(gaps[i]))
         for (f, st), i in label_of.items()
     ]
-    if bare > 0:
-        # idle no host event covers: before the trace's last host event the host ran
-        # something unrecorded; after it (a step range outliving the record window) nothing
-        # was recorded at all
-        last = _last_host_event_end(trace)
-        after = idle.clip(last, hi) if last is not None else Cover.of([], [])
-        tail = after.subtract(framed_cover) if len(after) else after
-        for label, part in (
-            ("(no host frame)", bare - tail.total_ns),
-            ("(nothing recorded: after the last host event)", tail.total_ns),
-        ):
-            if part > 0:
-                rows.append(HostFrame(frame=label, site="", idle_ns=part, gaps=0))
-        uncovered = idle.subtract(framed_cover)
-        gap_of = np.searchsorted(idle.start_ns, uncovered.start_ns, side="right") - 1
-        in_tail = tail.contains(uncovered.start_ns)
-        for h_i, h in enumerate(rows):
-            if h.frame.startswith("("):
-                mask = in_tail if h.frame.startswith("(nothing") else ~in_tail
-                rows[h_i] = msgspec.structs.replace(h, gaps=len(sorted_unique(gap_of[mask])))
+    rows += _bare_rows(trace, idle, framed_cover, hi)
     rows.sort(key=lambda h: (-h.idle_ns, h.frame, h.site))
     listed = rows[:5]
     ids = [label_of[(h.frame, h.site)] for h in listed if (h.frame, h.site) in label_of]
