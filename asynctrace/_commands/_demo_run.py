@@ -38,7 +38,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from rich.console import Console
@@ -67,6 +67,9 @@ from asynctrace._commands._demo_text import (
     render_statements,
 )
 from asynctrace.capture.devices import Device, get_device
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["DemoResult", "run_demo"]
 
@@ -124,6 +127,46 @@ def _answer(
     )
 
 
+def _run_loops(dev: Device, tdev: torch.device, *, steps: int, out_dir: Path) -> list[LoopResult]:
+    """(c) and (d): the loop synchronized once per minibatch, and left to run ahead."""
+    return [
+        run_loop(
+            dev,
+            tdev,
+            synchronized=True,
+            steps=steps,
+            out=out_dir,
+            tensorboard=True,
+            detect_syncs=_synced_detector(dev),
+        ),
+        run_loop(
+            dev,
+            tdev,
+            synchronized=False,
+            steps=steps,
+            out=out_dir,
+            tensorboard=True,
+            detect_syncs=_plain_detector(dev),
+        ),
+    ]
+
+
+def _run_profiled(dev: Device, tdev: torch.device, *, out_dir: Path) -> LoopResult:
+    """The unsynchronized loop again, under the profiler's window (the trace the views show)."""
+    p = DEMO_PROFILE
+    return run_loop(
+        dev,
+        tdev,
+        synchronized=False,
+        # one step after the window, so the window closes on a step boundary
+        steps=p.wait + p.warmup + p.active + 1,
+        out=out_dir,
+        name=_LOOP_NAMES[2],
+        tensorboard=True,
+        profile=p,
+    )
+
+
 def run_demo(
     *,
     device: str | None = None,
@@ -157,41 +200,11 @@ def run_demo(
     if console is not None:
         for s in st:
             render_statements(s, console)
-    loops = [
-        run_loop(
-            dev,
-            tdev,
-            synchronized=True,
-            steps=steps,
-            out=out_dir,
-            tensorboard=True,
-            detect_syncs=_synced_detector(dev),
-        ),
-        run_loop(
-            dev,
-            tdev,
-            synchronized=False,
-            steps=steps,
-            out=out_dir,
-            tensorboard=True,
-            detect_syncs=_plain_detector(dev),
-        ),
-    ]
+    loops = _run_loops(dev, tdev, steps=steps, out_dir=out_dir)
     if console is not None:
         for lp in loops:
             render_loop(lp, console)
-    p = DEMO_PROFILE
-    profiled = run_loop(
-        dev,
-        tdev,
-        synchronized=False,
-        # one step after the window, so the window closes on a step boundary
-        steps=p.wait + p.warmup + p.active + 1,
-        out=out_dir,
-        name=_LOOP_NAMES[2],
-        tensorboard=True,
-        profile=p,
-    )
+    profiled = _run_profiled(dev, tdev, out_dir=out_dir)
     artifacts: list[Artifact] = []
     notes: list[str] = []
     if views:
