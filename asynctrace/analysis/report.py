@@ -590,14 +590,16 @@ def _trace_detail(
     series: dict[str, tuple[QueueSeries, QueueSeries]],
     groups: tuple[npt.NDArray[np.intp], list[str]],
 ) -> TraceDetail:
+    gaps = _gaps_of(tb)
+    group_of, keys = groups
     return TraceDetail(
         trace=trace,
         links=links,
         windows=windows,
-        gaps=_gaps_of(tb),
+        gaps=gaps,
         queue_series=series,
-        stream_of=groups[0],
-        stream_keys=groups[1],
+        stream_of=group_of,
+        stream_keys=keys,
     )
 
 
