@@ -47,6 +47,7 @@ from asynctrace.analysis._bound_model import (
     WarmUpItem,
 )
 from asynctrace.analysis._bound_rule import LABELS
+from asynctrace.analysis.units import format_ns
 from asynctrace.records import StepRecord, SyncSite
 
 if TYPE_CHECKING:
@@ -130,16 +131,6 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
     evidence: dict[str, int | float | str] = msgspec.field(default_factory=dict)
 
 
-def _t(ns: float) -> str:
-    if abs(ns) < 1e3:
-        return f"{ns:.0f} ns"
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if abs(ns) >= 1e6:
-        return f"{ns / 1e6:.1f} ms"
-    return f"{ns / 1e3:.1f} µs"
-
-
 def _share(part: int, whole: int) -> float:
     return round(min(1.0, max(0.0, part / whole)), 4) if whole > 0 else 0.0
 
@@ -203,7 +194,7 @@ def _sites_text(sites: Sequence[SyncSite], limit: int = 3) -> str:
 def _costs_text(costs: Sequence[SyncCost], limit: int = 3) -> str:
     shown = ", ".join(
         (f"{c.site} ({c.op} ×{c.count}" if c.site else f"{c.op} (×{c.count}")
-        + f", opens {_t(c.idle_ns)} idle)"
+        + f", opens {format_ns(c.idle_ns)} idle)"
         for c in costs[:limit]
     )
     if len(costs) > limit:
@@ -287,13 +278,13 @@ def _verdict_extras(codes: Sequence[str], findings: Sequence[str], region: int) 
 
 
 def _warmup_finding(w: WarmUp, region: int) -> Finding:
-    what = ", ".join(f"{i.name} ({i.kind}, {_t(i.dur_ns)})" for i in w.items[:3])
+    what = ", ".join(f"{i.name} ({i.kind}, {format_ns(i.dur_ns)})" for i in w.items[:3])
     steps = f" ({w.steps} leading step(s))" if w.steps else ""
     return Finding(
         code="warm-up",
         cost_ns=w.span_ns,
         share=_share(w.span_ns, w.span_ns + region),
-        message=f"warm-up: {_t(w.span_ns)} of start-up before the steady state{steps}"
+        message=f"warm-up: {format_ns(w.span_ns)} of start-up before the steady state{steps}"
         + (f" — {what}" if what else "")
         + "; paid once and left out of the steady state's label",
         advice="one-off: leave it out of timings (skip the first steps); where it recurs, "
@@ -331,17 +322,18 @@ def _host_said(c: _Ctx, *, asynchronous: bool) -> _Said:
         code = "launch-overhead"
         message = (
             (f"launch-overhead ({label}): " if label else "launch-overhead: ")
-            + f"the device waits {_t(idle)} ({pct}) for the host, "
-            f"{_t(e.launch_gaps_ns)} of it in {e.launch_gaps} short gaps between kernels: "
+            + f"the device waits {format_ns(idle)} ({pct}) for the host, "
+            f"{format_ns(e.launch_gaps_ns)} of it in {e.launch_gaps} short gaps between kernels: "
             "the host cannot launch kernels as fast as the device runs them"
         )
     else:
         code = label or "host-work"
         frames = [f for f in e.host_frames if f.frame != "(no host frame)"][:3]
         named = ", ".join(
-            f.frame + (f" ({f.site})" if f.site else "") + f" {_t(f.idle_ns)}" for f in frames
+            f.frame + (f" ({f.site})" if f.site else "") + f" {format_ns(f.idle_ns)}"
+            for f in frames
         )
-        message = f"{code}: the device waits {_t(idle)} ({pct}) while the host works" + (
+        message = f"{code}: the device waits {format_ns(idle)} ({pct}) while the host works" + (
             f" — in {named}" if named else ""
         )
         if named:
@@ -371,14 +363,14 @@ def _sync_said(c: _Ctx, syncs: _Syncs, *, asynchronous: bool) -> _Said:
     )
     opened = b.idle_ns_by_cause.sync
     waited = (
-        f" and hold the host {_t(idle - opened)} while the device waited for it"
+        f" and hold the host {format_ns(idle - opened)} while the device waited for it"
         if idle > opened
         else ""
     )
     message = (
         f"{code}"
         + (f" ({label})" if label and label != code else "")
-        + f": {what} cost {_t(idle)} ({pct}) — they open {_t(opened)} of "
+        + f": {what} cost {format_ns(idle)} ({pct}) — they open {format_ns(opened)} of "
         f"device idle{waited}" + (f"; {rate}" if rate else "") + (f" at {named}" if named else "")
     )
     if blocking:
@@ -395,7 +387,7 @@ def _input_said(c: _Ctx, *, asynchronous: bool) -> _Said:
     ev["data_wait_ns"] = b.evidence.data_wait_ns
     return (
         code,
-        f"{code}: the device waits {_t(idle)} ({pct}) for data",
+        f"{code}: the device waits {format_ns(idle)} ({pct}) for data",
         _advice(b, "input-bound", asynchronous=asynchronous),
     )
 
@@ -404,10 +396,10 @@ def _dependency_said(c: _Ctx, *, asynchronous: bool) -> _Said:
     b, idle, pct, label, _ev = c
     code = label or "dependency-wait"
     waited = ", ".join(
-        f"stream {w.stream} ({w.name.split('(', 1)[0][:40]}, {_t(w.idle_ns)})"
+        f"stream {w.stream} ({w.name.split('(', 1)[0][:40]}, {format_ns(w.idle_ns)})"
         for w in b.evidence.waited_on[:3]
     )
-    message = f"{code}: queued work waits {_t(idle)} ({pct}) on other work" + (
+    message = f"{code}: queued work waits {format_ns(idle)} ({pct}) on other work" + (
         f" — {waited}" if waited else ""
     )
     return code, message, _advice(b, "dependency-bound", asynchronous=asynchronous)
@@ -418,10 +410,10 @@ def _unattributed_said(c: _Ctx, clocks: ReportWarning | None, *, asynchronous: b
     if clocks is not None:
         message = (
             f"clock-mismatch ({label}): " if label else "clock-mismatch: "
-        ) + f"{_t(idle)} ({pct}) of idle cannot be attributed: {clocks.message}"
+        ) + f"{format_ns(idle)} ({pct}) of idle cannot be attributed: {clocks.message}"
         return "clock-mismatch", message, _CLOCK_ADVICE
     code = label or "unattributed-idle"
-    message = f"{code}: {_t(idle)} ({pct}) of idle has no launch to explain it"
+    message = f"{code}: {format_ns(idle)} ({pct}) of idle has no launch to explain it"
     return code, message, _advice(b, "undetermined", asynchronous=asynchronous)
 
 
@@ -486,7 +478,7 @@ def _device_finding(bound: Bound, *, asynchronous: bool) -> Finding:
         cost_ns=b.busy_ns,
         share=_share(b.busy_ns, b.region_ns),
         message=f"device-bound: the device is busy {pct} of the steady state "
-        f"({_t(b.busy_ns)} of {_t(b.region_ns)}); the host keeps it fed",
+        f"({format_ns(b.busy_ns)} of {format_ns(b.region_ns)}); the host keeps it fed",
         advice=_advice(b, "device-bound", asynchronous=asynchronous),
         evidence=ev,
     )
@@ -556,11 +548,11 @@ def _host_finding(
         ev.update(step_ns=int(step_ns), compute_ns=int(compute_ns))
         if data_ns:
             ev["data_wait_ns"] = int(data_ns)
-        parts.append(f"{_t(step_ns)} a step: compute {_t(compute_ns)}")
+        parts.append(f"{format_ns(step_ns)} a step: compute {format_ns(compute_ns)}")
         if data_ns >= 0.01 * step_ns:
-            parts.append(f"data wait {_t(data_ns)} ({100 * data_ns / step_ns:.0f}%)")
+            parts.append(f"data wait {format_ns(data_ns)} ({100 * data_ns / step_ns:.0f}%)")
         if wait_ns:
-            parts.append(f"sync wait {_t(wait_ns)}")
+            parts.append(f"sync wait {format_ns(wait_ns)}")
     if syncs.sites:
         ev["sites"] = _sites_text(syncs.sites)
         ev["syncs_per_step"] = syncs.per_step
@@ -576,7 +568,7 @@ def _host_finding(
     if code == "no-device-activity":
         message = (
             f"no-device-activity: the trace records no device activity — the host ran "
-            f"{_t(region)}"
+            f"{format_ns(region)}"
             + (f" ({detail})" if detail else "")
             + "; nothing was queued to a device"
         )
