@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from asynctrace._commands._demo_loops import _LOOP_NAMES, DEMO_PROFILE, LoopResult, _median, _us
+from asynctrace._commands._demo_loops import _LOOP_NAMES, DEMO_PROFILE, LoopResult, _median
 from asynctrace.analysis.report import Analysis, Report, analyze_detail
+from asynctrace.analysis.units import format_ns
 from asynctrace.files.sources import load_source
 from asynctrace.records.names import ANNOTATED_SUFFIX
 
@@ -272,8 +273,8 @@ def _records_notes(
                 else "would include its overhead, though this run's noise hid it"
             )
             notes.append(
-                f"The profiled steps (median {_us(profiled_ns)} of host time; "
-                f"{_us(plain_ns)} in {unsynced.name}) ran under torch.profiler and {cost}: "
+                f"The profiled steps (median {format_ns(profiled_ns)} of host time; "
+                f"{format_ns(plain_ns)} in {unsynced.name}) ran under torch.profiler and {cost}: "
                 "deep mode runs as a separate session so that the two loops' figures carry "
                 "none of it."
             )

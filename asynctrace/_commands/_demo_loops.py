@@ -366,18 +366,6 @@ def _median(values: list[int]) -> float:
     return float(values[mid]) if n % 2 else (values[mid - 1] + values[mid]) / 2
 
 
-def _s(ns: float) -> str:
-    return f"{ns / 1e9:.4f} s"
-
-
-def _us(ns: float) -> str:
-    return f"{ns / 1e3:,.1f} µs"
-
-
-def _opt_us(ns: float | None) -> str:
-    return "n/a" if ns is None else f"{ns / 1e3:,.1f}"
-
-
 def _synced_detector(dev: Device) -> str:
     """The detector of the loop that syncs once per minibatch: on a synchronous backend the
     default one sees nothing (there is no device to wait for), and that loop would record no

@@ -176,6 +176,21 @@ class _Ending:
                 self.error = e
 
 
+def _say_unclean_end(around: _Ending) -> None:
+    """On stderr: the session's end failed, or a signal handler raised while it ended."""
+    if around.error is not None:
+        print(
+            "asynctrace run: warning: the session did not end cleanly: " + _one_line(around.error),
+            file=sys.stderr,
+        )
+    if around.signal_error is not None:
+        print(
+            "asynctrace run: note: a signal handler raised while the session ended (run once "
+            f"the records were written): {_one_line(around.signal_error)}",
+            file=sys.stderr,
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from asynctrace.capture.devices import get_device
     from asynctrace.render.text import print_summary
@@ -212,17 +227,7 @@ def run(args: argparse.Namespace) -> int:
         # a child the script forked that returned from it: the summary, records and ranks
         # are the parent's, which goes on and says them once
         return status
-    if around.error is not None:
-        print(
-            "asynctrace run: warning: the session did not end cleanly: " + _one_line(around.error),
-            file=sys.stderr,
-        )
-    if around.signal_error is not None:
-        print(
-            "asynctrace run: note: a signal handler raised while the session ended (run once "
-            f"the records were written): {_one_line(around.signal_error)}",
-            file=sys.stderr,
-        )
+    _say_unclean_end(around)
     try:
         report = session.summary()
     except Exception:

@@ -481,7 +481,6 @@ class _Hub:
         self._patch(tensor, "__repr__", host_read("Tensor.__repr__", lint_only=False))
 
     def _install_cuda(self, torch: Any) -> None:
-        hub = self
         # torch.cuda.get_sync_debug_mode: 0 "default", 1 "warn", 2 "error"
         previous_mode = int(torch.cuda.get_sync_debug_mode())
         if previous_mode == 0:
@@ -489,7 +488,13 @@ class _Hub:
             self._cuda_restore.append(lambda: torch.cuda.set_sync_debug_mode(previous_mode))
         # else the user's own mode stays: "error" keeps raising at each sync (watching must not
         # make a program that fails pass), and "warn" already makes torch warn
+        self._install_sync_warnings(previous_mode)
+        self._install_cuda_timers(torch)
 
+    def _install_sync_warnings(self, previous_mode: int) -> None:
+        """Sees each sync the sync debug mode warns of (the user's ``previous_mode`` decides
+        whether they still see torch's warning)."""
+        hub = self
         # "always" so every sync is seen (not once per line) and so that an "error" filter
         # (pytest's filterwarnings=error) does not turn the user's sync into an exception.
         filters_before = list(warnings.filters)
@@ -534,6 +539,10 @@ class _Hub:
                 _filters_mutated()
 
         self._cuda_restore.append(restore_warnings)
+
+    def _install_cuda_timers(self, torch: Any) -> None:
+        """Times each explicit synchronize (device, stream, event, accelerator)."""
+        hub = self
 
         def timed(op: str) -> Callable[[Callable[..., Any]], Any]:
             def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
