@@ -63,7 +63,7 @@ def title_text(report: Report) -> str:
     rank = f", rank {s.rank}" if s.rank is not None else ""
     if s.session is None:
         return f"{s.path} ({s.format}, {s.device}{rank})"
-    wall = f", {s.wall_ns / 1e9:.3f} s" if s.wall_ns is not None else ""
+    wall = f", {format_ns(s.wall_ns)}" if s.wall_ns is not None else ""
     note = ""
     if not s.complete:
         note = (

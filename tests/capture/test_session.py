@@ -669,15 +669,15 @@ def test_printed_table_shows_the_report(tmp_path: Path, capsys: pytest.CaptureFi
     report = s.summary()
     rows = figure_rows(report.figures)
     assert [row[0] for row in rows] == ["frontend", "device", "run-ahead", "in flight"]
-    assert rows[0][1:] == ("1.000 µs", "1.000 µs", "1.000 µs")
-    assert rows[1][1:] == ("2.500 µs", "2.500 µs", "2.500 µs")
+    assert rows[0][1:] == ("1.00 µs", "1.00 µs", "1.00 µs")
+    assert rows[1][1:] == ("2.50 µs", "2.50 µs", "2.50 µs")
     for row in rows:
         assert " ".join(row[1:]) in " ".join(out.split()) or all(v in out for v in row[1:])
     # the diagnosis's headline first, under the title (the records file, its step count); no
     # verdict line says something else
     lines = out.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith(report.diagnosis[0].code))
-    assert "".join(lines[:head]).endswith("): 12 step(s), 0.000 s")
+    assert "".join(lines[:head]).endswith("): 12 step(s), 12.0 µs")
     assert "verdict:" not in out
     assert str(s.records_path) in out.replace("\n", "")
     with session(tmp_path, FakeDevice(clock), print_summary=False) as quiet:
@@ -1018,12 +1018,12 @@ def test_a_users_failed_sink_is_a_sink_failed_note(tmp_path: Path) -> None:
 
 def test_summary_units_are_chosen_after_rounding() -> None:
     # just under a unit boundary the value rounds up to it: the next unit, never "1000 ns"
-    assert _fmt(999.6, "ns") == "1.000 µs"
+    assert _fmt(999.6, "ns") == "1.00 µs"
     assert _fmt(999.4, "ns") == "999 ns"
-    assert _fmt(999_999.6, "ns") == "1.000 ms"
-    assert _fmt(999_940, "ns") == "999.940 µs"
-    assert _fmt(999_999_999.6, "ns") == "1.000 s"
-    assert _fmt(-999.6, "ns") == "-1.000 µs"
+    assert _fmt(999_999.6, "ns") == "1.00 ms"
+    assert _fmt(999_940, "ns") == "1.00 ms"
+    assert _fmt(999_999_999.6, "ns") == "1.00 s"
+    assert _fmt(-999.6, "ns") == "-1.00 µs"
     assert _fmt(1023.96 * 1024, "bytes") == "1.0 MiB"
     assert _fmt(1000 * 1024, "bytes") == "1000.0 KiB"
     assert _fmt(64 << 20, "bytes") == "64.0 MiB"

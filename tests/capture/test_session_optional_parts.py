@@ -98,13 +98,13 @@ def test_tensorboard_scalars_are_written_per_step(tmp_path: Path) -> None:
     headline = report.diagnosis[0]
     assert f"**{headline.code}**{headline.message[len(headline.code) :]}" in markdown
     assert "| per step | mean | median | p90 |" in markdown
-    assert "| frontend | 2.000 ms | 2.000 ms | 2.000 ms |" in markdown
+    assert "| frontend | 2.00 ms | 2.00 ms | 2.00 ms |" in markdown
     # a records file read back later, through its report, gives the same summary
     from asynctrace.analysis.report import analyze
 
     later = summary_markdown(analyze(read_records(s.records_path)))
     assert later.startswith("**tb** on ")
-    assert "| frontend | 2.000 ms | 2.000 ms | 2.000 ms |" in later
+    assert "| frontend | 2.00 ms | 2.00 ms | 2.00 ms |" in later
 
 
 def test_live_status_is_silent_off_a_terminal_and_refreshes_at_most_once_a_second() -> None:

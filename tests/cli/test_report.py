@@ -70,7 +70,7 @@ def test_records_folder_text(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     assert "rank 0" in out
     assert "rank 1" in out
-    assert "2.000 µs" in out  # rank 0 mean frontend
+    assert "2.00 µs" in out  # rank 0 mean frontend
     assert "incomplete" in out
     assert "\x1b[" not in out  # no colour when not a terminal
     # a folder of sessions is a job too: the ranks side by side

@@ -105,7 +105,7 @@ def test_records_file_round_trips_through_tensorboard(tmp_path: Path) -> None:
     headline = report.diagnosis[0]
     assert text.splitlines()[2].startswith(f"**{headline.code}**")
     assert "verdict:" not in text
-    assert "| frontend | 1.980 ms | 2.000 ms | 2.100 ms |" in text
+    assert "| frontend | 1.98 ms | 2.00 ms | 2.10 ms |" in text
     assert "bound: **device-bound** (estimated from step records)" in text
 
 

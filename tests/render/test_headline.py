@@ -71,7 +71,7 @@ def test_the_exit_summary_leads_with_the_headline(tmp_path: Path) -> None:
     buf = io.StringIO()
     print_summary(summary, file=buf)
     lines = buf.getvalue().splitlines()
-    assert lines[0].endswith("): 10 step(s), 0.010 s")
+    assert lines[0].endswith("): 10 step(s), 10.0 ms")
     head = summary.diagnosis[0]
     assert _flat(" ".join(lines[1:4])).startswith(_flat(head.message))
     assert "verdict:" not in buf.getvalue()

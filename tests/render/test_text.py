@@ -146,14 +146,14 @@ def test_records_text_title_bound_figures_sites_verdict() -> None:
     render_report(analyze(_records()), console)
     out = buf.getvalue()
     lines = out.splitlines()
-    assert lines[0] == "a.records.jsonl (fake, Fake GPU, rank 0): 8 step(s), 0.000 s"
+    assert lines[0] == "a.records.jsonl (fake, Fake GPU, rank 0): 8 step(s), 8.00 µs"
     assert lines[1].startswith(analyze(_records()).diagnosis[0].code)
     # the bound lines in the layout a trace's take, the session as their scope
     (bound,) = [line for line in lines if line.startswith("bound: ")]
     assert "(estimated from step records) — session: device busy" in bound
     assert "per-step figures" in out
     assert "│ frontend " in out
-    assert "1.000 µs" in out  # mean frontend
+    assert "1.00 µs" in out  # mean frontend
     assert "train.py:12" in out
     assert "aten::item" in out
     assert "verdict:" not in out
@@ -181,7 +181,7 @@ def test_records_steps_table_shows_dashes_for_what_a_session_lacks() -> None:
     assert len(step_rows) == 8  # every step, not the first and last
     cells = [c.strip() for c in step_rows[0].split("│")[1:-1]]
     # step, frontend, device, gpu busy, gpu idle, syncs, sync wait, run-ahead, queue max, bound
-    assert cells[:3] == ["0", "1.000 µs", "2.000 µs"]
+    assert cells[:3] == ["0", "1.00 µs", "2.00 µs"]
     assert cells[3:5] == ["-", "-"]  # no measured device share
     assert cells[7:9] == ["-", "-"]  # no run-ahead recorded, no queue
     assert cells[9] == "-"  # a session's report holds the run's bound, not each step's
