@@ -21,7 +21,6 @@ from asynctrace.errors import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from asynctrace._regression import assert_no_regression
     from asynctrace.analysis.report import Analysis, Report, analyze, analyze_detail
     from asynctrace.capture.benchmark import Benchmark
     from asynctrace.capture.options import TraceOptions
@@ -30,9 +29,10 @@ if TYPE_CHECKING:
     from asynctrace.capture.sinks import BaseSink, SessionEnd, Sink
     from asynctrace.capture.syncs import expect_syncs
     from asynctrace.files.many import analyze_many
+    from asynctrace.files.regression import assert_no_regression
     from asynctrace.files.sources import find_sources, load_source
-    from asynctrace.session import Session, current_session, trace
     from asynctrace.traces.load import load
+    from asynctrace.tracing import Session, current_session, trace
 
 __all__ = [
     "Analysis",
@@ -68,10 +68,10 @@ __all__ = [
 _LAZY: dict[str, str] = {
     "Benchmark": "asynctrace.capture.benchmark",
     "Profile": "asynctrace.capture.profiler",
-    "current_session": "asynctrace.session",
+    "current_session": "asynctrace.tracing",
     "range": "asynctrace.capture.ranges",
-    "Session": "asynctrace.session",
-    "trace": "asynctrace.session",
+    "Session": "asynctrace.tracing",
+    "trace": "asynctrace.tracing",
     "TraceOptions": "asynctrace.capture.options",
     "BaseSink": "asynctrace.capture.sinks",
     "SessionEnd": "asynctrace.capture.sinks",
@@ -85,7 +85,7 @@ _LAZY: dict[str, str] = {
     "load_source": "asynctrace.files.sources",
     "find_sources": "asynctrace.files.sources",
     "analyze_many": "asynctrace.files.many",
-    "assert_no_regression": "asynctrace._regression",
+    "assert_no_regression": "asynctrace.files.regression",
 }
 
 

@@ -1,12 +1,27 @@
 """Which Python frames are the user's own code: one rule for the sync sites a trace's frames
 give (``asynctrace.analysis.syncs``) and the stacks a running session records
-(``asynctrace.capture.syncs``), with nothing imported that capture does not need."""
+(``asynctrace.capture.syncs``), with nothing imported that capture does not need.
+
+Two kinds of asynctrace's own files are told apart where a running session locates a sync, and
+the code they belong to registers them: code that stands for the user's (``asynctrace demo``'s
+loops, :func:`register_user_code`), and the command line that launches a user's script
+(``asynctrace run``/``check``, :func:`register_launcher`)."""
 
 from __future__ import annotations
 
+import os
 import re
 
-__all__ = ["is_user_file", "is_user_frame", "short_path", "site_of"]
+__all__ = [
+    "is_standing_in_for_user",
+    "is_user_file",
+    "is_user_frame",
+    "launchers",
+    "register_launcher",
+    "register_user_code",
+    "short_path",
+    "site_of",
+]
 
 _FRAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\)")
 #: folders whose files are never the user's own code
@@ -20,8 +35,6 @@ _OWN_MODULES = frozenset(
         "_commands",
         "_frames.py",
         "_extras.py",
-        "_known_syncs.py",
-        "_regression.py",
         "analysis",
         "capture",
         "cli.py",
@@ -29,14 +42,48 @@ _OWN_MODULES = frozenset(
         "export",
         "files",
         "integrations",
-        "records.py",
+        "records",
         "render",
-        "session.py",
+        "tracing.py",
         "tb_plugin",
         "sinks",
         "traces",
     }
 )
+
+
+#: asynctrace's files whose frames stand for the user's (their syncs are shown as the user's)
+_STAND_INS: set[str] = set()
+#: path prefixes (files, or folders ending in a separator) of the code that launches a user's
+#: script: no frame outside it is the user's
+_LAUNCHERS: tuple[str, ...] = ()
+
+
+def register_user_code(path: str) -> None:
+    """Have a running session take the frames of file ``path`` (asynctrace's own) for the
+    user's: a sync made there is shown at its line, as a user's would be."""
+    _STAND_INS.add(os.path.abspath(path))
+
+
+def register_launcher(path: str) -> None:
+    """Have a running session stop a sync's stack at file ``path``, or at any file of folder
+    ``path`` (given with a trailing separator): the command line that runs a user's script,
+    whose callers are never the user's."""
+    global _LAUNCHERS
+    where = os.path.abspath(path) + (os.sep if path.endswith(("/", os.sep)) else "")
+    if where not in _LAUNCHERS:
+        _LAUNCHERS = (*_LAUNCHERS, where)
+
+
+def is_standing_in_for_user(path: str) -> bool:
+    """Whether ``path`` (an absolute file name, as a code object has it) is registered by
+    :func:`register_user_code`."""
+    return path in _STAND_INS
+
+
+def launchers() -> tuple[str, ...]:
+    """The prefixes :func:`register_launcher` registered (for ``str.startswith``)."""
+    return _LAUNCHERS
 
 
 def is_user_frame(name: str) -> bool:

@@ -15,10 +15,14 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from asynctrace import __version__
+from asynctrace._frames import register_launcher
 from asynctrace.errors import AsyncTraceError
 from asynctrace.render.printable import printable
 
 __all__ = ["console", "main"]
+
+# the command line launches a user's script: a sync's stack stops here
+register_launcher(__file__)
 
 #: name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {

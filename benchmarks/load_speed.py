@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from asynctrace.traces import kineto
-from asynctrace.traces._io import iter_blocks
+from asynctrace.traces.reading import iter_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "traces" / "kineto"

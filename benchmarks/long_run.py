@@ -28,7 +28,7 @@ import torch  # noqa: F401 - imported before tracing starts: the session needs i
 
 from asynctrace.capture.devices import FakeClock, FakeDevice
 from asynctrace.records import SessionSummary
-from asynctrace.session import Session
+from asynctrace.tracing import Session
 
 __all__ = ["main", "run"]
 

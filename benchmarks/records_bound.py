@@ -27,7 +27,7 @@ root, n = sys.argv[1], int(sys.argv[2])
 sys.path.insert(0, root)
 import asynctrace
 assert asynctrace.__file__.startswith(root), asynctrace.__file__
-from asynctrace.analysis.bound import bound_of_records
+from asynctrace.analysis.records_bound import bound_of_records
 from asynctrace.analysis.report import Analysis, Report, SourceInfo, VerdictInfo
 from asynctrace.records import StepRecord
 

@@ -69,14 +69,69 @@ def test_every_module_declares_all() -> None:
     assert missing == []
 
 
-def _asynctrace_imports(path: Path) -> set[str]:
+def _is_module(name: str) -> bool:
+    where = PACKAGE.parent.joinpath(*name.split("."))
+    return where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module of ours that ``path`` imports: ``from asynctrace.x import _y`` names the
+    module ``asynctrace.x._y`` where ``_y`` is one, else ``asynctrace.x``."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
+            for a in node.names:
+                if _is_module(f"{node.module}.{a.name}"):
+                    found.add(f"{node.module}.{a.name}")
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
-    return {m for m in found if m.startswith("asynctrace")}
+    return {m for m in found if m == "asynctrace" or m.startswith("asynctrace.")}
+
+
+def _asynctrace_imports(path: Path) -> set[str]:
+    return _imported_modules(path)
+
+
+def _module_files() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "static" not in p.parts)
+
+
+def _part(module: str) -> str:
+    """The part a module belongs to: its subpackage, or the top-level module itself."""
+    return module.split(".")[1] if "." in module else module
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@pytest.mark.parametrize("path", _module_files(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_imports_another_parts_private_module(path: Path) -> None:
+    # a part shares what others need through a public module (or its own __init__); its
+    # ``_modules`` are its own. The top-level private leaves (``_frames``, ``_extras``) are
+    # shared leaves, and ``_commands`` is the command line's own part, which only cli.py runs
+    importer = _module_name(path)
+    bad = []
+    for module in _imported_modules(path):
+        inside = module.split(".")[2:]  # the names below the part
+        if any(name.startswith("_") for name in inside) and _part(module) != _part(importer):
+            bad.append(module)
+    assert sorted(bad) == []
+
+
+def test_only_the_command_line_runs_the_commands() -> None:
+    importers = sorted(
+        _module_name(p)
+        for p in _module_files()
+        if _part(_module_name(p)) != "_commands"
+        and any(_part(m) == "_commands" for m in _imported_modules(p))
+    )
+    assert importers == []
 
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "capture").glob("*.py")), ids=lambda p: p.name)
@@ -87,11 +142,42 @@ def test_capture_is_a_leaf(path: Path) -> None:
         "asynctrace.records",
         "asynctrace.errors",
         "asynctrace._frames",
-        "asynctrace._known_syncs",
-        "asynctrace.traces.load",
     )
-    bad = sorted(m for m in _asynctrace_imports(path) if not m.startswith(allowed))
+    bad = sorted(
+        m
+        for m in _asynctrace_imports(path)
+        if not (m + ".").startswith(tuple(a + "." for a in allowed))
+    )
     assert bad == []
+
+
+def test_the_records_are_a_leaf() -> None:
+    # what capture writes and every reader reads: nothing of ours but the errors
+    bad = sorted(
+        m
+        for p in (PACKAGE / "records").glob("*.py")
+        for m in _asynctrace_imports(p)
+        if not (m.startswith("asynctrace.records") or m == "asynctrace.errors")
+    )
+    assert bad == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for d in ("render", "export") for p in (PACKAGE / d).rglob("*.py")),
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_views_never_import_capture(path: Path) -> None:
+    # a view runs after the session, on its files: the capture side (and torch) stay out
+    bad = sorted(m for m in _asynctrace_imports(path) if _part(m) == "capture")
+    assert bad == []
+
+
+def test_few_modules_at_the_top() -> None:
+    # the public face (``__init__``, ``__main__``, ``cli``, ``errors``, ``tracing``) and the
+    # shared leaves (``_frames``, ``_extras``); everything else lives in a part
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 7, top
 
 
 def _views() -> list[Path]:
@@ -103,10 +189,13 @@ def _views() -> list[Path]:
 @pytest.mark.parametrize("path", _views(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_views_call_no_analysis_function(path: Path) -> None:
     # renderers and exporters take the report and the analysis detail made once: from the
-    # analysis layer they import types and constants (CamelCase, UPPER_CASE), never a function
+    # analysis layer they import types and constants (CamelCase, UPPER_CASE), never a function;
+    # asynctrace.analysis.units formats durations (the one formatter), it computes no figure
     bad = []
     for node in ast.walk(ast.parse(path.read_text())):
         module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+        if module == "asynctrace.analysis.units":
+            continue
         if isinstance(node, ast.ImportFrom) and module.startswith("asynctrace.analysis"):
             bad += [
                 f"{node.module}.{a.name}"

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from asynctrace._commands._demo_loops import _LOOP_NAMES, DEMO_PROFILE, LoopResult, _median, _us
+from asynctrace._commands._demo_loops import _LOOP_NAMES, DEMO_PROFILE, LoopResult, _median
 from asynctrace.analysis.report import Analysis, Report, analyze_detail
+from asynctrace.analysis.units import format_ns
 from asynctrace.files.sources import load_source
-from asynctrace.traces.load import ANNOTATED_SUFFIX
+from asynctrace.records.names import ANNOTATED_SUFFIX
 
 __all__ = ["Artifact", "clear_previous", "write_views"]
 
@@ -117,8 +118,8 @@ def _trace_views(
 ) -> tuple[Analysis, list[Artifact]]:
     """The profiled loop's trace: its analysis (made once), the trace and its annotated copy
     (written here when deep mode did not), and its timeline picture."""
-    from asynctrace.capture.profiler import annotated_path
     from asynctrace.export.chrome import annotate_file
+    from asynctrace.records.names import annotated_path
     from asynctrace.render import plot
 
     trace_path = Path(profiled.profiler_traces[0])
@@ -272,8 +273,8 @@ def _records_notes(
                 else "would include its overhead, though this run's noise hid it"
             )
             notes.append(
-                f"The profiled steps (median {_us(profiled_ns)} of host time; "
-                f"{_us(plain_ns)} in {unsynced.name}) ran under torch.profiler and {cost}: "
+                f"The profiled steps (median {format_ns(profiled_ns)} of host time; "
+                f"{format_ns(plain_ns)} in {unsynced.name}) ran under torch.profiler and {cost}: "
                 "deep mode runs as a separate session so that the two loops' figures carry "
                 "none of it."
             )

@@ -22,8 +22,8 @@ from asynctrace.capture.devices import Device, get_device
 from asynctrace.capture.profiler import Profile
 from asynctrace.files.sources import load_source
 from asynctrace.records import StepRecord
-from asynctrace.session import trace
-from asynctrace.traces.load import ANNOTATED_SUFFIX
+from asynctrace.records.names import ANNOTATED_SUFFIX
+from asynctrace.tracing import trace
 
 __all__ = [
     "DEMO_PROFILE",
@@ -364,18 +364,6 @@ def _median(values: list[int]) -> float:
     n = len(values)
     mid = n // 2
     return float(values[mid]) if n % 2 else (values[mid - 1] + values[mid]) / 2
-
-
-def _s(ns: float) -> str:
-    return f"{ns / 1e9:.4f} s"
-
-
-def _us(ns: float) -> str:
-    return f"{ns / 1e3:,.1f} µs"
-
-
-def _opt_us(ns: float | None) -> str:
-    return "n/a" if ns is None else f"{ns / 1e3:,.1f}"
 
 
 def _synced_detector(dev: Device) -> str:

@@ -38,7 +38,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from rich.console import Console
@@ -52,10 +52,8 @@ from asynctrace._commands._demo_loops import (
     MatmulResult,
     StatementsResult,
     _plain_detector,
-    _s,
     _synced_detector,
     _torch_device,
-    _us,
     run_loop,
     run_matmuls,
     run_statements,
@@ -66,7 +64,11 @@ from asynctrace._commands._demo_text import (
     render_matmuls,
     render_statements,
 )
+from asynctrace.analysis.units import format_ns
 from asynctrace.capture.devices import Device, get_device
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["DemoResult", "run_demo"]
 
@@ -104,23 +106,71 @@ def _answer(
         return (
             "Exercise: on CPU, can you still observe asynchrony in the backend? No. The CPU "
             "backend runs each operator before returning to Python. The ten torch matmuls "
-            f"returned after {_s(m.torch.returned_ns)} with the work done; run again, a read "
-            f"that forces completion right after waited {_us(m.forced_read_wait_ns)} "
-            f"({share:.2%} of the loop's {_s(m.check_returned_ns)}). With matmuls issued before "
-            f"z = x * y + 2, that statement itself took {_s(first.returned_ns)}, and printing z "
-            f"took {_us(queued.print_ns)}, not the {_s(first.returned_ns)} an asynchronous "
+            f"returned after {format_ns(m.torch.returned_ns)} with the work done; run again, a "
+            "read "
+            f"that forces completion right after waited {format_ns(m.forced_read_wait_ns)} "
+            f"({share:.2%} of the loop's {format_ns(m.check_returned_ns)}). With matmuls issued "
+            "before "
+            f"z = x * y + 2, that statement itself took {format_ns(first.returned_ns)}, and "
+            "printing z "
+            f"took {format_ns(queued.print_ns)}, not the {format_ns(first.returned_ns)} an "
+            "asynchronous "
             "backend would make it wait. In both training loops run-ahead was at most "
-            f"{_us(max(ra, default=0))} and at most {max(inflight, default=0)} steps were in "
+            f"{format_ns(max(ra, default=0))} and at most {max(inflight, default=0)} steps were in "
             "flight: device time is frontend time."
         )
     return (
         f"On {dev.name} the backend is asynchronous: the ten torch matmuls returned after "
-        f"{_s(m.torch.returned_ns)} but the device finished them {_s(m.torch.done_ns)} after the "
-        f"block started; a forcing read right after waited {_us(m.forced_read_wait_ns)}. With "
-        f"matmuls queued, printing z waited {_us(queued.print_ns)}. Unsynchronized, the loop ran "
-        f"up to {_us(ra[-1] if ra else 0)} ahead with up to {inflight[-1] if inflight else 0} "
+        f"{format_ns(m.torch.returned_ns)} but the device finished them "
+        f"{format_ns(m.torch.done_ns)} after the "
+        f"block started; a forcing read right after waited {format_ns(m.forced_read_wait_ns)}. "
+        "With "
+        f"matmuls queued, printing z waited {format_ns(queued.print_ns)}. Unsynchronized, the "
+        "loop ran "
+        f"up to {format_ns(ra[-1] if ra else 0)} ahead with up to "
+        f"{inflight[-1] if inflight else 0} "
         "steps in flight; synchronized once per minibatch it stays close to the device. "
         "(Exercise: on the CPU backend none of this shows: it runs synchronously.)"
+    )
+
+
+def _run_loops(dev: Device, tdev: torch.device, *, steps: int, out_dir: Path) -> list[LoopResult]:
+    """(c) and (d): the loop synchronized once per minibatch, and left to run ahead."""
+    return [
+        run_loop(
+            dev,
+            tdev,
+            synchronized=True,
+            steps=steps,
+            out=out_dir,
+            tensorboard=True,
+            detect_syncs=_synced_detector(dev),
+        ),
+        run_loop(
+            dev,
+            tdev,
+            synchronized=False,
+            steps=steps,
+            out=out_dir,
+            tensorboard=True,
+            detect_syncs=_plain_detector(dev),
+        ),
+    ]
+
+
+def _run_profiled(dev: Device, tdev: torch.device, *, out_dir: Path) -> LoopResult:
+    """The unsynchronized loop again, under the profiler's window (the trace the views show)."""
+    p = DEMO_PROFILE
+    return run_loop(
+        dev,
+        tdev,
+        synchronized=False,
+        # one step after the window, so the window closes on a step boundary
+        steps=p.wait + p.warmup + p.active + 1,
+        out=out_dir,
+        name=_LOOP_NAMES[2],
+        tensorboard=True,
+        profile=p,
     )
 
 
@@ -157,41 +207,11 @@ def run_demo(
     if console is not None:
         for s in st:
             render_statements(s, console)
-    loops = [
-        run_loop(
-            dev,
-            tdev,
-            synchronized=True,
-            steps=steps,
-            out=out_dir,
-            tensorboard=True,
-            detect_syncs=_synced_detector(dev),
-        ),
-        run_loop(
-            dev,
-            tdev,
-            synchronized=False,
-            steps=steps,
-            out=out_dir,
-            tensorboard=True,
-            detect_syncs=_plain_detector(dev),
-        ),
-    ]
+    loops = _run_loops(dev, tdev, steps=steps, out_dir=out_dir)
     if console is not None:
         for lp in loops:
             render_loop(lp, console)
-    p = DEMO_PROFILE
-    profiled = run_loop(
-        dev,
-        tdev,
-        synchronized=False,
-        # one step after the window, so the window closes on a step boundary
-        steps=p.wait + p.warmup + p.active + 1,
-        out=out_dir,
-        name=_LOOP_NAMES[2],
-        tensorboard=True,
-        profile=p,
-    )
+    profiled = _run_profiled(dev, tdev, out_dir=out_dir)
     artifacts: list[Artifact] = []
     notes: list[str] = []
     if views:

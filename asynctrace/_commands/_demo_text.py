@@ -14,10 +14,8 @@ from asynctrace._commands._demo_loops import (
     LoopResult,
     MatmulResult,
     StatementsResult,
-    _opt_us,
-    _s,
-    _us,
 )
+from asynctrace.analysis.units import format_column, format_ns
 
 if TYPE_CHECKING:
     from asynctrace._commands._demo_run import DemoResult
@@ -89,13 +87,13 @@ def render_matmuls(m: MatmulResult, console: Console) -> None:
     t = Table(title=f"(a) ten {m.size}×{m.size} matmuls: returned vs done")
     for col in ("", "returned", "done", "forcing read after"):
         t.add_column(col, justify="right" if col else "left")
-    t.add_row("numpy", _s(m.numpy.returned_ns), _s(m.numpy.done_ns), "—")
-    t.add_row("torch", _s(m.torch.returned_ns), _s(m.torch.done_ns), "")
+    t.add_row("numpy", format_ns(m.numpy.returned_ns), format_ns(m.numpy.done_ns), "—")
+    t.add_row("torch", format_ns(m.torch.returned_ns), format_ns(m.torch.done_ns), "")
     t.add_row(
         "torch again, then b[0, 0].item()",
-        _s(m.check_returned_ns),
-        _s(m.check_returned_ns + m.forced_read_wait_ns),
-        f"waited {_us(m.forced_read_wait_ns)} (again: {_us(m.forced_read_again_ns)})",
+        format_ns(m.check_returned_ns),
+        format_ns(m.check_returned_ns + m.forced_read_wait_ns),
+        f"waited {format_ns(m.forced_read_wait_ns)} (again: {format_ns(m.forced_read_again_ns)})",
     )
     console.print(t)
     console.print(m.numpy.line())
@@ -108,9 +106,14 @@ def render_statements(s: StatementsResult, console: Console) -> None:
         t.add_column(col, justify="left" if col == "statement" else "right")
     for r in s.statements:
         t.add_row(
-            r.statement, _opt_us(r.returned_ns), _opt_us(r.host_end_ns), _opt_us(r.device_done_ns)
+            r.statement,
+            _us_cell(r.returned_ns),
+            _us_cell(r.host_end_ns),
+            _us_cell(r.device_done_ns),
         )
-    t.add_row("print(z)", _opt_us(s.print_ns), "", f"(printing again: {_opt_us(s.print_again_ns)})")
+    t.add_row(
+        "print(z)", _us_cell(s.print_ns), "", f"(printing again: {_us_cell(s.print_again_ns)})"
+    )
     console.print(t)
 
 
@@ -132,17 +135,18 @@ def render_loop(lp: LoopResult, console: Console, *, max_rows: int = 12) -> None
         mem = r.get("mem_allocated_bytes")
         t.add_row(
             str(r["step"]),
-            _opt_us(r["frontend_ns"]),
-            _opt_us(r.get("device_ns")),
-            _opt_us(r.get("run_ahead_ns")),
+            _us_cell(r["frontend_ns"]),
+            _us_cell(r.get("device_ns")),
+            _us_cell(r.get("run_ahead_ns")),
             str(r.get("in_flight", 0)),
             "n/a" if mem is None else f"{mem / 2**20:,.1f}",
         )
     console.print(t)
     console.print(
-        f"median frontend {_us(lp.median_frontend_ns)}, median device "
-        f"{'n/a' if lp.median_device_ns is None else _us(lp.median_device_ns)}, "
-        f"max run-ahead {'n/a' if lp.max_run_ahead_ns is None else _us(lp.max_run_ahead_ns)}, "
+        f"median frontend {format_ns(lp.median_frontend_ns)}, median device "
+        f"{'n/a' if lp.median_device_ns is None else format_ns(lp.median_device_ns)}, "
+        "max run-ahead "
+        f"{'n/a' if lp.max_run_ahead_ns is None else format_ns(lp.max_run_ahead_ns)}, "
         f"max in flight {lp.max_in_flight}; records: {lp.records_path}",
         markup=False,
     )
@@ -171,3 +175,8 @@ def render_demo(result: DemoResult, console: Console) -> None:
         render_loop(lp, console)
     console.print(result.answer, markup=False)
     render_artifacts(result, console)
+
+
+def _us_cell(ns: float | None) -> str:
+    """A table cell in µs ("n/a" where there is no figure)."""
+    return format_column(ns, "µs", missing="n/a")

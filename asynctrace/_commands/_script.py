@@ -43,7 +43,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from asynctrace.capture._signals import TerminatedBySignal
+from asynctrace.capture.signals import TerminatedBySignal
 from asynctrace.errors import AsyncTraceError
 
 __all__ = [

@@ -31,8 +31,8 @@ def run(args: argparse.Namespace) -> int:
     from asynctrace.analysis.report import analyze_detail
     from asynctrace.export.chrome import annotate_file, overlay_source
     from asynctrace.files.sources import load_source
-    from asynctrace.traces._io import sniff
     from asynctrace.traces.model import Trace
+    from asynctrace.traces.reading import sniff
 
     src = Path(args.trace)
     out = Path(args.output)

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from asynctrace.capture._trigger import (
+from asynctrace.capture.trigger import (
     CONTROL_DIR,
     LEAD_S,
     REQUEST_NAME,

@@ -23,7 +23,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -34,9 +34,13 @@ from asynctrace._commands._script import (
     stdout_to_stderr,
 )
 from asynctrace.errors import AsyncTraceError
-from asynctrace.records import Note
+from asynctrace.records import Note, StepRecord, SyncSite
 from asynctrace.render.output import output_folder, utf8
 from asynctrace.render.printable import printable
+
+if TYPE_CHECKING:
+    from asynctrace.analysis.report import Report
+    from asynctrace.analysis.verdict import Verdict
 
 __all__ = ["CHECK_SCHEMA_VERSION", "CheckResult", "add_arguments", "run", "split_trailing_options"]
 
@@ -155,10 +159,7 @@ _WHOLE_RUN_NOTE = Note(
 
 def run(args: argparse.Namespace) -> int:
     from asynctrace.analysis.budget import sync_budget
-    from asynctrace.analysis.verdict import judge_steps
-    from asynctrace.files.sources import load_source
-    from asynctrace.records import Records
-    from asynctrace.session import trace
+    from asynctrace.tracing import trace
 
     script_args, budget, as_json = split_trailing_options(args.args)
     budget = budget if budget is not None else args.max_syncs_per_step
@@ -187,25 +188,7 @@ def run(args: argparse.Namespace) -> int:
     report = session.summary()
     # the verdict already says the CPU runs synchronously
     notes = [n for n in report.notes if n.code != "cpu-synchronous"]
-    if session.records_path is not None:
-        records = load_source(session.records_path)
-        assert isinstance(records, Records)  # the session wrote them
-        steps = records.steps
-        sites = [
-            msgspec.structs.replace(
-                s, site=_display(s.site, cwd), stack=[_display_frame(f, cwd) for f in s.stack]
-            )
-            for s in records.syncs
-        ]
-        verdict = judge_steps(
-            records.steps, asynchronous=records.header.asynchronous, sync_sites=sites
-        )
-    else:
-        # records could not be written (the note says why): judge from the summary alone
-        steps = []
-        sites = [msgspec.structs.replace(s, site=_display(s.site, cwd)) for s in report.sync_sites]
-        verdict = judge_steps([], asynchronous=report.source.asynchronous, sync_sites=sites)
-
+    steps, sites, verdict = _judged_run(session.records_path, report, cwd)
     judged = sync_budget(steps, max_syncs_per_step=budget, sync_sites=sites)
     if judged.whole_run:
         notes.append(_WHOLE_RUN_NOTE)
@@ -222,19 +205,7 @@ def run(args: argparse.Namespace) -> int:
         asynchronous=report.source.asynchronous,
         detect=args.detect,
         steps=n_steps,
-        sync_sites=[
-            {
-                "site": s.site,
-                "op": s.op,
-                "count": s.count,
-                "steps": s.steps,
-                "per_step": s.count / per,
-                "wait_ns": s.wait_ns,
-                "stack": list(s.stack),
-                **_library_fields(s.stack),
-            }
-            for s in sorted(sites, key=lambda s: (-s.count, s.site))
-        ],
+        sync_sites=_site_rows(sites, per),
         verdict=verdict.to_dict(),
         max_syncs_per_step=budget,
         over_budget_steps=judged.over_budget_steps,
@@ -254,11 +225,55 @@ def run(args: argparse.Namespace) -> int:
     return exit_code
 
 
+def _judged_run(
+    records_path: Path | None, report: Report, cwd: str
+) -> tuple[Sequence[StepRecord], list[SyncSite], Verdict]:
+    """The run's steps, its sync sites (shown from ``cwd``) and its verdict: from the records
+    the session wrote, else (records could not be written: a note says why) from its summary
+    alone."""
+    from asynctrace.analysis.verdict import judge_steps
+    from asynctrace.files.sources import load_source
+    from asynctrace.records import Records
+
+    if records_path is not None:
+        records = load_source(records_path)
+        assert isinstance(records, Records)  # the session wrote them
+        sites = [
+            msgspec.structs.replace(
+                s, site=_display(s.site, cwd), stack=[_display_frame(f, cwd) for f in s.stack]
+            )
+            for s in records.syncs
+        ]
+        verdict = judge_steps(
+            records.steps, asynchronous=records.header.asynchronous, sync_sites=sites
+        )
+        return records.steps, sites, verdict
+    sites = [msgspec.structs.replace(s, site=_display(s.site, cwd)) for s in report.sync_sites]
+    return [], sites, judge_steps([], asynchronous=report.source.asynchronous, sync_sites=sites)
+
+
+def _site_rows(sites: Sequence[SyncSite], per: int) -> list[dict[str, Any]]:
+    """The sync sites as the result lists them, most calls first."""
+    return [
+        {
+            "site": s.site,
+            "op": s.op,
+            "count": s.count,
+            "steps": s.steps,
+            "per_step": s.count / per,
+            "wait_ns": s.wait_ns,
+            "stack": list(s.stack),
+            **_library_fields(s.stack),
+        }
+        for s in sorted(sites, key=lambda s: (-s.count, s.site))
+    ]
+
+
 def _library_fields(stack: Sequence[str]) -> dict[str, Any]:
     """For a sync made inside a library: ``from``, the innermost user frame that led to it
     (None when only the library's own frames are there), and ``known``, what the known-sync
-    table (``asynctrace/_known_syncs.py``) says of it. Both None for a sync in user code."""
-    from asynctrace._known_syncs import is_library_frame, known_sync
+    table (``asynctrace/records/known_syncs.py``) says of it. Both None for a sync in user code."""
+    from asynctrace.records.known_syncs import is_library_frame, known_sync
 
     if not stack or not is_library_frame(stack[0]):
         return {"from": None, "known": None}

@@ -96,8 +96,8 @@ def _console() -> Console:
 
 
 def run(args: argparse.Namespace) -> int:
-    from asynctrace._regression import check_comparable, load_report
     from asynctrace.analysis.compare import compare
+    from asynctrace.files.regression import check_comparable, load_report
     from asynctrace.render.compare import markdown, render_comparison
 
     fmt = args.format or ("json" if args.json else "text")

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
-from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
+from asynctrace.analysis.defaults import DEFAULT_QUEUE_CAP
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import RECORDS_SUFFIX
 from asynctrace.render.output import fs_name, json_text, output_file, stdout_console, write_failed
@@ -159,9 +159,9 @@ class _ImportBehind:
 
         import asynctrace.traces.kineto
         import asynctrace.traces.load  # noqa: F401
-        from asynctrace.traces._io import _inflater
+        from asynctrace.traces.reading import inflater
 
-        _inflater()  # zlib-ng, imported on first use otherwise
+        inflater()  # zlib-ng, imported on first use otherwise
 
         self._thread = threading.Thread(target=self._import, name="asynctrace-import", daemon=True)
         self._thread.start()

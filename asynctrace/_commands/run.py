@@ -47,12 +47,12 @@ from asynctrace._commands._script import (
     script_arguments,
     stdout_to_stderr,
 )
-from asynctrace.capture._signals import deferred_signals, resend
+from asynctrace.capture.signals import deferred_signals, resend
 from asynctrace.errors import AsyncTraceError
 from asynctrace.render.output import json_text, output_folder, utf8
 
 if TYPE_CHECKING:
-    from asynctrace.session import Session
+    from asynctrace.tracing import Session
 
 __all__ = ["add_arguments", "parse_step_range", "run"]
 
@@ -176,10 +176,25 @@ class _Ending:
                 self.error = e
 
 
+def _say_unclean_end(around: _Ending) -> None:
+    """On stderr: the session's end failed, or a signal handler raised while it ended."""
+    if around.error is not None:
+        print(
+            "asynctrace run: warning: the session did not end cleanly: " + _one_line(around.error),
+            file=sys.stderr,
+        )
+    if around.signal_error is not None:
+        print(
+            "asynctrace run: note: a signal handler raised while the session ended (run once "
+            f"the records were written): {_one_line(around.signal_error)}",
+            file=sys.stderr,
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from asynctrace.capture.devices import get_device
     from asynctrace.render.text import print_summary
-    from asynctrace.session import trace
+    from asynctrace.tracing import trace
 
     script = resolve_target(args)
     # resolved here so that a wrong one is said as the option typed, not as trace(device=...)
@@ -212,17 +227,7 @@ def run(args: argparse.Namespace) -> int:
         # a child the script forked that returned from it: the summary, records and ranks
         # are the parent's, which goes on and says them once
         return status
-    if around.error is not None:
-        print(
-            "asynctrace run: warning: the session did not end cleanly: " + _one_line(around.error),
-            file=sys.stderr,
-        )
-    if around.signal_error is not None:
-        print(
-            "asynctrace run: note: a signal handler raised while the session ended (run once "
-            f"the records were written): {_one_line(around.signal_error)}",
-            file=sys.stderr,
-        )
+    _say_unclean_end(around)
     try:
         report = session.summary()
     except Exception:
@@ -284,7 +289,7 @@ def _one_line(e: BaseException) -> str:
 
 
 def _print_rank_table(session: Session) -> None:
-    from asynctrace.capture import _distributed
+    from asynctrace.capture import distributed as _distributed
     from asynctrace.render.ranks import format_rank_table
 
     table = session.rank_table

@@ -7,6 +7,7 @@ import msgspec
 
 __all__ = [
     "CAUSES",
+    "LAUNCH_GAP_NS",
     "Bound",
     "BoundEvidence",
     "HostFrame",
@@ -22,6 +23,8 @@ __all__ = [
 
 #: idle causes, in the order ties are broken
 CAUSES = ("host", "sync", "input", "dependency", "unattributed")
+#: host gaps shorter than this between kernels are launch overhead, longer ones host work
+LAUNCH_GAP_NS = 50_000
 
 
 class IdleByCause(msgspec.Struct, frozen=True, kw_only=True):

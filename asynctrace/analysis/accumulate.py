@@ -291,7 +291,8 @@ class StepAccumulator:
         own compute sets the pace: never ``device-bound``, which is about a device."""
         if not self.recent:
             return None
-        from asynctrace.analysis.bound import advice_for, bound_of_records
+        from asynctrace.analysis.advice import advice_for
+        from asynctrace.analysis.records_bound import bound_of_records
 
         recent = list(self.recent)
         if warmup is not None:

@@ -36,10 +36,11 @@ Definitions (docs/how-it-works.md and docs/analysis.md say the same, with exampl
 Everything is arithmetic on sorted numpy arrays (:class:`~asynctrace.analysis.timeline.Cover`):
 one merge of the activities, one vectorised classification of the gaps, binary searches for
 the per-step shares; the host frames are measured per host thread (a loop over threads, not
-gaps). :data:`FRAME_SAMPLE_GAPS` is no longer used (schema 4 measures every gap).
+gaps).
 
-:func:`bound_of_records` gives the same label, from the same rule and thresholds, to a live
-session's step records, which have no per-gap timeline (see its docstring).
+:func:`asynctrace.analysis.records_bound.bound_of_records` gives the same label, from the same
+rule and thresholds (:mod:`asynctrace.analysis._bound_rule`), to a live session's step records,
+which have no per-gap timeline; :mod:`asynctrace.analysis.advice` writes the advice.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ import numpy.typing as npt
 from asynctrace._frames import is_user_frame, site_of
 from asynctrace.analysis._bound_model import (
     CAUSES,
+    LAUNCH_GAP_NS,
     Bound,
     BoundEvidence,
     HostFrame,
@@ -64,6 +66,15 @@ from asynctrace.analysis._bound_model import (
     SyncCost,
     WaitedOn,
     WarmUp,
+)
+from asynctrace.analysis._bound_rule import (
+    DEVICE_BOUND_IDLE_FRACTION,
+    LABELS,
+    label_of,
+    pct,
+    pcts,
+    run_bound,
+    step_bound,
 )
 from asynctrace.analysis.launches import LaunchLinks
 from asynctrace.analysis.queue import QueueSeries, launch_cover
@@ -78,19 +89,16 @@ from asynctrace.analysis.timeline import (
     union_runs,
     unique_inverse,
 )
-from asynctrace.records import StepRecord
+from asynctrace.analysis.units import format_ns
 from asynctrace.traces.model import RangeKind, Trace
 
 __all__ = [
     "CAUSES",
     "DEVICE_BOUND_IDLE_FRACTION",
-    "FRAME_SAMPLE_GAPS",
     "LABELS",
     "LAUNCH_GAP_NS",
     "MISSING_ACTIVITY_BUSY_FRACTION",
     "MISSING_ACTIVITY_MIN_NS",
-    "RECORDS_BEHIND_FRACTION",
-    "RECORDS_FULL_IN_FLIGHT",
     "SYNC_COST_FRACTION",
     "Bound",
     "BoundEvidence",
@@ -98,53 +106,24 @@ __all__ = [
     "IdleByCause",
     "IdleGaps",
     "KernelTime",
-    "RecordsBound",
     "ReportWarning",
     "StepBound",
     "SyncCost",
     "TraceBound",
     "WaitedOn",
-    "advice_for",
-    "bound_columns_of_records",
-    "bound_of_records",
     "bound_of_trace",
     "label_of",
 ]
 
 I64 = npt.NDArray[np.int64]
 
-#: idle below this share of the region: the device is the bottleneck (device-bound)
-DEVICE_BOUND_IDLE_FRACTION = 0.15
-#: host gaps shorter than this between kernels are launch overhead, longer ones host work
-LAUNCH_GAP_NS = 50_000
 #: syncs costing at least this share of the step make "over-synchronized" the verdict
 SYNC_COST_FRACTION = 0.05
 #: a sync at least this long ...
 MISSING_ACTIVITY_MIN_NS = 1_000_000
 #: ... during which the device is busy less than this share of it: activity is missing
 MISSING_ACTIVITY_BUSY_FRACTION = 0.01
-#: longest gaps of the leading cause whose host frames are looked up (the evidence)
-FRAME_SAMPLE_GAPS = 64
-#: records: run-ahead at a step's end above this share of the step: the device is behind
-RECORDS_BEHIND_FRACTION = 0.05
-#: records: this many steps in flight: the queue holds whole steps, the device is behind
-RECORDS_FULL_IN_FLIGHT = 2
 
-LABELS = (
-    "device-bound",
-    "host-bound",
-    "sync-bound",
-    "input-bound",
-    "dependency-bound",
-    "undetermined",
-)
-_LABEL_OF_CAUSE = {
-    "host": "host-bound",
-    "sync": "sync-bound",
-    "input": "input-bound",
-    "dependency": "dependency-bound",
-    "unattributed": "undetermined",
-}
 #: data waits in a trace: the profiler's range around a DataLoader iterator's __next__
 _DATA_WAIT = re.compile(r"enumerate\(DataLoader\).*__next__")
 _DATA_MARK = "DataLoader"
@@ -178,239 +157,6 @@ class TraceBound(msgspec.Struct, frozen=True, kw_only=True):
     clocks_disagree: bool = False
     #: the gaps themselves (not in the report's JSON)
     gaps: IdleGaps | None = None
-
-
-class RecordsBound(msgspec.Struct, frozen=True, kw_only=True):
-    run: Bound
-    steps: list[StepBound]
-
-
-# --- the rule ---------------------------------------------------------------------------------
-
-
-def label_of(region_ns: int, busy_ns: int, idle: IdleByCause) -> tuple[str, str]:
-    """(label, leading cause): device-bound below the idle threshold, else the leading cause."""
-    by = idle.as_dict()
-    leading = max(CAUSES, key=lambda c: (by[c], -CAUSES.index(c)))
-    if region_ns <= 0:
-        return "undetermined", leading
-    if region_ns - busy_ns < DEVICE_BOUND_IDLE_FRACTION * region_ns:
-        return "device-bound", leading
-    return _LABEL_OF_CAUSE[leading], leading
-
-
-def _pct(part: float, whole: float) -> float:
-    return round(100.0 * part / whole, 2) if whole > 0 else 0.0
-
-
-def _ms(ns: float) -> str:
-    if abs(ns) >= 1e6:
-        return f"{ns / 1e6:.1f} ms"
-    return f"{ns / 1e3:.1f} µs"
-
-
-def _short(name: str, limit: int = 60) -> str:
-    """A kernel's name without its argument list and leading ``void``, cut to ``limit``."""
-    head = name.split("(", 1)[0].removeprefix("void ").strip() or name
-    return head if len(head) <= limit else head[: limit - 1] + "…"
-
-
-_COMM_KERNEL = re.compile(
-    r"nccl|rccl|allreduce|all_reduce|allgather|all_gather|reducescatter|reduce_scatter|"
-    r"alltoall|sendrecv|broadcast",
-    re.I,
-)
-_COPY_KERNEL = re.compile(r"memcpy|memset", re.I)
-_MATMUL_KERNEL = re.compile(
-    r"gemm|cutlass|cublas|conv|xmma|wgrad|dgrad|fprop|matmul|mma|implicit", re.I
-)
-_ELEMENTWISE_KERNEL = re.compile(
-    r"elementwise|vectorized|unrolled|reduce_kernel|softmax|norm|bn_|activation|fill|copy_kernel",
-    re.I,
-)
-
-
-def _kernel_advice(top: Sequence[KernelTime], busy_ns: int) -> str:
-    """The next step that fits the kernels that fill the busy time: communication, copies,
-    matrix products or elementwise work (the largest of them among the top kernels); tensor
-    cores and fusion only where those kernels dominate."""
-    by = {"comm": 0, "copy": 0, "matmul": 0, "elementwise": 0}
-    for k in top:
-        for kind, pattern in (
-            ("comm", _COMM_KERNEL),
-            ("copy", _COPY_KERNEL),
-            ("matmul", _MATMUL_KERNEL),
-            ("elementwise", _ELEMENTWISE_KERNEL),
-        ):
-            if pattern.search(k.name):
-                by[kind] += k.total_ns
-                break
-    kind, ns = max(by.items(), key=lambda kv: kv[1])
-    share = f"{100 * ns / busy_ns:.0f}%" if busy_ns > 0 else ""
-    if ns == 0 or (busy_ns > 0 and ns < 0.3 * busy_ns):
-        return "speed up its top kernels (profile them: Nsight Compute, the kernels' shapes)"
-    if kind == "comm":
-        return (
-            f"communication kernels (NCCL) take {share} of the busy time: overlap them with "
-            "compute (DDP bucketing, async collectives), communicate less often or less data"
-        )
-    if kind == "copy":
-        return (
-            f"copies take {share} of the busy time: keep data on the device, batch small "
-            "copies into one, copy from pinned memory"
-        )
-    if kind == "matmul":
-        return (
-            f"matrix products and convolutions take {share} of the busy time: run them on "
-            "tensor cores (bf16/fp16 autocast, TF32), with shapes in multiples of 8 "
-            "(channels_last for convolutions)"
-        )
-    return (
-        f"elementwise and reduction kernels take {share} of the busy time: fuse them "
-        "(torch.compile), avoid materializing intermediates"
-    )
-
-
-def advice_for(
-    label: str, b: Bound | None = None, *, asynchronous: bool = True, clocks_disagree: bool = False
-) -> list[str]:
-    """One concrete next step for a label, naming what the evidence names (``clocks_disagree``:
-    the trace's host and device clocks disagree, and the idle causes are withheld)."""
-    if b is None:
-        return []
-    e = b.evidence
-    out: list[str]
-    if clocks_disagree and label == "undetermined":
-        out = [
-            f"the host and device clocks disagree: the device is busy {e.busy_pct:.0f}% of its "
-            f"own span, and the {_ms(b.idle_ns)} idle cannot be tied to what the host did — "
-            "re-record with host and device on one clock (one profiler session on one machine; "
-            "an export that converts device timestamps to the host clock)"
-        ]
-    elif label == "device-bound" and not asynchronous:
-        # the host ran every op itself: no device, no GPU advice
-        out = [
-            f"the host's own compute fills {e.busy_pct:.0f}% of the step: profile the step "
-            "(torch.profiler, py-spy) and speed up its top ops"
-        ]
-    elif label == "device-bound":
-        kernels = ", ".join(
-            f"{_short(k.name)} ({_ms(k.total_ns)}, ×{k.count})" for k in e.top_kernels[:3]
-        )
-        fit = _kernel_advice(e.top_kernels, b.busy_ns)
-        out = [
-            f"the device is busy {e.busy_pct:.0f}% of the time: {fit}"
-            + (f" — {kernels}" if kernels else "")
-            + "; the host is not the limit"
-        ]
-    elif label == "host-bound":
-        if e.launch_gaps and e.launch_gaps_ns >= e.host_work_ns:
-            out = [
-                f"launch overhead: {e.launch_gaps} gaps under {LAUNCH_GAP_NS // 1000} µs "
-                f"between kernels ({_ms(e.launch_gaps_ns)} idle) — capture the step in a CUDA "
-                'graph (torch.compile(mode="reduce-overhead"), torch.cuda.graphs), launch '
-                "fewer, larger kernels (fusion, torch.compile), or run larger batches"
-            ]
-        else:
-            frames = ", ".join(
-                f"{f.frame}" + (f" ({f.site})" if f.site else "") + f" {_ms(f.idle_ns)}"
-                for f in e.host_frames[:3]
-            )
-            out = [
-                f"host work: the device waits {_ms(e.host_work_ns)} in {e.host_work_gaps} gaps "
-                "while the host computes"
-                + (f" — in {frames}" if frames else "")
-                + ": move that work out of the step, overlap it with device work, or make it "
-                "cheaper"
-            ]
-    elif label == "sync-bound":
-        sites = ", ".join(
-            (f"{s.site} ({s.op} ×{s.count}" if s.site else f"{s.op} (×{s.count}")
-            + f", opens {_ms(s.idle_ns)} of idle)"
-            for s in e.sync_sites[:3]
-        )
-        out = [
-            "syncs stall the pipeline"
-            + (f" at {sites}" if sites else "")
-            + ": keep the loss on the device (accumulate it, call .item() once per log "
-            "interval), copy with non_blocking=True from pinned memory, and avoid "
-            "boolean-mask indexing / nonzero() in the step"
-        ]
-    elif label == "input-bound":
-        out = [
-            f"the device waits {_ms(b.idle_ns_by_cause.input)} for data: raise "
-            "DataLoader(num_workers=...), set pin_memory=True, prefetch (prefetch_factor, "
-            "copy the next batch to the device with non_blocking=True while this one runs)"
-        ]
-    elif label == "dependency-bound":
-        waited = ", ".join(
-            f"stream {w.stream} ({_short(w.name)}, {_ms(w.idle_ns)})" for w in e.waited_on[:3]
-        )
-        out = [
-            "queued work waited on other work"
-            + (f": {waited}" if waited else "")
-            + " — overlap communication with computation (bucketing, async collectives), "
-            "check event waits between streams, and the launch latency of graph replays"
-        ]
-    else:
-        out = [
-            f"{_ms(b.idle_ns_by_cause.unattributed)} of idle has no launch to explain it "
-            "(activity missing, unlinked launches or clocks that disagree): re-record with "
-            "the device activity of every stream (and graph replays) traced"
-        ]
-    if not asynchronous:
-        out.append(
-            "the CPU backend is synchronous: this label is about the host (there is no queue "
-            "to run ahead); on an accelerator the same loop may be bound differently"
-        )
-    return out
-
-
-def _pcts(idle: IdleByCause, whole: int) -> dict[str, float]:
-    """Each cause's idle time as a percentage of ``whole``."""
-    return {c: _pct(v, whole) for c, v in idle.as_dict().items()}
-
-
-def _step_bound(
-    label: str,
-    start: int,
-    end: int,
-    region: int,
-    busy: int,
-    idle: IdleByCause,
-    evidence: BoundEvidence,
-) -> StepBound:
-    """A step's bound (of a trace or of a session's records): its share ``[start, end)``,
-    ``region`` ns long, ``busy`` of them busy."""
-    return StepBound(
-        label=label,
-        share_start_ns=start,
-        share_end_ns=end,
-        region_ns=region,
-        busy_ns=busy,
-        idle_ns=idle.total(),
-        idle_ns_by_cause=idle,
-        evidence=evidence,
-    )
-
-
-def _run_bound(whole: StepBound, *, asynchronous: bool, clocks_disagree: bool = False) -> Bound:
-    """A run's bound (of a trace or of a session's records): its whole region's, taken as one
-    share, with advice."""
-    run = Bound(
-        label=whole.label,
-        region_ns=whole.region_ns,
-        busy_ns=whole.busy_ns,
-        idle_ns=whole.idle_ns,
-        idle_ns_by_cause=whole.idle_ns_by_cause,
-        evidence=whole.evidence,
-    )
-    return msgspec.structs.replace(
-        run,
-        advice=advice_for(
-            run.label, run, asynchronous=asynchronous, clocks_disagree=clocks_disagree
-        ),
-    )
 
 
 # --- traces -----------------------------------------------------------------------------------
@@ -522,7 +268,11 @@ def _device_timeline(
     if len(s):
         heads, me = union_runs(s, e)
         busy = Cover._from_disjoint(s[heads], me)
-        g0, g1, ender = np.r_[r0, me[:-1]], s[heads], rows[heads]
+        g0, g1, ender = (
+            np.r_[r0, me[:-1]],
+            s[heads],
+            _first_to_start(trace, links, rows, s, e, heads),
+        )
     else:
         busy = Cover.of([], [])
         g0 = g1 = np.zeros(0, np.int64)
@@ -544,6 +294,41 @@ def _device_timeline(
         g1=g1[keep],
         ender=ender[keep].astype(np.intp),
     )
+
+
+def _first_to_start(
+    trace: Trace,
+    links: LaunchLinks,
+    rows: npt.NDArray[np.intp],
+    s: I64,
+    e: I64,
+    heads: npt.NDArray[np.intp],
+) -> npt.NDArray[np.intp]:
+    """The row of the activity that starts each run at ``heads``: where several start at once,
+    the first by (end, stream, name, launch call), so that the choice is the same whatever the
+    order of the trace's rows."""
+    ender = rows[heads]
+    nxt = heads + 1
+    tied = heads[(nxt < len(s)) & (s[np.minimum(nxt, len(s) - 1)] == s[heads])] if len(s) else heads
+    if not len(tied):
+        return ender
+    act = trace.activities
+    ends = np.searchsorted(s, s[tied], side="right")
+    for i, h, k in zip(
+        np.searchsorted(heads, tied).tolist(), tied.tolist(), ends.tolist(), strict=True
+    ):
+        j = min(
+            range(h, k),
+            key=lambda j: (
+                int(e[j]),
+                int(act.stream[rows[j]]),
+                trace.name_of(int(act.name[rows[j]])),
+                int(links.launch_start_ns[rows[j]]),
+                int(links.launch_end_ns[rows[j]]),
+            ),
+        )
+        ender[i] = rows[j]
+    return ender
 
 
 class _HostWaits(msgspec.Struct, frozen=True, eq=False):
@@ -601,10 +386,13 @@ def _clock_mismatch(trace: Trace, links: LaunchLinks) -> ReportWarning | None:
     p50 = int(l2s[(len(l2s) - 1) // 2])
     if first_dev > h1:
         where = (
-            f"the first device activity starts {_ms(first_dev - h1)} after the last host event ends"
+            f"the first device activity starts {format_ns(first_dev - h1)} after the last host "
+            "event ends"
         )
     elif last_dev < h0:
-        where = f"the last device activity ends {_ms(h0 - last_dev)} before the first host event"
+        where = (
+            f"the last device activity ends {format_ns(h0 - last_dev)} before the first host event"
+        )
     elif h1 > h0 and p50 > h1 - h0:
         where = "launch-to-start delays exceed the whole host span"
     else:
@@ -613,7 +401,8 @@ def _clock_mismatch(trace: Trace, links: LaunchLinks) -> ReportWarning | None:
         code="clock-mismatch",
         message=(
             f"the host and device clocks cannot both be right: every host event lies within "
-            f"{_ms(h1 - h0)}, {where}, and the median launch-to-start delay is {_ms(p50)}; "
+            f"{format_ns(h1 - h0)}, {where}, and the median launch-to-start delay is "
+            f"{format_ns(p50)}; "
             "launch delays, queue depth, run-ahead and the idle causes are withheld"
         ),
     )
@@ -638,9 +427,10 @@ def _missing_activity(
         code="missing-activity",
         message=(
             f"{int(dry.sum())} sync(s) wait while no device activity is recorded "
-            f"(longest: {name} waits {_ms(int(ls1[j] - ls0[j]))} of the {_ms(tl.region)} "
-            "traced): device activity is missing (graph replays not traced, another process's "
-            "work, a profiler that dropped records); idle inside those waits is unattributed"
+            f"(longest: {name} waits {format_ns(int(ls1[j] - ls0[j]))} of the "
+            f"{format_ns(tl.region)} traced): device activity is missing (graph replays not "
+            "traced, another process's work, a profiler that dropped records); idle inside "
+            "those waits is unattributed"
         ),
     )
 
@@ -656,7 +446,7 @@ def _activity_before_launch(trace: Trace, links: LaunchLinks) -> ReportWarning |
         code="activity-before-launch",
         message=(
             f"{int(before.sum())} device activities start before their launch call (by up to "
-            f"{_ms(skew)}): the device and host clocks are skewed; queue figures take such "
+            f"{format_ns(skew)}): the device and host clocks are skewed; queue figures take such "
             "activities to start when their call started"
         ),
     )
@@ -908,8 +698,8 @@ def _share_bound(sh: _Shares, k: int) -> StepBound:
     label, lead = label_of(region, busy, idle)
     wait = int(sh.sync_wait[k])
     evidence = BoundEvidence(
-        busy_pct=_pct(busy, region),
-        idle_pct_by_cause=_pcts(idle, region),
+        busy_pct=pct(busy, region),
+        idle_pct_by_cause=pcts(idle, region),
         leading_cause=lead,
         launch_gaps=int(sh.launch_gaps[k]),
         launch_gaps_ns=int(sh.cls[_H_SHORT, k]),
@@ -917,11 +707,11 @@ def _share_bound(sh: _Shares, k: int) -> StepBound:
         host_work_ns=int(sh.cls[_H_LONG, k]),
         blocked_at_cap_ns=int(sh.blocked[k]),
         sync_wait_ns=wait,
-        sync_wait_pct=_pct(wait, sh.sync_span[k]),
-        sync_cost_pct=_pct(wait + int(sh.cls[_SYNC, k]), region),
+        sync_wait_pct=pct(wait, sh.sync_span[k]),
+        sync_cost_pct=pct(wait + int(sh.cls[_SYNC, k]), region),
         data_wait_ns=int(sh.data_wait[k]),
     )
-    return _step_bound(label, sh.start[k], sh.end[k], region, busy, idle, evidence)
+    return step_bound(label, sh.start[k], sh.end[k], region, busy, idle, evidence)
 
 
 def _trace_run(
@@ -964,7 +754,7 @@ def _trace_run(
     )
     share = msgspec.structs.replace(share, evidence=evidence)
     # a trace without device activity ran on the CPU (or recorded none): say what that means
-    return _run_bound(share, asynchronous=tl.n_act > 0, clocks_disagree=clock is not None)
+    return run_bound(share, asynchronous=tl.n_act > 0, clocks_disagree=clock is not None)
 
 
 def _idle_gaps(tl: _Timeline, causes: _Causes, steps: _Shares | None) -> IdleGaps:
@@ -1054,7 +844,10 @@ def _sync_costs(syncs: SyncSummary, g0: I64, g1: I64, cls: I64) -> list[SyncCost
     opened = np.zeros(len(keys), np.int64)
     sg = np.flatnonzero(cls == _SYNC)
     if len(sg):
-        order = np.argsort(c_start, kind="stable")
+        # calls that start together in the order of their end and (site, op), not of the rows
+        rank = np.empty(len(keys), np.intp)
+        rank[[i for _, i in sorted(keys.items())]] = np.arange(len(keys))
+        order = np.lexsort((rank[c_key], c_end, c_start))
         cs, ce = c_start[order], c_end[order]
         reach = np.maximum.accumulate(ce)
         # the call reaching furthest among those started so far (the one that covers g0 when
@@ -1137,34 +930,58 @@ def _thread_layers(trace: Trace) -> list[tuple[int, I64, I64, I64, npt.NDArray[n
     ]
 
 
-def _host_frames(
-    trace: Trace, by_class: ClassCover, lo: int, hi: int, ev: BoundEvidence
-) -> tuple[list[HostFrame], float | None]:
-    """What the host was in while the device idled for the leading cause: each frame's time
-    inside that idle, measured (on every host thread, the innermost frame of each moment gets
-    it: the runtime call the host sat in, named with the user's line around it, else the
-    user's Python frame, any Python frame, the operator), and the share of the idle the listed
-    frames cover (None where the trace has no host events to measure it from)."""
-    want = np.isin(by_class.cls, _FRAME_CLASSES[ev.leading_cause])
-    ps = np.maximum(by_class.start_ns[want], lo)
-    pe = np.minimum(by_class.end_ns[want], hi)
-    keep = pe > ps
-    idle = Cover._from_disjoint(ps[keep], pe[keep])
-    layers = _thread_layers(trace)
-    if not layers:
-        return [], None
-    if idle.total_ns == 0:
-        return [], 0.0
-    # each layer's events that overlap the idle, by thread
-    parts = []
-    for layer, k, s, e, name in layers:
-        on = (e > s) & (idle.between(s, e) > 0)
-        if on.any():
-            parts.append((layer, k[on], s[on], e[on], name[on]))
+def _name_rank(trace: Trace, names: npt.NDArray[np.integer]) -> I64:
+    """Each name index's place in the order of the names' text: a name's index follows the
+    order the trace's rows were read in, its text does not (ties broken by it give the same
+    result whatever the rows' order)."""
+    used, inv = unique_inverse(names)
+    texts = [trace.name_of(int(i)) for i in used.tolist()]
+    rank = np.empty(len(used), np.int64)
+    rank[sorted(range(len(used)), key=texts.__getitem__)] = np.arange(len(used))
+    out: I64 = rank[inv.reshape(-1)]
+    return out
+
+
+def _start_order_on_ties(
+    trace: Trace, s: I64, e: I64, names: npt.NDArray[np.integer]
+) -> npt.NDArray[np.intp]:
+    """The order of intervals by start, and where several start together by end (the longer
+    first), then by name: the same whatever the order of the trace's rows. Only the tied ones
+    are sorted again (few in a real trace)."""
+    order = start_order(s)
+    if order is None:
+        order = np.arange(len(s))
+    ss = s[order]
+    same = ss[1:] == ss[:-1]
+    tied = np.flatnonzero(np.r_[same, False] | np.r_[False, same]) if len(ss) else order[:0]
+    if len(tied):
+        sub = order[tied]
+        order[tied] = sub[np.lexsort((_name_rank(trace, names[sub]), -e[sub], s[sub]))]
+    return order
+
+
+def _by_name_on_ties(
+    trace: Trace, parts: list[tuple[int, I64, I64, I64, npt.NDArray[np.int32]]]
+) -> list[tuple[int, I64, I64, I64, npt.NDArray[np.int32]]]:
+    """Each layer's events in the order of :func:`_start_order_on_ties`: where two events of a
+    thread share their start and end, the innermost is the same whatever the rows' order."""
+    out = []
+    for layer, k, s, e, name in parts:
+        order = _start_order_on_ties(trace, s, e, name)
+        out.append((layer, k[order], s[order], e[order], name[order]))
+    return out
+
+
+_Layer = tuple[int, I64, I64, I64, npt.NDArray[np.int32]]
+
+
+def _thread_segments(idle: Cover, parts: list[_Layer], n_str: int) -> tuple[I64, I64, I64]:
+    """The idle cut into segments by every host event's bounds, each with the key of its
+    innermost frame (layer, name and, for a runtime call, the user's line around it), one host
+    thread at a time: (start, end, key) of the framed segments."""
     seg_s: list[I64] = []
     seg_e: list[I64] = []
     seg_key: list[I64] = []
-    n_str = len(trace.strings) + 1
     threads = (
         sorted_unique(np.concatenate([p[1] for p in parts])) if parts else np.zeros(0, np.int64)
     )
@@ -1197,9 +1014,64 @@ def _host_frames(
         seg_s.append(a[framed])
         seg_e.append(b[framed])
         seg_key.append((layer_of[framed] * n_str + name_of[framed]) * n_str + site[framed] + 1)
-    s_all = np.concatenate(seg_s) if seg_s else np.zeros(0, np.int64)
-    e_all = np.concatenate(seg_e) if seg_e else np.zeros(0, np.int64)
-    k_all = np.concatenate(seg_key) if seg_key else np.zeros(0, np.int64)
+    empty = np.zeros(0, np.int64)
+    return (
+        np.concatenate(seg_s) if seg_s else empty,
+        np.concatenate(seg_e) if seg_e else empty,
+        np.concatenate(seg_key) if seg_key else empty,
+    )
+
+
+def _bare_rows(trace: Trace, idle: Cover, framed: Cover, hi: int) -> list[HostFrame]:
+    """The idle no host event covers, as rows: before the trace's last host event the host ran
+    something unrecorded; after it (a step range outliving the record window) nothing was
+    recorded at all. Each with the number of idle gaps it lies in."""
+    bare = idle.total_ns - framed.total_ns
+    if bare <= 0:
+        return []
+    last = _last_host_event_end(trace)
+    after = idle.clip(last, hi) if last is not None else Cover.of([], [])
+    tail = after.subtract(framed) if len(after) else after
+    uncovered = idle.subtract(framed)
+    gap_of = np.searchsorted(idle.start_ns, uncovered.start_ns, side="right") - 1
+    in_tail = tail.contains(uncovered.start_ns)
+    rows = []
+    for label, part, mask in (
+        ("(no host frame)", bare - tail.total_ns, ~in_tail),
+        ("(nothing recorded: after the last host event)", tail.total_ns, in_tail),
+    ):
+        if part > 0:
+            gaps = len(sorted_unique(gap_of[mask]))
+            rows.append(HostFrame(frame=label, site="", idle_ns=part, gaps=gaps))
+    return rows
+
+
+def _host_frames(
+    trace: Trace, by_class: ClassCover, lo: int, hi: int, ev: BoundEvidence
+) -> tuple[list[HostFrame], float | None]:
+    """What the host was in while the device idled for the leading cause: each frame's time
+    inside that idle, measured (on every host thread, the innermost frame of each moment gets
+    it: the runtime call the host sat in, named with the user's line around it, else the
+    user's Python frame, any Python frame, the operator), and the share of the idle the listed
+    frames cover (None where the trace has no host events to measure it from)."""
+    want = np.isin(by_class.cls, _FRAME_CLASSES[ev.leading_cause])
+    ps = np.maximum(by_class.start_ns[want], lo)
+    pe = np.minimum(by_class.end_ns[want], hi)
+    keep = pe > ps
+    idle = Cover._from_disjoint(ps[keep], pe[keep])
+    layers = _thread_layers(trace)
+    if not layers:
+        return [], None
+    if idle.total_ns == 0:
+        return [], 0.0
+    # each layer's events that overlap the idle, by thread
+    parts = []
+    for layer, k, s, e, name in layers:
+        on = (e > s) & (idle.between(s, e) > 0)
+        if on.any():
+            parts.append((layer, k[on], s[on], e[on], name[on]))
+    n_str = len(trace.strings) + 1
+    s_all, e_all, k_all = _thread_segments(idle, _by_name_on_ties(trace, parts), n_str)
     # one entry per (frame, site) as shown
     uniq, inv = unique_inverse(k_all)
     label_of: dict[tuple[str, str], int] = {}
@@ -1216,37 +1088,17 @@ def _host_frames(
     pairs = sorted_unique(lab.astype(np.int64) * (len(idle) + 1) + gap)
     gaps = np.bincount(pairs // (len(idle) + 1), minlength=len(label_of))
     framed_cover = Cover.of(s_all, e_all)
-    bare = idle.total_ns - framed_cover.total_ns
     rows = [
         HostFrame(frame=f, site=st, idle_ns=int(total[i]), gaps=int(gaps[i]))
         for (f, st), i in label_of.items()
     ]
-    if bare > 0:
-        # idle no host event covers: before the trace's last host event the host ran
-        # something unrecorded; after it (a step range outliving the record window) nothing
-        # was recorded at all
-        last = _last_host_event_end(trace)
-        after = idle.clip(last, hi) if last is not None else Cover.of([], [])
-        tail = after.subtract(framed_cover) if len(after) else after
-        for label, part in (
-            ("(no host frame)", bare - tail.total_ns),
-            ("(nothing recorded: after the last host event)", tail.total_ns),
-        ):
-            if part > 0:
-                rows.append(HostFrame(frame=label, site="", idle_ns=part, gaps=0))
-        uncovered = idle.subtract(framed_cover)
-        gap_of = np.searchsorted(idle.start_ns, uncovered.start_ns, side="right") - 1
-        in_tail = tail.contains(uncovered.start_ns)
-        for h_i, h in enumerate(rows):
-            if h.frame.startswith("("):
-                mask = in_tail if h.frame.startswith("(nothing") else ~in_tail
-                rows[h_i] = msgspec.structs.replace(h, gaps=len(sorted_unique(gap_of[mask])))
+    rows += _bare_rows(trace, idle, framed_cover, hi)
     rows.sort(key=lambda h: (-h.idle_ns, h.frame, h.site))
     listed = rows[:5]
     ids = [label_of[(h.frame, h.site)] for h in listed if (h.frame, h.site) in label_of]
     sel = np.isin(lab, np.array(ids, np.intp))
     explained = Cover.of(s_all[sel], e_all[sel]).total_ns
-    return listed, _pct(explained, idle.total_ns)
+    return listed, pct(explained, idle.total_ns)
 
 
 def _last_host_event_end(trace: Trace) -> int | None:
@@ -1290,10 +1142,12 @@ def _top_kernels(trace: Trace, rows: npt.NDArray[np.intp], s: I64, e: I64) -> li
     # summed as floats and held within int64: a hostile trace's durations can sum past it
     total = np.minimum(np.bincount(inv, weights=e - s), 9.2e18).astype(np.int64)
     count = np.bincount(inv)
-    top = np.argsort(-total, kind="stable")[:5]
+    # equal totals in the order of the names' text (a name's index follows the rows' order)
+    text = [trace.name_of(int(u)) for u in uniq.tolist()]
+    top = sorted(range(len(uniq)), key=lambda i: (-int(total[i]), text[i]))[:5]
     return [
         KernelTime(name=trace.name_of(int(uniq[i])), count=int(count[i]), total_ns=int(total[i]))
-        for i in top.tolist()
+        for i in top
     ]
 
 
@@ -1324,8 +1178,13 @@ def _waited_on(
     inv = inv.reshape(-1)
     idle = np.bincount(inv, weights=g1[d] - g0[d]).astype(np.int64)
     gaps = np.bincount(inv)
-    top = np.lexsort((uniq, -idle))[:5]
     width = int(names.max()) + 1
+    # equal idle by stream, then the name's text (a name's index follows the rows' order)
+    text = [trace.name_of(int(u) % width) for u in uniq.tolist()]
+    top = np.array(
+        sorted(range(len(uniq)), key=lambda i: (-int(idle[i]), int(uniq[i]) // width, text[i]))[:5],
+        np.intp,
+    )
     return [
         WaitedOn(
             stream=keys[int(uniq[i]) // width],
@@ -1335,325 +1194,3 @@ def _waited_on(
         )
         for i in top.tolist()
     ]
-
-
-# --- live session records ---------------------------------------------------------------------
-
-
-def _int64(v: int) -> int:
-    """A sum kept within int64 (the JSON form's integers): saturated, as no real run reaches it."""
-    return max(min(v, 2**63 - 1), -(2**63))
-
-
-class _RecordsSums(msgspec.Struct, frozen=True):
-    """Sums over a session's step records, as Python ints (the sums of a hostile file's int64
-    figures must not wrap or turn to floats); busy is the region less the idle."""
-
-    steps: int
-    #: steps in which the device was behind the host
-    behind: int
-    region: int
-    idle: IdleByCause
-    sync_wait: int
-    data_wait: int
-
-
-_I64_MAX = np.iinfo(np.int64).max
-
-
-class _RecordsColumns(msgspec.Struct, frozen=True, eq=False):
-    """The step records' figures as int64 columns, and each step's estimate (see
-    bound_of_records): its wall time, its idle by cause (busy is the wall time less the idle),
-    and whether the device was behind the host."""
-
-    start: I64
-    wall: I64
-    sync_wait: I64
-    data_wait: I64
-    host: I64
-    sync: I64
-    input: I64
-    behind: npt.NDArray[np.bool_]
-
-
-def _exact_sum(v: I64) -> int:
-    """The sum of int64 values as a Python int, exact however large (in two 32-bit halves,
-    whose int64 sums cannot wrap below 2**31 values)."""
-    if not len(v):
-        return 0
-    return (int((v >> 32).sum()) << 32) + int((v & 0xFFFFFFFF).sum())
-
-
-def _minus(a: I64, b: I64) -> I64:
-    """``a - b`` for ``a >= 0``, saturated at the int64 maximum (a hostile negative ``b``)."""
-    over = (b < 0) & (a > _I64_MAX + np.minimum(b, 0))
-    out: I64 = np.where(over, _I64_MAX, a - np.where(over, 0, b))
-    return out
-
-
-def _records_columns(steps: Sequence[StepRecord], asynchronous: bool) -> _RecordsColumns:
-    """Each step record's idle by cause, of its wall time, and whether the device was behind
-    (the estimate bound_of_records describes), as arrays: one pass over the records to read
-    their figures, then array arithmetic."""
-    n = len(steps)
-    fig = np.array(
-        [
-            (
-                st.start_ns,
-                st.frontend_ns,
-                st.data_wait_ns,
-                st.sync_wait_ns,
-                0 if st.device_ns is None else st.device_ns,
-                st.device_ns is not None,
-                0 if st.run_ahead_ns is None else st.run_ahead_ns,
-                st.run_ahead_ns is not None,
-                st.in_flight,
-            )
-            for st in steps
-        ],
-        dtype=np.int64,
-    ).reshape(n, 9)
-    start, fe, dw, sw, dev, has_dev, ra, has_ra, flight = fig.T
-    wall = np.maximum(fe, 0)
-    data = np.minimum(np.maximum(dw, 0), wall)
-    sync = np.minimum(np.maximum(sw, 0), wall - data)
-    zero = np.zeros(n, np.int64)
-    if not asynchronous:
-        # the host ran every op itself: "busy" is the host's own compute, idle its waits
-        return _RecordsColumns(start, wall, sw, dw, zero, sync, data, np.zeros(n, bool))
-    behind_ra = (has_ra != 0) & (ra > RECORDS_BEHIND_FRACTION * wall.astype(np.float64))
-    late = behind_ra | (flight >= RECORDS_FULL_IN_FLIGHT)
-    # the marker window's shortfall (frontend - device), 0 without a device figure
-    shortfall = np.where(has_dev != 0, np.maximum(_minus(wall, dev), 0), 0)
-    # kept pace: the device waited for the host; markers cannot see how long, so the idle is
-    # at least what the host spent not issuing work (data, sync), the marker window's
-    # shortfall, and never below the device-bound threshold
-    floor = np.ceil(DEVICE_BOUND_IDLE_FRACTION * wall.astype(np.float64)).astype(np.int64)
-    idle = np.minimum(wall, np.maximum(np.maximum(shortfall, data + sync), floor))
-    s_part = np.minimum(idle, sync)
-    i_part = np.minimum(idle - s_part, data)
-    # behind: the device still had this step's work queued when the host moved on: it sets
-    # the pace, and the idle is the shortfall alone
-    host = np.where(late, shortfall, idle - s_part - i_part)
-    return _RecordsColumns(
-        start,
-        wall,
-        sw,
-        dw,
-        host,
-        np.where(late, 0, s_part),
-        np.where(late, 0, i_part),
-        late,
-    )
-
-
-def _estimated_evidence(
-    region: int,
-    busy_ns: int,
-    idle: IdleByCause,
-    lead: str,
-    *,
-    sync_wait_ns: int,
-    data_wait_ns: int,
-    notes: list[str] | None = None,
-) -> BoundEvidence:
-    """The evidence a session's step records give (a step's or the run's): no timeline, so
-    the sync cost is the host's wait."""
-    return BoundEvidence(
-        busy_pct=_pct(busy_ns, region),
-        idle_pct_by_cause=_pcts(idle, region),
-        leading_cause=lead,
-        host_work_ns=idle.host,
-        sync_wait_ns=sync_wait_ns,
-        sync_wait_pct=_pct(sync_wait_ns, region),
-        sync_cost_pct=_pct(sync_wait_ns, region),
-        data_wait_ns=data_wait_ns,
-        estimated=True,
-        notes=notes if notes is not None else [],
-    )
-
-
-def _record_bounds(c: _RecordsColumns) -> list[StepBound]:
-    """Each step record's label and figures, from its columns."""
-    idle_total = c.host + c.sync + c.input
-    busy = c.wall - idle_total
-    # label_of, over the columns: the leading cause (most idle; ties to the earlier cause),
-    # device-bound below the idle threshold, undetermined without a wall time
-    by = np.stack([c.host, c.sync, c.input])  # host, sync, input: the causes a record has
-    lead = np.argmax(by, axis=0)
-    dev_bound = (c.wall - busy) < DEVICE_BOUND_IDLE_FRACTION * c.wall.astype(np.float64)
-    labels = np.where(
-        c.wall <= 0, 5, np.where(dev_bound, 0, lead + 1)
-    )  # index in LABELS: device, host, sync, input
-    # what busy and each cause are of the wall time, as _pct rounds them (Python's round)
-    columns = (
-        c.start.tolist(),
-        c.wall.tolist(),
-        busy.tolist(),
-        c.host.tolist(),
-        c.sync.tolist(),
-        c.input.tolist(),
-        c.sync_wait.tolist(),
-        c.data_wait.tolist(),
-        labels.tolist(),
-        lead.tolist(),
-    )
-    out: list[StepBound] = []
-    for start, wall, b, h, sy, inp, sw, dw, label, lc in zip(*columns, strict=True):
-        idle = IdleByCause(host=h, sync=sy, input=inp)
-        evidence = BoundEvidence(
-            busy_pct=_pct(b, wall),
-            idle_pct_by_cause={
-                "host": _pct(h, wall),
-                "sync": _pct(sy, wall),
-                "input": _pct(inp, wall),
-                "dependency": 0.0,
-                "unattributed": 0.0,
-            },
-            leading_cause=CAUSES[lc],
-            host_work_ns=h,
-            sync_wait_ns=sw,
-            sync_wait_pct=_pct(sw, wall),
-            sync_cost_pct=_pct(sw, wall),
-            data_wait_ns=dw,
-            estimated=True,
-        )
-        out.append(
-            StepBound(
-                label=LABELS[label],
-                share_start_ns=start,
-                share_end_ns=start + wall,
-                region_ns=wall,
-                busy_ns=b,
-                idle_ns=h + sy + inp,
-                idle_ns_by_cause=idle,
-                evidence=evidence,
-            )
-        )
-    return out
-
-
-def _sum_records(
-    steps: Sequence[StepRecord], asynchronous: bool, per_step: bool
-) -> tuple[_RecordsSums, list[StepBound]]:
-    """The sums over the step records and, with ``per_step``, each step's bound."""
-    c = _records_columns(steps, asynchronous)
-    total = IdleByCause(host=_exact_sum(c.host), sync=_exact_sum(c.sync), input=_exact_sum(c.input))
-    sums = _RecordsSums(
-        len(steps),
-        int(np.count_nonzero(c.behind)),
-        _exact_sum(c.wall),
-        total,
-        _exact_sum(c.sync_wait),
-        _exact_sum(c.data_wait),
-    )
-    return sums, _record_bounds(c) if per_step else []
-
-
-def _records_run(sums: _RecordsSums, *, asynchronous: bool) -> Bound:
-    """The run's label and figures from the sums over its step records."""
-    t = sums.idle
-    region, busy_ns = _int64(sums.region), _int64(sums.region - t.total())
-    idle = IdleByCause(host=_int64(t.host), sync=_int64(t.sync), input=_int64(t.input))
-    label, lead = label_of(region, busy_ns, idle)
-    notes = [
-        "estimated from per-step totals (a live session has no per-gap timeline): "
-        f"the device was behind the host in {sums.behind} of {sums.steps} step(s)"
-    ]
-    if not asynchronous:
-        notes.append("the CPU backend is synchronous: busy is the host's own compute")
-    if not sums.steps:
-        label = "undetermined"
-        notes = ["no steps"]
-    evidence = _estimated_evidence(
-        region,
-        busy_ns,
-        idle,
-        lead,
-        sync_wait_ns=_int64(sums.sync_wait),
-        data_wait_ns=_int64(sums.data_wait),
-        notes=notes,
-    )
-    whole = _step_bound(label, 0, region, region, busy_ns, idle, evidence)  # (from 0: not kept)
-    return _run_bound(whole, asynchronous=asynchronous)
-
-
-def bound_of_records(
-    steps: Sequence[StepRecord], *, asynchronous: bool, per_step: bool = True
-) -> RecordsBound:
-    """The label of a live session, per step and for the run, from its step records (pure).
-
-    A session has per-step totals, not a timeline, so its idle figures are estimates
-    (``evidence.estimated``):
-
-    * the device is **behind** in a step when its run-ahead at the step's end exceeds
-      :data:`RECORDS_BEHIND_FRACTION` of the step, or :data:`RECORDS_FULL_IN_FLIGHT` steps
-      were in flight at its start: the device had queued work across the step and sets the
-      pace; idle is only the marker
-      window's shortfall (``frontend − device``, usually 0) → device-bound;
-    * otherwise the device **kept pace**, so it waited for the host. How long it was idle is
-      not measurable from markers (their window includes that idle); the estimate is the
-      largest of the window's shortfall, the host's data and sync waits, and the device-bound
-      threshold, attributed to sync (up to the sync wait), input (up to the data wait), and
-      host (the rest);
-    * on the CPU backend (``asynchronous=False``) ops run synchronously: the label is about the
-      host — its sync and data waits are "idle", the rest is its own compute.
-
-    Thresholds, the label rule and advice are the trace analysis's. ``per_step=False``: the
-    run's figures only (``steps`` empty), for a summary of a long run that needs no per-step
-    objects.
-    """
-    sums, per = _sum_records(steps, asynchronous, per_step)
-    run = _records_run(sums, asynchronous=asynchronous)
-    if any(st.phases_ns is not None for st in steps):
-        run, per = _with_phases(steps, run, per)
-    return RecordsBound(run=run, steps=per)
-
-
-def bound_columns_of_records(
-    steps: Sequence[StepRecord], *, asynchronous: bool
-) -> npt.NDArray[np.int64]:
-    """Each step record's figures of :func:`bound_of_records` as an ``(n, 7)`` array: its
-    region (wall time), busy, and idle by cause in :data:`CAUSES` order; for views that bin
-    a long session's steps (no per-step objects: 10⁶ steps in about a second)."""
-    c = _records_columns(steps, asynchronous)
-    zero = np.zeros(len(steps), np.int64)
-    busy = c.wall - (c.host + c.sync + c.input)
-    return np.stack([c.wall, busy, c.host, c.sync, c.input, zero, zero], axis=1)
-
-
-#: a phase dominates a step (and its evidence says so) above this share of its host time
-PHASE_DOMINANT_FRACTION = 0.5
-_PHASES = ("data", "forward", "backward", "optimizer", "other")
-
-
-def _phase_evidence(evidence: BoundEvidence, totals: Sequence[int]) -> BoundEvidence:
-    whole = sum(totals)
-    if whole <= 0:
-        return evidence
-    pct = {name: 100.0 * v / whole for name, v in zip(_PHASES, totals, strict=True)}
-    notes = list(evidence.notes)
-    lead = max(_PHASES, key=lambda n: pct[n])
-    if pct[lead] > 100.0 * PHASE_DOMINANT_FRACTION:
-        notes.append(f"the {lead} phase dominates: {pct[lead]:.0f}% of the host's step time")
-    return msgspec.structs.replace(evidence, phases_pct=pct, notes=notes)
-
-
-def _with_phases(
-    steps: Sequence[StepRecord], run: Bound, per: list[StepBound]
-) -> tuple[Bound, list[StepBound]]:
-    """The run's and each step's evidence with the share of each phase (records with
-    ``phases_ns``), and a note where one phase dominates."""
-    totals = [0, 0, 0, 0, 0]
-    for i, st in enumerate(steps):
-        ph = st.phases_ns
-        if ph is None:
-            continue
-        values = (ph.data, ph.forward, ph.backward, ph.optimizer, ph.other)
-        for k, v in enumerate(values):
-            totals[k] += v
-        if per:
-            b = per[i]
-            per[i] = msgspec.structs.replace(b, evidence=_phase_evidence(b.evidence, values))
-    run = msgspec.structs.replace(run, evidence=_phase_evidence(run.evidence, totals))
-    return run, per

@@ -45,8 +45,8 @@ import msgspec
 import numpy as np
 
 from asynctrace.analysis._bound_model import CAUSES
-from asynctrace.analysis.bound import bound_of_records
 from asynctrace.analysis.diagnosis import Finding
+from asynctrace.analysis.records_bound import bound_of_records
 from asynctrace.analysis.report import Report, VerdictInfo, warmup_steps
 from asynctrace.records import SessionHeader, StepRecord
 

@@ -46,6 +46,8 @@ from asynctrace.analysis._bound_model import (
     WarmUp,
     WarmUpItem,
 )
+from asynctrace.analysis._bound_rule import LABELS
+from asynctrace.analysis.units import format_ns
 from asynctrace.records import StepRecord, SyncSite
 
 if TYPE_CHECKING:
@@ -64,14 +66,7 @@ __all__ = [
 ]
 
 #: the codes that are bound labels
-BOUND_CODES = (
-    "device-bound",
-    "host-bound",
-    "sync-bound",
-    "input-bound",
-    "dependency-bound",
-    "undetermined",
-)
+BOUND_CODES = LABELS
 
 #: every code a finding may carry
 FINDING_CODES = (
@@ -134,16 +129,6 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
     advice: str
     #: its figures, with units in the names (``idle_ns``, ``busy_pct``)
     evidence: dict[str, int | float | str] = msgspec.field(default_factory=dict)
-
-
-def _t(ns: float) -> str:
-    if abs(ns) < 1e3:
-        return f"{ns:.0f} ns"
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if abs(ns) >= 1e6:
-        return f"{ns / 1e6:.1f} ms"
-    return f"{ns / 1e3:.1f} µs"
 
 
 def _share(part: int, whole: int) -> float:
@@ -209,7 +194,7 @@ def _sites_text(sites: Sequence[SyncSite], limit: int = 3) -> str:
 def _costs_text(costs: Sequence[SyncCost], limit: int = 3) -> str:
     shown = ", ".join(
         (f"{c.site} ({c.op} ×{c.count}" if c.site else f"{c.op} (×{c.count}")
-        + f", opens {_t(c.idle_ns)} idle)"
+        + f", opens {format_ns(c.idle_ns)} idle)"
         for c in costs[:limit]
     )
     if len(costs) > limit:
@@ -225,7 +210,7 @@ _BLOCKING_ADVICE: Final = (
 
 
 def _advice(bound: Bound, label: str, *, asynchronous: bool) -> str:
-    from asynctrace.analysis.bound import advice_for
+    from asynctrace.analysis.advice import advice_for
 
     got = advice_for(label, bound, asynchronous=asynchronous)
     return got[0] if got else ""
@@ -293,13 +278,13 @@ def _verdict_extras(codes: Sequence[str], findings: Sequence[str], region: int) 
 
 
 def _warmup_finding(w: WarmUp, region: int) -> Finding:
-    what = ", ".join(f"{i.name} ({i.kind}, {_t(i.dur_ns)})" for i in w.items[:3])
+    what = ", ".join(f"{i.name} ({i.kind}, {format_ns(i.dur_ns)})" for i in w.items[:3])
     steps = f" ({w.steps} leading step(s))" if w.steps else ""
     return Finding(
         code="warm-up",
         cost_ns=w.span_ns,
         share=_share(w.span_ns, w.span_ns + region),
-        message=f"warm-up: {_t(w.span_ns)} of start-up before the steady state{steps}"
+        message=f"warm-up: {format_ns(w.span_ns)} of start-up before the steady state{steps}"
         + (f" — {what}" if what else "")
         + "; paid once and left out of the steady state's label",
         advice="one-off: leave it out of timings (skip the first steps); where it recurs, "
@@ -323,6 +308,115 @@ def _sync_evidence(s: _Syncs, bound: Bound) -> dict[str, int | float | str]:
     return ev
 
 
+#: a cause finding's code, message and advice
+_Said = tuple[str, str, str]
+#: what a cause finding is written from: the bound, the idle it costs and its share of the
+#: region, the label when it is the cause the label names, the finding's evidence (filled in)
+_Ctx = tuple[Bound, int, str, str, dict[str, int | float | str]]
+
+
+def _host_said(c: _Ctx, *, asynchronous: bool) -> _Said:
+    b, idle, pct, label, ev = c
+    e = b.evidence
+    if e.launch_gaps_ns and e.launch_gaps_ns >= e.host_work_ns:
+        code = "launch-overhead"
+        message = (
+            (f"launch-overhead ({label}): " if label else "launch-overhead: ")
+            + f"the device waits {format_ns(idle)} ({pct}) for the host, "
+            f"{format_ns(e.launch_gaps_ns)} of it in {e.launch_gaps} short gaps between kernels: "
+            "the host cannot launch kernels as fast as the device runs them"
+        )
+    else:
+        code = label or "host-work"
+        frames = [f for f in e.host_frames if f.frame != "(no host frame)"][:3]
+        named = ", ".join(
+            f.frame + (f" ({f.site})" if f.site else "") + f" {format_ns(f.idle_ns)}"
+            for f in frames
+        )
+        message = f"{code}: the device waits {format_ns(idle)} ({pct}) while the host works" + (
+            f" — in {named}" if named else ""
+        )
+        if named:
+            ev["host_frames"] = named
+    if e.launch_gaps or e.host_work_gaps:
+        ev.update(
+            launch_gaps=e.launch_gaps,
+            launch_idle_ns=e.launch_gaps_ns,
+            host_work_gaps=e.host_work_gaps,
+            host_work_idle_ns=e.host_work_ns,
+        )
+    if e.host_explained_pct is not None:
+        ev["host_explained_pct"] = e.host_explained_pct
+    return code, message, _advice(b, "host-bound", asynchronous=asynchronous)
+
+
+def _sync_said(c: _Ctx, syncs: _Syncs, *, asynchronous: bool) -> _Said:
+    b, idle, pct, label, ev = c
+    blocking = syncs.blocking >= 0.5
+    code = "blocking-copy" if blocking else (label or "over-synchronized")
+    what = "blocking copies" if blocking else "syncs"
+    named = syncs.named()
+    rate = (
+        f"{syncs.per_step:g} " + ("in the whole trace" if syncs.whole_trace else "per step")
+        if syncs.per_step
+        else ""
+    )
+    opened = b.idle_ns_by_cause.sync
+    waited = (
+        f" and hold the host {format_ns(idle - opened)} while the device waited for it"
+        if idle > opened
+        else ""
+    )
+    message = (
+        f"{code}"
+        + (f" ({label})" if label and label != code else "")
+        + f": {what} cost {format_ns(idle)} ({pct}) — they open {format_ns(opened)} of "
+        f"device idle{waited}" + (f"; {rate}" if rate else "") + (f" at {named}" if named else "")
+    )
+    if blocking:
+        advice = f"copies that hold the host: {_BLOCKING_ADVICE}"
+    else:
+        advice = _advice(b, "sync-bound", asynchronous=asynchronous)
+    ev.update(_sync_evidence(syncs, b))
+    return code, message, advice
+
+
+def _input_said(c: _Ctx, *, asynchronous: bool) -> _Said:
+    b, idle, pct, label, ev = c
+    code = label or "input-wait"
+    ev["data_wait_ns"] = b.evidence.data_wait_ns
+    return (
+        code,
+        f"{code}: the device waits {format_ns(idle)} ({pct}) for data",
+        _advice(b, "input-bound", asynchronous=asynchronous),
+    )
+
+
+def _dependency_said(c: _Ctx, *, asynchronous: bool) -> _Said:
+    b, idle, pct, label, _ev = c
+    code = label or "dependency-wait"
+    waited = ", ".join(
+        f"stream {w.stream} ({w.name.split('(', 1)[0][:40]}, {format_ns(w.idle_ns)})"
+        for w in b.evidence.waited_on[:3]
+    )
+    message = f"{code}: queued work waits {format_ns(idle)} ({pct}) on other work" + (
+        f" — {waited}" if waited else ""
+    )
+    return code, message, _advice(b, "dependency-bound", asynchronous=asynchronous)
+
+
+def _unattributed_said(c: _Ctx, clocks: ReportWarning | None, *, asynchronous: bool) -> _Said:
+    b, idle, pct, label, _ev = c
+    if clocks is not None:
+        message = (
+            f"clock-mismatch ({label}): " if label else "clock-mismatch: "
+        ) + f"{format_ns(idle)} ({pct}) of idle cannot be attributed: {clocks.message}"
+        return "clock-mismatch", message, _CLOCK_ADVICE
+    code = label or "unattributed-idle"
+    message = f"{code}: {format_ns(idle)} ({pct}) of idle has no launch to explain it"
+    return code, message, _advice(b, "undetermined", asynchronous=asynchronous)
+
+
 def _cause_finding(
     cause: str,
     idle: int,
@@ -335,97 +429,21 @@ def _cause_finding(
 ) -> Finding:
     """The finding of one idle cause, costing ``idle``; ``label_cause``: the cause the label
     names."""
-    b, e = bound, bound.evidence
-    region = b.region_ns
+    region = bound.region_ns
     pct = f"{100 * idle / region:.0f}%" if region > 0 else "-"
-    label = b.label if label_cause else ""
     ev: dict[str, int | float | str] = {"idle_ns": idle, "region_ns": region}
+    c: _Ctx = (bound, idle, pct, bound.label if label_cause else "", ev)
     if cause == "host":
-        if e.launch_gaps_ns and e.launch_gaps_ns >= e.host_work_ns:
-            code = "launch-overhead"
-            message = (
-                (f"launch-overhead ({label}): " if label else "launch-overhead: ")
-                + f"the device waits {_t(idle)} ({pct}) for the host, "
-                f"{_t(e.launch_gaps_ns)} of it in {e.launch_gaps} short gaps between kernels: "
-                "the host cannot launch kernels as fast as the device runs them"
-            )
-            advice = _advice(b, "host-bound", asynchronous=asynchronous)
-        else:
-            code = label or "host-work"
-            frames = [f for f in e.host_frames if f.frame != "(no host frame)"][:3]
-            named = ", ".join(
-                f.frame + (f" ({f.site})" if f.site else "") + f" {_t(f.idle_ns)}" for f in frames
-            )
-            message = f"{code}: the device waits {_t(idle)} ({pct}) while the host works" + (
-                f" — in {named}" if named else ""
-            )
-            advice = _advice(b, "host-bound", asynchronous=asynchronous)
-            if named:
-                ev["host_frames"] = named
-        if e.launch_gaps or e.host_work_gaps:
-            ev.update(
-                launch_gaps=e.launch_gaps,
-                launch_idle_ns=e.launch_gaps_ns,
-                host_work_gaps=e.host_work_gaps,
-                host_work_idle_ns=e.host_work_ns,
-            )
-        if e.host_explained_pct is not None:
-            ev["host_explained_pct"] = e.host_explained_pct
+        said = _host_said(c, asynchronous=asynchronous)
     elif cause == "sync":
-        blocking = syncs.blocking >= 0.5
-        code = "blocking-copy" if blocking else (label or "over-synchronized")
-        what = "blocking copies" if blocking else "syncs"
-        named = syncs.named()
-        rate = (
-            f"{syncs.per_step:g} " + ("in the whole trace" if syncs.whole_trace else "per step")
-            if syncs.per_step
-            else ""
-        )
-        opened = b.idle_ns_by_cause.sync
-        waited = (
-            f" and hold the host {_t(idle - opened)} while the device waited for it"
-            if idle > opened
-            else ""
-        )
-        message = (
-            f"{code}"
-            + (f" ({label})" if label and label != code else "")
-            + f": {what} cost {_t(idle)} ({pct}) — they open {_t(opened)} of "
-            f"device idle{waited}"
-            + (f"; {rate}" if rate else "")
-            + (f" at {named}" if named else "")
-        )
-        if blocking:
-            advice = f"copies that hold the host: {_BLOCKING_ADVICE}"
-        else:
-            advice = _advice(b, "sync-bound", asynchronous=asynchronous)
-        ev.update(_sync_evidence(syncs, b))
+        said = _sync_said(c, syncs, asynchronous=asynchronous)
     elif cause == "input":
-        code = label or "input-wait"
-        message = f"{code}: the device waits {_t(idle)} ({pct}) for data"
-        advice = _advice(b, "input-bound", asynchronous=asynchronous)
-        ev["data_wait_ns"] = e.data_wait_ns
+        said = _input_said(c, asynchronous=asynchronous)
     elif cause == "dependency":
-        code = label or "dependency-wait"
-        waited = ", ".join(
-            f"stream {w.stream} ({w.name.split('(', 1)[0][:40]}, {_t(w.idle_ns)})"
-            for w in e.waited_on[:3]
-        )
-        message = f"{code}: queued work waits {_t(idle)} ({pct}) on other work" + (
-            f" — {waited}" if waited else ""
-        )
-        advice = _advice(b, "dependency-bound", asynchronous=asynchronous)
+        said = _dependency_said(c, asynchronous=asynchronous)
     else:
-        if clocks is not None:
-            code = "clock-mismatch"
-            message = (
-                f"clock-mismatch ({label}): " if label else "clock-mismatch: "
-            ) + f"{_t(idle)} ({pct}) of idle cannot be attributed: {clocks.message}"
-            advice = _CLOCK_ADVICE
-        else:
-            code = label or "unattributed-idle"
-            message = f"{code}: {_t(idle)} ({pct}) of idle has no launch to explain it"
-            advice = _advice(b, "undetermined", asynchronous=asynchronous)
+        said = _unattributed_said(c, clocks, asynchronous=asynchronous)
+    code, message, advice = said
     return Finding(
         code=code,
         cost_ns=idle,
@@ -460,7 +478,7 @@ def _device_finding(bound: Bound, *, asynchronous: bool) -> Finding:
         cost_ns=b.busy_ns,
         share=_share(b.busy_ns, b.region_ns),
         message=f"device-bound: the device is busy {pct} of the steady state "
-        f"({_t(b.busy_ns)} of {_t(b.region_ns)}); the host keeps it fed",
+        f"({format_ns(b.busy_ns)} of {format_ns(b.region_ns)}); the host keeps it fed",
         advice=_advice(b, "device-bound", asynchronous=asynchronous),
         evidence=ev,
     )
@@ -530,11 +548,11 @@ def _host_finding(
         ev.update(step_ns=int(step_ns), compute_ns=int(compute_ns))
         if data_ns:
             ev["data_wait_ns"] = int(data_ns)
-        parts.append(f"{_t(step_ns)} a step: compute {_t(compute_ns)}")
+        parts.append(f"{format_ns(step_ns)} a step: compute {format_ns(compute_ns)}")
         if data_ns >= 0.01 * step_ns:
-            parts.append(f"data wait {_t(data_ns)} ({100 * data_ns / step_ns:.0f}%)")
+            parts.append(f"data wait {format_ns(data_ns)} ({100 * data_ns / step_ns:.0f}%)")
         if wait_ns:
-            parts.append(f"sync wait {_t(wait_ns)}")
+            parts.append(f"sync wait {format_ns(wait_ns)}")
     if syncs.sites:
         ev["sites"] = _sites_text(syncs.sites)
         ev["syncs_per_step"] = syncs.per_step
@@ -550,7 +568,7 @@ def _host_finding(
     if code == "no-device-activity":
         message = (
             f"no-device-activity: the trace records no device activity — the host ran "
-            f"{_t(region)}"
+            f"{format_ns(region)}"
             + (f" ({detail})" if detail else "")
             + "; nothing was queued to a device"
         )
@@ -615,6 +633,45 @@ def _ranked(findings: list[Finding]) -> list[Finding]:
     return out
 
 
+def _bound_findings(
+    bound: Bound,
+    syncs: _Syncs,
+    clocks: ReportWarning | None,
+    *,
+    asynchronous: bool,
+    sync_cost_ns: int | None,
+) -> list[Finding]:
+    """The findings of a measured bound: the device's where it is device-bound, and each idle
+    cause's that the label names, that costs :data:`MIN_FINDING_SHARE` of the region, or (the
+    unattributed idle) where the clocks disagree."""
+    out: list[Finding] = []
+    region = bound.region_ns
+    by = bound.idle_ns_by_cause.as_dict()
+    label_cause = None if bound.label == "device-bound" else bound.evidence.leading_cause or None
+    if bound.label == "device-bound":
+        out.append(_device_finding(bound, asynchronous=asynchronous))
+    for cause in CAUSES:
+        idle = by[cause]
+        if cause == "sync" and sync_cost_ns is not None:
+            idle = max(idle, sync_cost_ns)
+        lead = cause == label_cause
+        big = idle > 0 and idle >= MIN_FINDING_SHARE * region
+        clock_here = cause == "unattributed" and clocks is not None
+        if lead or big or clock_here:
+            out.append(
+                _cause_finding(
+                    cause,
+                    idle,
+                    bound,
+                    label_cause=lead,
+                    syncs=syncs,
+                    clocks=clocks,
+                    asynchronous=asynchronous,
+                )
+            )
+    return out
+
+
 def diagnose(
     *,
     bound: Bound | None,
@@ -657,31 +714,9 @@ def diagnose(
     elif bound is None or bound.region_ns <= 0:
         out.append(_NO_STEPS if not steps else _EMPTY)
     else:
-        by = bound.idle_ns_by_cause.as_dict()
-        label_cause = (
-            None if bound.label == "device-bound" else bound.evidence.leading_cause or None
+        out += _bound_findings(
+            bound, syncs, clocks, asynchronous=asynchronous, sync_cost_ns=sync_cost_ns
         )
-        if bound.label == "device-bound":
-            out.append(_device_finding(bound, asynchronous=asynchronous))
-        for cause in CAUSES:
-            idle = by[cause]
-            if cause == "sync" and sync_cost_ns is not None:
-                idle = max(idle, sync_cost_ns)
-            lead = cause == label_cause
-            big = idle > 0 and idle >= MIN_FINDING_SHARE * region
-            clock_here = cause == "unattributed" and clocks is not None
-            if lead or big or clock_here:
-                out.append(
-                    _cause_finding(
-                        cause,
-                        idle,
-                        bound,
-                        label_cause=lead,
-                        syncs=syncs,
-                        clocks=clocks,
-                        asynchronous=asynchronous,
-                    )
-                )
     if clocks is not None and not any(f.code == "clock-mismatch" for f in out):
         out.append(
             Finding(

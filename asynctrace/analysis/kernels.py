@@ -27,7 +27,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from asynctrace.analysis.bound import _on_device
+from asynctrace.analysis.bound import _on_device, _start_order_on_ties
 from asynctrace.traces.model import ActivityKind, RangeKind, Trace
 
 __all__ = ["DeviceTime", "HostOpTime", "device_times", "host_op_times"]
@@ -61,7 +61,8 @@ def device_times(trace: Trace, *, start_ns: int, end_ns: int) -> list[DeviceTime
         return []
     s = np.maximum(a_start[rows], start_ns)
     e = np.minimum(a_end[rows], end_ns)
-    order = np.argsort(s, kind="stable")
+    # activities that start together: the longer first, then by name (not the rows' order)
+    order = _start_order_on_ties(trace, s, e, act.name[rows])
     rows, s, e = rows[order], s[order], e[order]
     # what each activity adds to the union of those started before it
     reach = np.maximum.accumulate(e)

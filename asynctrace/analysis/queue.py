@@ -29,7 +29,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
+from asynctrace.analysis.defaults import DEFAULT_QUEUE_CAP
 from asynctrace.analysis.launches import LAUNCHING_KINDS, LaunchLinks
 from asynctrace.analysis.timeline import Cover
 from asynctrace.traces.model import RuntimeKind, Trace

@@ -37,7 +37,7 @@ from asynctrace.analysis.bound import (
     Bound,
     IdleGaps,
     ReportWarning,
-    bound_columns_of_records,
+    TraceBound,
     bound_of_trace,
 )
 from asynctrace.analysis.diagnosis import Finding, diagnose, sync_cost_fraction
@@ -57,6 +57,7 @@ from asynctrace.analysis.queue import (
     queue_stats,
     stream_groups,
 )
+from asynctrace.analysis.records_bound import bound_columns_of_records
 from asynctrace.analysis.series import (
     MAX_BINS,
     BoundSeries,
@@ -308,7 +309,7 @@ def _to_schema_4(old: Report) -> Report:
     """A report of schema 1–3 with what schema 4 adds, from the figures it always had: the
     verdict judged again (syncs by the idle they open, each finding's code), this version's
     advice, and the diagnosis."""
-    from asynctrace.analysis.bound import advice_for
+    from asynctrace.analysis.advice import advice_for
 
     b = old.bound
     if b is not None:
@@ -523,14 +524,7 @@ def _trace_analysis(
     # clocks disagree (docs/how-it-works.md, the clock rule)
     cross = tb.clocks_disagree
     sync_cost = _sync_cost_ns(tb.gaps, syncs)
-    run = trust.bound(tb.run)
-    if sync_cost is not None:
-        # the evidence states the syncs' cost by the one definition the verdict and the
-        # diagnosis rank them by
-        pct = round(100 * sync_cost_fraction(run, sync_cost), 2)
-        run = msgspec.structs.replace(
-            run, evidence=msgspec.structs.replace(run.evidence, sync_cost_pct=pct)
-        )
+    run = _priced_run(trust.bound(tb.run), sync_cost)
     v = judge_steps(
         split.steps,
         asynchronous=has_device,
@@ -540,16 +534,7 @@ def _trace_analysis(
     )
     acc = StepAccumulator(window=max(1, len(split.steps))).extend(split.steps)
     report = Report(
-        source=SourceInfo(
-            path=trace.source,
-            format=trace.format,
-            device=trace.device_name,
-            asynchronous=has_device,
-            rank=trace.rank if trace.rank is not None else rank_from_name(trace.source),
-            world_size=trace.world_size,
-            events=trace.n_events,
-            skipped=dict(trace.skipped),
-        ),
+        source=_source_info(trace, asynchronous=has_device),
         steps=split.steps,
         step_bounds=trust.step_bounds(tb.steps),
         figures=_figures(acc),
@@ -573,20 +558,59 @@ def _trace_analysis(
             steps=split.extras,
         ),
     )
+    report = _with_times_and_diagnosis(report, trace, sync_cost)
+    return report, _trace_detail(trace, links, windows, tb, series, groups)
+
+
+def _source_info(trace: Trace, *, asynchronous: bool) -> SourceInfo:
+    return SourceInfo(
+        path=trace.source,
+        format=trace.format,
+        device=trace.device_name,
+        asynchronous=asynchronous,
+        rank=trace.rank if trace.rank is not None else rank_from_name(trace.source),
+        world_size=trace.world_size,
+        events=trace.n_events,
+        skipped=dict(trace.skipped),
+    )
+
+
+def _priced_run(run: Bound, sync_cost: int | None) -> Bound:
+    """The run's bound, its evidence stating the syncs' cost by the one definition the
+    verdict and the diagnosis rank them by (where a timeline measured it)."""
+    if sync_cost is None:
+        return run
+    pct = round(100 * sync_cost_fraction(run, sync_cost), 2)
+    return msgspec.structs.replace(
+        run, evidence=msgspec.structs.replace(run.evidence, sync_cost_pct=pct)
+    )
+
+
+def _with_times_and_diagnosis(report: Report, trace: Trace, sync_cost: int | None) -> Report:
+    """The report with its time per kernel and per operator, then its diagnosis (which reads
+    them)."""
     figs = report.trace
-    assert figs is not None  # made just above
+    assert figs is not None  # a trace's report
     report = msgspec.structs.replace(
         report,
         trace=msgspec.structs.replace(
             figs, kernels=_kernels(trace, report), host_ops=_host_ops(trace, report)
         ),
     )
-    report = msgspec.structs.replace(report, diagnosis=report_diagnosis(report, sync_cost))
-    gaps = tb.gaps  # bound_of_trace always gives them; an empty set where it would not
-    if gaps is None:
-        empty = np.zeros(0, np.int64)
-        gaps = IdleGaps(empty, empty, np.zeros(0, np.uint8), np.zeros(0, bool), empty)
-    detail = TraceDetail(
+    return msgspec.structs.replace(report, diagnosis=report_diagnosis(report, sync_cost))
+
+
+def _trace_detail(
+    trace: Trace,
+    links: LaunchLinks,
+    windows: list[StepWindow],
+    tb: TraceBound,
+    series: dict[str, tuple[QueueSeries, QueueSeries]],
+    groups: tuple[npt.NDArray[np.intp], list[str]],
+) -> TraceDetail:
+    gaps = _gaps_of(tb)
+    group_of, keys = groups
+    return TraceDetail(
         trace=trace,
         links=links,
         windows=windows,
@@ -595,7 +619,15 @@ def _trace_analysis(
         stream_of=group_of,
         stream_keys=keys,
     )
-    return report, detail
+
+
+def _gaps_of(tb: TraceBound) -> IdleGaps:
+    """The trace bound's idle gaps (bound_of_trace always gives them; an empty set where it
+    would not)."""
+    if tb.gaps is not None:
+        return tb.gaps
+    empty = np.zeros(0, np.int64)
+    return IdleGaps(empty, empty, np.zeros(0, np.uint8), np.zeros(0, bool), empty)
 
 
 def warmup_steps(report: Report) -> int:

@@ -22,10 +22,10 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from asynctrace._known_syncs import COPY_OPS, TRACE_SYNC_OPS
 from asynctrace.analysis.launches import LaunchLinks
 from asynctrace.analysis.queue import QueueSeries, depth_max_between
 from asynctrace.records import StepRecord
+from asynctrace.records.known_syncs import COPY_OPS, TRACE_SYNC_OPS
 from asynctrace.traces.model import RangeKind, RuntimeKind, Trace
 
 __all__ = [
@@ -63,7 +63,7 @@ class SyncRows(msgspec.Struct, frozen=True, eq=False):
     copy"): its runtime calls of :data:`SYNC_KINDS` (a loader makes a queued copy to or from
     pageable memory one, ``BLOCKING_MEMCPY``); and, in a trace with no device activity (the CPU,
     where torch's ops leave no runtime call), the operators of
-    :data:`~asynctrace._known_syncs.TRACE_SYNC_OPS` (``aten::item``, ``aten::nonzero``...),
+    :data:`~asynctrace.records.known_syncs.TRACE_SYNC_OPS` (``aten::item``, ``aten::nonzero``...),
     the outermost one of each nest. ``kind``: :data:`BLOCKING_COPY` for a ``BLOCKING_MEMCPY``
     and for a synchronize inside a copy operator of its thread (``aten::to``, ``_to_copy``,
     ``copy_``), else :data:`SYNC`."""

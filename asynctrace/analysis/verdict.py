@@ -52,6 +52,7 @@ from typing import Any
 
 import msgspec
 
+from asynctrace.analysis.units import format_ns
 from asynctrace.records import StepRecord, SyncSite
 
 __all__ = [
@@ -198,12 +199,6 @@ def _fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def _fmt_ns(n: float) -> str:
-    if abs(n) >= 1e6:
-        return f"{n / 1e6:.1f} ms"
-    return f"{n / 1e3:.1f} µs"
-
-
 def _fmt_sites(sites: Sequence[SyncSite], limit: int = 3) -> str:
     if not sites:
         return "unrecorded sites"
@@ -339,7 +334,7 @@ def _runaway_queue(recent: Sequence[StepRecord]) -> tuple[Trend, Trend | None, s
     first, last = recent[0], recent[-1]
     detail = f"in flight {first.in_flight} → {last.in_flight} steps"
     if first.run_ahead_ns is not None and last.run_ahead_ns is not None:
-        detail += f", run-ahead {_fmt_ns(first.run_ahead_ns)} → {_fmt_ns(last.run_ahead_ns)}"
+        detail += f", run-ahead {format_ns(first.run_ahead_ns)} → {format_ns(last.run_ahead_ns)}"
     return (
         in_flight,
         run_ahead,

@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any
 from asynctrace.capture._clock import StepClock
 from asynctrace.capture._lint_sample import LintSampler
 from asynctrace.capture._nsys import NsysCapture
-from asynctrace.capture._writer import sanitize_name
 from asynctrace.capture.options import TraceOptions
 from asynctrace.capture.sinks import worse_failure
 from asynctrace.errors import AsyncTraceWarning, CaptureError
 from asynctrace.records import Note
+from asynctrace.records.names import sanitize_name
 
 if TYPE_CHECKING:
-    from asynctrace.capture._trigger import Trigger
     from asynctrace.capture.profiler import DeepProfiler
     from asynctrace.capture.syncs import SyncDetector, SyncEvent
+    from asynctrace.capture.trigger import Trigger
 
 __all__ = ["SessionParts"]
 
@@ -224,7 +224,7 @@ class SessionParts:
 
     # ------------------------------------------------------------------ on-demand windows
     def _start_trigger(self) -> None:
-        from asynctrace.capture._trigger import Trigger
+        from asynctrace.capture.trigger import Trigger
 
         trigger = Trigger(
             dir=Path(self.options.dir),

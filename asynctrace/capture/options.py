@@ -43,7 +43,7 @@ class TraceOptions:
     - ``detect_syncs``: ``"auto"``, ``"cuda"``, ``"lint"`` or ``"off"`` (see ``SyncDetector``).
     - ``optimizer_steps``: each ``optimizer.step()`` of any optimizer is a step boundary.
     - ``on_demand``: keep a control file under ``dir`` and answer ``asynctrace capture`` and
-      ``kill -USR2``: a deep-mode window of N steps opened mid-run (``capture/_trigger.py``).
+      ``kill -USR2``: a deep-mode window of N steps opened mid-run (``capture/trigger.py``).
     - ``phases``: split each step's host time into data, forward, backward, optimizer and
       other (``StepRecord.phases_ns``), and count the time inside any DataLoader's fetch as
       data wait: a wrapped DataLoader iterator, ``torch.autograd.backward`` and the optimizer

@@ -48,15 +48,13 @@ from typing import Any
 
 import msgspec
 
-from asynctrace.capture._distributed import rank_and_world
-from asynctrace.capture._writer import sanitize_name
+from asynctrace.capture.distributed import rank_and_world
 from asynctrace.errors import AsyncTraceWarning, CaptureError
-from asynctrace.traces.load import ANNOTATED_SUFFIX
+from asynctrace.records.names import PROFILER_TRACE_SUFFIX, annotated_path, sanitize_name
 
 __all__ = [
     "DeepProfiler",
     "Profile",
-    "annotated_path",
     "check_trace",
     "make_profiler",
     "worker_name",
@@ -230,7 +228,7 @@ class DeepProfiler:
     def _unique_path(self) -> Path:
         t = time.time_ns()
         while True:
-            path = self.run_dir / f"{self.worker}.{t}.pt.trace.json.gz"
+            path = self.run_dir / f"{self.worker}.{t}{PROFILER_TRACE_SUFFIX}"
             if not (path.exists() or annotated_path(path).exists() or _tmp_path(path).exists()):
                 return path
             t += 1
@@ -348,15 +346,6 @@ def _tmp_path(trace: Path) -> Path:
     """Where a trace is written before its rename: still ``.gz`` (torch gzips by the suffix),
     but not a name the TensorBoard plugin or ``find_traces`` lists."""
     return trace.with_name(trace.name + ".tmp.gz")
-
-
-def annotated_path(trace: Path) -> Path:
-    """``x.123.pt.trace.json.gz`` -> ``x.123.annotated.json.gz``."""
-    name = trace.name
-    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
-        if name.endswith(suffix):
-            return trace.with_name(name[: -len(suffix)] + ANNOTATED_SUFFIX)
-    return trace.with_name(name + ANNOTATED_SUFFIX)
 
 
 def make_profiler(

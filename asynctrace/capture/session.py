@@ -45,11 +45,11 @@ from threading import get_ident as _get_ident  # one lookup less per step()
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
 from asynctrace.capture._clock import StepClock
-from asynctrace.capture._distributed import rank_and_world
 from asynctrace.capture._parts import SessionParts
-from asynctrace.capture._signals import SignalGuard, TerminatedBySignal, deferred_signals, resend
 from asynctrace.capture.devices import ClockAlignment, Device, get_device
+from asynctrace.capture.distributed import rank_and_world
 from asynctrace.capture.options import TraceOptions
+from asynctrace.capture.signals import SignalGuard, TerminatedBySignal, deferred_signals, resend
 from asynctrace.capture.sinks import SessionEnd, Sink, SinkSet, as_sink, worse_failure
 from asynctrace.errors import AsyncTraceWarning, CaptureError
 from asynctrace.records import Note, SessionHeader, SyncSite
@@ -297,7 +297,7 @@ class CaptureSession:
 
     def _after_exit(self) -> None:
         """Once the end is out: the previous SIGTERM/SIGHUP handlers back, and a signal the
-        session ended on sent again (:func:`~asynctrace.capture._signals.resend`)."""
+        session ended on sent again (:func:`~asynctrace.capture.signals.resend`)."""
         with contextlib.suppress(Exception):
             self._parts.remove_trigger_files()
         self._signals.restore()

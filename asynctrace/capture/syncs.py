@@ -47,8 +47,9 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Literal, ParamSpec, TypeVar, cast
 
-from asynctrace._frames import is_user_file, short_path
-from asynctrace._known_syncs import (
+from asynctrace._frames import is_standing_in_for_user, is_user_file, launchers, short_path
+from asynctrace.errors import AsyncTraceWarning, CaptureError, OptionError, UnexpectedSyncError
+from asynctrace.records.known_syncs import (
     LINT_OPS,
     MASK_OPS,
     SCALAR_READ_OPS,
@@ -57,7 +58,6 @@ from asynctrace._known_syncs import (
     match_frame,
     tag_of,
 )
-from asynctrace.errors import AsyncTraceWarning, CaptureError, OptionError, UnexpectedSyncError
 
 __all__ = [
     "DETECT_MODES",
@@ -92,7 +92,7 @@ class SyncEvent:
     #: the site, then the user's frames outwards, as "file.py:123 in func": frames of torch,
     #: site-packages, runpy and asynctrace are left out, and ``asynctrace run``/``check``'s own
     #: frames that ran the script end it. A library's site is tagged " [library]", or
-    #: " [id]" / " [id: key 'k']" for a known library sync (``asynctrace._known_syncs``), and
+    #: " [id]" / " [id: key 'k']" for a known library sync (``asynctrace.records.known_syncs``), and
     #: the next entry is the innermost user frame that led to it
     stack: tuple[str, ...] = ()
     #: host time spent blocked, where known (0 where not measurable: lint, implicit CUDA syncs)
@@ -112,10 +112,6 @@ _THIS_FILE = os.path.abspath(__file__)
 #: the modules between a warning and ``showwarning``: ``warnings`` up to Python 3.13; from 3.14
 #: ``warnings`` re-exports ``_py_warnings._showwarnmsg``, so that frame is ``_py_warnings``'s
 _WARNINGS_MODULES = frozenset({"warnings", "_py_warnings"})
-#: the command line that runs a user's script (``asynctrace run``/``check``): no frame outside
-#: it is the user's
-_DEMO = os.path.join(_OWN_DIR + "_commands", "_demo_loops.py")
-_LAUNCHER = (_OWN_DIR + "_commands" + os.sep, _OWN_DIR + "cli.py", _OWN_DIR + "__main__.py")
 
 
 #: the rule the trace analysis applies to a profiler's frame names (whole folder names: torch,
@@ -131,7 +127,7 @@ def _locate(
     The **site** is the innermost frame outside torch and asynctrace. For a sync made inside a
     library (transformers, lightning, …) it is that library's line, shortened to
     ``package/…/file.py:123``, and the stack starts there, tagged `` [id]`` when it is a known
-    library sync (:mod:`asynctrace._known_syncs`: what it is, the setting that removes it),
+    library sync (:mod:`asynctrace.records.known_syncs`: what it is, the setting that removes it),
     then goes on with the innermost user frame that led to it — where the user can act —
     and the user's other frames outwards (see :attr:`SyncEvent.stack`).
 
@@ -140,6 +136,9 @@ def _locate(
     a host tensor (``host``) inside host-side code (``HOST_ONLY_CODE``: the data pipeline,
     optimizers): there the tensor is on the host on every machine, so the read is no sync.
     """
+    # the command line that runs a user's script (``asynctrace run``/``check``), as it
+    # registered itself: no frame outside it is the user's
+    launcher = launchers()
     f = frame
     while f is not None and (
         f.f_code.co_filename == _THIS_FILE or f.f_globals.get("__name__") in _WARNINGS_MODULES
@@ -154,12 +153,12 @@ def _locate(
         if name.startswith(torch_dir):
             f = f.f_back
             continue
-        if name == _DEMO:
+        if is_standing_in_for_user(name):
             break  # ``asynctrace demo``'s loops stand for the user's: their syncs are shown
         if name.startswith(_OWN_DIR):
             if via is None:
                 return None  # asynctrace's own sync (its device layer waiting for its events)
-            if name.startswith(_LAUNCHER):
+            if name.startswith(launcher):
                 # the launcher of ``run``/``check``: no frame of the user's led here
                 f = None
                 break
@@ -190,7 +189,7 @@ def _locate(
         return None  # torch's frames only: nothing of the user's to name
     while f is not None and len(stack) < MAX_STACK_DEPTH:
         name = f.f_code.co_filename
-        if name.startswith(_LAUNCHER):
+        if name.startswith(launcher):
             break
         # runpy only starts a script (``python -m``, ``asynctrace run``): never the user's code
         if _user_file(name) and f.f_globals.get("__name__") != "runpy":
@@ -482,7 +481,6 @@ class _Hub:
         self._patch(tensor, "__repr__", host_read("Tensor.__repr__", lint_only=False))
 
     def _install_cuda(self, torch: Any) -> None:
-        hub = self
         # torch.cuda.get_sync_debug_mode: 0 "default", 1 "warn", 2 "error"
         previous_mode = int(torch.cuda.get_sync_debug_mode())
         if previous_mode == 0:
@@ -490,7 +488,13 @@ class _Hub:
             self._cuda_restore.append(lambda: torch.cuda.set_sync_debug_mode(previous_mode))
         # else the user's own mode stays: "error" keeps raising at each sync (watching must not
         # make a program that fails pass), and "warn" already makes torch warn
+        self._install_sync_warnings(previous_mode)
+        self._install_cuda_timers(torch)
 
+    def _install_sync_warnings(self, previous_mode: int) -> None:
+        """Sees each sync the sync debug mode warns of (the user's ``previous_mode`` decides
+        whether they still see torch's warning)."""
+        hub = self
         # "always" so every sync is seen (not once per line) and so that an "error" filter
         # (pytest's filterwarnings=error) does not turn the user's sync into an exception.
         filters_before = list(warnings.filters)
@@ -535,6 +539,10 @@ class _Hub:
                 _filters_mutated()
 
         self._cuda_restore.append(restore_warnings)
+
+    def _install_cuda_timers(self, torch: Any) -> None:
+        """Times each explicit synchronize (device, stream, event, accelerator)."""
+        hub = self
 
         def timed(op: str) -> Callable[[Callable[..., Any]], Any]:
             def wrap(original: Callable[..., Any]) -> Callable[..., Any]:

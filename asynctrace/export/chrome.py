@@ -44,14 +44,13 @@ import msgspec
 
 from asynctrace.errors import TraceFormatError
 from asynctrace.render.output import atomic_file
-from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES
+from asynctrace.traces.reading import DEFAULT_MAX_INFLATED_BYTES
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from asynctrace.analysis._bound_model import StepBound
-    from asynctrace.analysis.bound import IdleGaps
+    from asynctrace.analysis.bound import IdleGaps, StepBound
     from asynctrace.analysis.report import Analysis, Report, TraceFigures
     from asynctrace.analysis.steps import TraceStep
     from asynctrace.analysis.syncs import SyncCall
@@ -556,7 +555,7 @@ _WRITE_SLICE = 4 << 20
 def _read_text(path: Path, max_inflated_bytes: int) -> bytearray:
     """The file's text (inflated if gzip) in one buffer, read in bounded blocks with the
     loader's cap on inflation: memory is the text itself, never a reservation for the cap."""
-    from asynctrace.traces._io import iter_blocks
+    from asynctrace.traces.reading import iter_blocks
 
     buf = bytearray()
     for block in iter_blocks(path, max_inflated_bytes=max_inflated_bytes):

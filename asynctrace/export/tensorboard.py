@@ -34,8 +34,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from asynctrace.capture._writer import sanitize_name
 from asynctrace.records import SessionHeader, StepRecord
+from asynctrace.records.names import sanitize_name
 
 if TYPE_CHECKING:
     from asynctrace.analysis.bound import Bound

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from asynctrace._extras import require
-from asynctrace.analysis._defaults import DEFAULT_QUEUE_CAP
+from asynctrace.analysis.defaults import DEFAULT_QUEUE_CAP
 from asynctrace.errors import OptionError, TraceFormatError
 from asynctrace.files._dask import _dask_map
 from asynctrace.files._pool import (

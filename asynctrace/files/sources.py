@@ -15,10 +15,17 @@ from pathlib import Path
 import msgspec
 
 from asynctrace.errors import TraceFormatError
-from asynctrace.records import RECORDS_SUFFIX, Records, is_records_name, read_records
-from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES
-from asynctrace.traces.load import DERIVED_SUFFIXES, TRACE_SUFFIXES, find_traces, load
+from asynctrace.records import Records, read_records
+from asynctrace.records.names import (
+    DERIVED_SUFFIXES,
+    LISTED_TRACE_SUFFIXES,
+    RECORDS_SUFFIX,
+    TRACE_SUFFIXES,
+    is_records_name,
+)
+from asynctrace.traces.load import find_traces, load
 from asynctrace.traces.model import Trace
+from asynctrace.traces.reading import DEFAULT_MAX_INFLATED_BYTES
 
 __all__ = ["FolderSources", "Source", "find_sources", "load_source", "source_kind"]
 
@@ -67,11 +74,6 @@ def find_sources(directory: str | os.PathLike[str]) -> FolderSources:
     return FolderSources(traces=traces, records=records)
 
 
-#: the trace files a log folder is listed for (a TensorBoard logdir holds other JSON files
-#: too): compressed Kineto traces, Nsight Systems exports and ``*.pt.trace.json``
-_LISTED_TRACES = (".json.gz", ".sqlite", ".sqlite3", ".pt.trace.json")
-
-
 def source_kind(name: str) -> str | None:
     """What :func:`load_source` reads a file of this name as, for listing a log folder:
     ``"records"``, ``"trace"`` or None (not a file of ours, a hidden one, or a copy derived
@@ -81,6 +83,6 @@ def source_kind(name: str) -> str | None:
     if is_records_name(name):
         return "records"
     low = name.lower()
-    if low.endswith(_LISTED_TRACES) and not low.endswith(DERIVED_SUFFIXES):
+    if low.endswith(LISTED_TRACE_SUFFIXES) and not low.endswith(DERIVED_SUFFIXES):
         return "trace"
     return None

@@ -28,7 +28,7 @@ from asynctrace.errors import OptionError
 
 if TYPE_CHECKING:
     from asynctrace.capture.ranges import Range
-    from asynctrace.session import Session
+    from asynctrace.tracing import Session
 
 __all__ = ["DrivingCallback", "SessionDriver"]
 
@@ -98,7 +98,7 @@ class SessionDriver:
         for driver, thread in list(_entered.items()):
             if thread == tid:
                 driver.close(RuntimeError("training ended without its end hook"))
-        from asynctrace.session import trace
+        from asynctrace.tracing import trace
 
         self.session = trace(self.name, dir=self.dir, **self.trace_options)
 

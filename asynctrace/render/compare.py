@@ -10,8 +10,8 @@ from rich.table import Table
 from rich.text import Text
 
 from asynctrace.analysis.compare import Comparison, Explanation, FigureDelta, Gate
+from asynctrace.analysis.units import format_ns
 from asynctrace.render.printable import printable
-from asynctrace.render.text import format_ns
 
 __all__ = [
     "explained_line",

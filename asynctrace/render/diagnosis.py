@@ -10,21 +10,12 @@ from collections.abc import Mapping, Sequence
 import msgspec
 
 from asynctrace.analysis.diagnosis import Finding
+from asynctrace.analysis.units import format_ns
 
 __all__ = ["DiagnosisView", "diagnosis_text", "diagnosis_view", "evidence_items"]
 
 #: other findings a view lists under the headline
 _SHOWN: int = 6
-
-
-def _duration(ns: float) -> str:
-    """A duration in the largest unit that keeps it ≥ 1 (three digits at most after it)."""
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if abs(ns) >= scale:
-            return (
-                f"{ns / scale:.3g} {unit}" if abs(ns) < 100 * scale else f"{ns / scale:.0f} {unit}"
-            )
-    return f"{ns:.0f} ns"
 
 
 def evidence_items(evidence: Mapping[str, int | float | str]) -> list[tuple[str, str]]:
@@ -33,7 +24,7 @@ def evidence_items(evidence: Mapping[str, int | float | str]) -> list[tuple[str,
     out = []
     for key, value in evidence.items():
         if key.endswith("_ns") and isinstance(value, int | float):
-            name, text = key[:-3], _duration(value)
+            name, text = key[:-3], format_ns(value)
         elif key.endswith("_pct") and isinstance(value, int | float):
             name, text = key[:-4], f"{value:.3g}%"
         elif isinstance(value, float):
@@ -61,12 +52,12 @@ class DiagnosisView(msgspec.Struct, frozen=True, kw_only=True):
 def _cost(f: Finding) -> str:
     if f.cost_ns <= 0:
         return "no step time"
-    return f"{_duration(f.cost_ns)}, {100 * f.share:.0f}%"
+    return f"{format_ns(f.cost_ns)}, {100 * f.share:.0f}%"
 
 
 def diagnosis_view(diagnosis: Sequence[Finding], *, shown: int = _SHOWN) -> DiagnosisView:
     """The headline and the ranked rest of ``diagnosis`` (``Report.diagnosis``,
-    ``SessionReport.diagnosis``)."""
+    ``Report.diagnosis`` of a session)."""
     if not diagnosis:
         return DiagnosisView(code="", message="", advice="", evidence=[], rest=[])
     head, *rest = diagnosis

@@ -16,6 +16,7 @@ the analysis's; nothing here computes one.
 
 from __future__ import annotations
 
+import functools
 import html
 import os
 import re
@@ -23,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from asynctrace.analysis.units import format_column
 from asynctrace.render.output import write_atomically
 
 if TYPE_CHECKING:
@@ -58,8 +60,8 @@ def _e(s: object) -> str:
     return html.escape(str(s), quote=True)
 
 
-def _ms(ns: float | int | None) -> str:
-    return "—" if ns is None else f"{ns / 1e6:.3f}"
+#: a table cell in ms ("—" where there is no figure)
+_ms = functools.partial(format_column, unit="ms", missing="—")
 
 
 def _table(head: Sequence[str], rows: Iterable[Sequence[object]], *, left: int = 1) -> str:
@@ -187,7 +189,7 @@ def _figures_table(r: Report) -> str:
     """The report's one summary: each figure's mean, median and p90 over the steps with it."""
 
     def fmt(name: str, v: float) -> str:
-        return f"{v / 1e6:.3f}" if name.endswith("_ns") else f"{v:.2f}"
+        return format_column(v) if name.endswith("_ns") else f"{v:.2f}"
 
     return "<h2>Per-step figures</h2>" + _table(
         ["figure", "steps", "mean", "median", "p90"],
@@ -388,8 +390,9 @@ def _bound_div(bound: Bound | None, warnings: Sequence[ReportWarning], *, scope:
     evidence line, the host frames with ``file:line`` and the notes (the next step is the
     diagnosis's). Every string is escaped: names and sites come from the file."""
     from asynctrace.analysis.bound import CAUSES
+    from asynctrace.analysis.units import format_ns
     from asynctrace.render.legend import IDLE_CAUSE_COLORS
-    from asynctrace.render.text import evidence_parts, format_ns
+    from asynctrace.render.text import evidence_parts
 
     parts = [
         f'<p class="warn"><b>warning: {_e(w.code)}</b> — {_e(w.message)}</p>' for w in warnings

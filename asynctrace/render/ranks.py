@@ -14,8 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from asynctrace.analysis.ranks import RankComparison, RankTable
+from asynctrace.analysis.units import format_column, format_ns
 from asynctrace.render.printable import printable
-from asynctrace.render.text import format_ns
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -23,12 +23,6 @@ if TYPE_CHECKING:
     from asynctrace.analysis.ranks import CrossRank, RunComparison, RunGroup
 
 __all__ = ["format_rank_table", "render_cross_rank", "render_ranks", "render_runs"]
-
-
-def _ms(ns: int | None) -> str:
-    if ns is None:
-        return "-"
-    return f"{ns / 1e6:.3f}"
 
 
 def format_rank_table(table: RankTable, *, max_rows: int = 20) -> str:
@@ -50,9 +44,9 @@ def format_rank_table(table: RankTable, *, max_rows: int = 20) -> str:
         body = [
             [
                 str(row.step),
-                *(_ms(v) for v in row.time_ns),
+                *(format_column(v) for v in row.time_ns),
                 f"rank{row.slowest_rank}",
-                _ms(row.skew_ns),
+                format_column(row.skew_ns),
             ]
             for row in rows
         ]
@@ -64,12 +58,13 @@ def format_rank_table(table: RankTable, *, max_rows: int = 20) -> str:
         if note:
             lines.append(note)
     lines.append(
-        f"  skew: median {_ms(table.median_skew_ns)} ms, max {_ms(table.max_skew_ns)} ms"
+        f"  skew: median {format_column(table.median_skew_ns)} ms, max "
+        f"{format_column(table.max_skew_ns)} ms"
         + ("" if table.max_skew_step is None else f" (step {table.max_skew_step})")
     )
     for r in table.per_rank:
         lines.append(
-            f"  rank{r.rank}: {r.steps} steps, median {_ms(r.median_ns)} ms, "
+            f"  rank{r.rank}: {r.steps} steps, median {format_column(r.median_ns)} ms, "
             f"slowest on {r.slowest_count} steps"
             + ("" if r.records_path is None else f", records {r.records_path}")
         )

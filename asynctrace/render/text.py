@@ -23,6 +23,7 @@ from asynctrace.analysis.accumulate import STEP_FIGURES, FigureStats
 from asynctrace.analysis.bound import Bound, BoundEvidence
 from asynctrace.analysis.diagnosis import Finding
 from asynctrace.analysis.report import Report, TraceFigures
+from asynctrace.analysis.units import format_ns
 from asynctrace.records import SyncSite
 from asynctrace.render.diagnosis import diagnosis_text
 from asynctrace.render.printable import printable
@@ -35,7 +36,6 @@ __all__ = [
     "diagnosis_markup",
     "evidence_parts",
     "figure_rows",
-    "format_ns",
     "format_value",
     "known_fix_lines",
     "more_sites_text",
@@ -53,21 +53,6 @@ def _shown(text: str) -> str:
     """Text from a file as printed: control characters escaped (a name may hold terminal
     escape sequences), then rich markup (``[bold]``) escaped."""
     return escape(printable(text))
-
-
-def format_ns(ns: float | None) -> str:
-    """A duration in the largest unit that keeps it ≥ 1 as printed (``-`` for None).
-
-    The unit is chosen on the rounded text, so 999.6 ns prints as ``1.000 µs``, not ``1000 ns``.
-    """
-    if ns is None:
-        return "-"
-    text, unit = f"{ns:.0f}", "ns"
-    for bigger, scale in (("µs", 1e3), ("ms", 1e6), ("s", 1e9)):
-        if not abs(float(text)) >= 1000:  # NaN stays in ns, as before
-            break
-        text, unit = f"{ns / scale:.3f}", bigger
-    return f"{text} {unit}"
 
 
 def title_text(report: Report) -> str:
@@ -230,9 +215,9 @@ def site_rows(report: Report) -> list[tuple[str, str, str, str, str]]:
 
 
 def known_fix_lines(sites: Sequence[SyncSite]) -> list[str]:
-    """For each sync a library makes that ``_known_syncs.py`` knows: what it does and the
+    """For each sync a library makes that ``records/known_syncs.py`` knows: what it does and the
     setting that removes it, as ``asynctrace check`` prints them."""
-    from asynctrace._known_syncs import is_library_frame, known_sync
+    from asynctrace.records.known_syncs import is_library_frame, known_sync
 
     lines: list[str] = []
     for s in sites:

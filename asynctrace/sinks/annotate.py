@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from asynctrace.capture.profiler import annotated_path
 from asynctrace.capture.sinks import BaseSink
 from asynctrace.records import Note
+from asynctrace.records.names import annotated_path
 
 __all__ = ["AnnotateSink"]
 

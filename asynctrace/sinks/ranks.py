@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from asynctrace.capture._distributed import DEFAULT_LAST_STEPS
 from asynctrace.capture.devices import CudaDevice, Device
+from asynctrace.capture.distributed import DEFAULT_LAST_STEPS
 from asynctrace.capture.sinks import BaseSink, SessionEnd
 from asynctrace.records import SessionHeader, StepRecord
 
@@ -46,7 +46,7 @@ class RankGatherSink(BaseSink):
         self.table = None
         self._recent.clear()
         self.gathered = False
-        from asynctrace.capture import _distributed
+        from asynctrace.capture import distributed as _distributed
 
         # scripts destroy the group before the session ends (most do): gather then
         self._undo = _distributed.wrap_destroy(self._gather_before_destroy)
@@ -75,7 +75,7 @@ class RankGatherSink(BaseSink):
 
     def _gather(self, steps: list[StepRecord] | None) -> None:
         """Over the default group: ``steps``, or (None) this rank's records file's tail."""
-        from asynctrace.capture import _distributed
+        from asynctrace.capture import distributed as _distributed
 
         if not _distributed.is_distributed():
             return

@@ -13,9 +13,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from asynctrace.capture._writer import RecordsWriter, records_file_name
 from asynctrace.capture.sinks import BaseSink, SessionEnd
 from asynctrace.records import Note, SessionHeader, SessionSummary, StepRecord
+from asynctrace.records.names import records_file_name
+from asynctrace.records.writer import RecordsWriter
 
 __all__ = ["RecordsSink"]
 

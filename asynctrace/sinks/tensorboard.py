@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from asynctrace.capture._writer import sanitize_name
 from asynctrace.capture.sinks import BaseSink, SessionEnd
 from asynctrace.export.tensorboard import TensorBoardWriter, summary_markdown
 from asynctrace.records import Note, SessionHeader
+from asynctrace.records.names import sanitize_name
 
 if TYPE_CHECKING:
     from asynctrace.analysis.report import Report

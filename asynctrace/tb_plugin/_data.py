@@ -12,7 +12,8 @@ Runs: a folder under the logdir holding session records (``*.records.jsonl``) or
 (``*.pt.trace.json[.gz]``, ``*.json.gz``, ``*.sqlite``) is a run, named by its path relative to
 the logdir; a file directly in the logdir is a run by itself. A run's files are its *sources*
 (ranks, a session's records beside its deep-mode traces). Annotated copies and summaries that
-asynctrace writes beside a trace are not sources (:data:`asynctrace.traces.load.DERIVED_SUFFIXES`).
+asynctrace writes beside a trace are not sources
+(:data:`asynctrace.records.names.DERIVED_SUFFIXES`).
 
 Only what lies inside the logdir is listed or served: every path is resolved (links followed)
 and checked against the logdir's real path, so a link to ``/etc/passwd`` or to a folder

@@ -11,21 +11,11 @@ import re
 from pathlib import Path
 
 from asynctrace.errors import TraceFormatError
-from asynctrace.traces._io import DEFAULT_MAX_INFLATED_BYTES, _open_error, sniff
+from asynctrace.records.names import DERIVED_SUFFIXES, TRACE_SUFFIXES
 from asynctrace.traces.model import Trace
+from asynctrace.traces.reading import DEFAULT_MAX_INFLATED_BYTES, _open_error, sniff
 
-__all__ = ["ANNOTATED_SUFFIX", "DERIVED_SUFFIXES", "TRACE_SUFFIXES", "find_traces", "load"]
-
-#: File names :func:`find_traces` picks up (``{worker}.{time_ns}.pt.trace.json.gz`` included).
-TRACE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz", ".sqlite", ".sqlite3")
-
-#: The annotated copy deep mode writes next to each trace (``Profile(annotate=True)``:
-#: ``{worker}.{time_ns}.annotated.json.gz``, the trace plus our overlay).
-ANNOTATED_SUFFIX = ".annotated.json.gz"
-
-#: What asynctrace writes beside the traces, which :func:`find_traces` leaves out: annotated
-#: copies (the same rank again) and JSON summaries (``demo.summary.json``).
-DERIVED_SUFFIXES: tuple[str, ...] = (ANNOTATED_SUFFIX, ".annotated.json", ".summary.json")
+__all__ = ["find_traces", "load"]
 
 
 def load(
@@ -76,10 +66,10 @@ def find_traces(directory: str | os.PathLike[str], *, allow_empty: bool = False)
 
     Picks ``*.json``, ``*.json.gz``, ``*.sqlite``, ``*.sqlite3``; session records
     (``*.records.jsonl``) are not traces, and what asynctrace derives from a trace
-    (:data:`DERIVED_SUFFIXES`: annotated copies, summaries) would count a rank twice, so both
-    are left out (:func:`load` still reads any of them by name). Raises
-    :class:`TraceFormatError` when the folder does not exist or holds no trace (``allow_empty``:
-    then an empty list, for a caller that looks for other files too).
+    (:data:`~asynctrace.records.names.DERIVED_SUFFIXES`: annotated copies, summaries) would
+    count a rank twice, so both are left out (:func:`load` still reads any of them by name).
+    Raises :class:`TraceFormatError` when the folder does not exist or holds no trace
+    (``allow_empty``: then an empty list, for a caller that looks for other files too).
     """
     d = Path(directory)
     try:

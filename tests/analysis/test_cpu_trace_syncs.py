@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from asynctrace._known_syncs import LINT_OPS, TRACE_SYNC_OPS
 from asynctrace.analysis.report import analyze
+from asynctrace.records.known_syncs import LINT_OPS, TRACE_SYNC_OPS
 from asynctrace.traces.builder import TraceBuilder
 from asynctrace.traces.kineto import load_kineto
 from asynctrace.traces.model import RangeKind
@@ -138,7 +138,7 @@ def test_a_lint_session_s_note_holds_for_the_steps_its_trace_recorded(tmp_path: 
     # steps' syncs are in the profiler trace
     from asynctrace.capture.profiler import Profile
     from asynctrace.records import read_records
-    from asynctrace.session import Session
+    from asynctrace.tracing import Session
 
     s = Session(
         "t",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from asynctrace.analysis.bound import bound_columns_of_records, bound_of_records
+from asynctrace.analysis.records_bound import bound_columns_of_records, bound_of_records
 from asynctrace.records import StepRecord
 
 MS = 1_000_000

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import asynctrace
-from asynctrace._frames import _OWN_MODULES
+from asynctrace._frames import _OWN_MODULES, is_standing_in_for_user, launchers
 from asynctrace.analysis.steps import step_windows
 from asynctrace.analysis.syncs import find_syncs, is_user_frame, site_of
 from asynctrace.traces.builder import TraceBuilder
@@ -111,3 +112,16 @@ def test_frames_with_the_same_span_resolve_whatever_the_event_order() -> None:
         b.runtime("cudaDeviceSynchronize", 200, 10, kind=RuntimeKind.SYNC, tid=1)
         sites.add(find_syncs(b.build()).calls[0].site)
     assert sites == {"b.py:2"}
+
+
+def test_the_commands_register_their_frames() -> None:
+    # the session's sync locator knows no path of the command line: the commands say which of
+    # their files launch a user's script and which stand for the user's own loop
+    import asynctrace._commands
+    import asynctrace.cli
+
+    commands = Path(asynctrace._commands.__file__).parent
+    assert str(commands) + os.sep in launchers()
+    assert asynctrace.cli.__file__ in launchers()
+    assert is_standing_in_for_user(str(commands / "_demo_loops.py"))
+    assert not is_standing_in_for_user(str(commands / "run.py"))

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from asynctrace.capture._distributed import rank_and_world, rank_tag, tail_steps
+from asynctrace.capture.distributed import rank_and_world, rank_tag, tail_steps
 from asynctrace.errors import AsyncTraceError
 from asynctrace.records import read_records
 from tests.export._records import steps_ms as _steps
@@ -37,7 +37,7 @@ def test_rank_helpers(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_gather_outside_a_process_group_says_what_to_do() -> None:
-    from asynctrace.capture._distributed import gather_steps
+    from asynctrace.capture.distributed import gather_steps
 
     with pytest.raises(AsyncTraceError, match="init_process_group"):
         gather_steps(_steps(1))
@@ -93,7 +93,7 @@ class _FakeDist:
 
 
 def test_gather_over_a_subgroup_goes_to_the_global_dst(monkeypatch: pytest.MonkeyPatch) -> None:
-    from asynctrace.capture import _distributed
+    from asynctrace.capture import distributed as _distributed
 
     rank2 = {"steps": [(0, 5_000_000, None), (1, 7_000_000, None)], "records_path": "r2.jsonl"}
     fake = _FakeDist(me=3, others={2: rank2})
@@ -120,9 +120,9 @@ def test_a_session_on_cuda_n_gathers_on_cuda_n(
 
     import torch
 
-    from asynctrace.capture import _distributed
+    from asynctrace.capture import distributed as _distributed
     from asynctrace.capture.devices import CudaDevice
-    from asynctrace.session import trace
+    from asynctrace.tracing import trace
     from tests.capture._fake_cuda import install
 
     gpu = install(monkeypatch)
@@ -158,7 +158,7 @@ def test_a_session_on_cuda_n_gathers_on_cuda_n(
 
 
 def test_tail_steps_is_bounded(tmp_path: Path) -> None:
-    from asynctrace.session import trace
+    from asynctrace.tracing import trace
 
     with trace("tail", dir=tmp_path, device="cpu", print_summary=False) as s:
         for _ in range(30):
@@ -175,7 +175,7 @@ import torch
 import torch.distributed as dist
 import asynctrace
 from asynctrace.analysis.ranks import rank_table
-from asynctrace.capture import _distributed
+from asynctrace.capture import distributed as _distributed
 from asynctrace.render.ranks import format_rank_table
 
 out = sys.argv[1]

@@ -23,15 +23,17 @@ import torch
 import torch.optim.optimizer as torch_optimizer
 from torch.utils.data import DataLoader
 
-from asynctrace.capture import _clock, _writer, ranges
+from asynctrace.capture import _clock, ranges
 from asynctrace.capture import session as session_module
-from asynctrace.capture._writer import RecordsWriter
 from asynctrace.capture.devices import FakeClock, FakeDevice
 from asynctrace.capture.profiler import Profile
 from asynctrace.cli import main
 from asynctrace.errors import AsyncTraceWarning, CaptureError
 from asynctrace.records import RECORDS_SUFFIX, Records, read_records
-from asynctrace.session import Session, current_session, trace
+from asynctrace.records import writer as _writer
+from asynctrace.records.names import records_file_name
+from asynctrace.records.writer import RecordsWriter
+from asynctrace.tracing import Session, current_session, trace
 from tests.capture._datasets import SlowDataset
 
 T0 = 1_000_000
@@ -708,7 +710,7 @@ DEEP_MODE_OTHER_THREAD = """
 import sys, threading
 import torch
 from asynctrace.capture.profiler import Profile
-from asynctrace.session import Session
+from asynctrace.tracing import Session
 from asynctrace.errors import CaptureError
 
 s = Session("t", dir=sys.argv[2], device="cpu", print_summary=False, detect_syncs="off",
@@ -983,7 +985,7 @@ def test_a_file_of_another_run_is_never_overwritten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(time, "time_ns", lambda: 7)
-    name = _writer.records_file_name("x", pid=os.getpid(), rank=None, time_ns=7)
+    name = records_file_name("x", pid=os.getpid(), rank=None, time_ns=7)
     other = tmp_path / name
     other.write_bytes(b"another run's records")
     (tmp_path / "x.tmp").write_bytes(b"unrelated")

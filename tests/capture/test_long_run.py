@@ -18,7 +18,7 @@ import torch  # noqa: F401 - imported before tracing: the session imports it, th
 
 from asynctrace.capture.devices import FakeClock, FakeDevice
 from asynctrace.records import SessionHeader, SessionSummary, StepRecord
-from asynctrace.session import Session
+from asynctrace.tracing import Session
 
 N = 1_000_000
 #: steps traced by tracemalloc at the start and at the end (tracing costs ~3x per step)

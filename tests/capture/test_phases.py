@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, dataloader
 
 import asynctrace
-from asynctrace.analysis.bound import bound_of_records
+from asynctrace.analysis.records_bound import bound_of_records
 from asynctrace.export.tensorboard import step_scalars
 from asynctrace.records import StepRecord, read_records
 

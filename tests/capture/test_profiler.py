@@ -14,11 +14,11 @@ import torch
 from asynctrace.capture.profiler import (
     DeepProfiler,
     Profile,
-    annotated_path,
     make_profiler,
     worker_name,
 )
 from asynctrace.errors import CaptureError
+from asynctrace.records.names import annotated_path
 from tests.export._trace_event_validator import load_events, tb_profiler_problems, validate
 
 _FILE = re.compile(r"^(?P<worker>.+?)\.(?P<ns>\d+)\.pt\.trace\.json\.gz$")

@@ -24,7 +24,7 @@ from asynctrace.capture.profiler import DeepProfiler, Profile, check_trace, work
 from asynctrace.errors import AsyncTraceWarning, CaptureError
 from asynctrace.export import chrome
 from asynctrace.records import read_records
-from asynctrace.session import Session
+from asynctrace.tracing import Session
 from tests.export._trace_event_validator import load_events
 
 REPO = Path(__file__).resolve().parents[2]
@@ -164,7 +164,7 @@ _UNDER_MEMORY_LIMIT = """
 import resource, sys, warnings
 import torch
 from asynctrace.capture.profiler import Profile
-from asynctrace.session import Session
+from asynctrace.tracing import Session
 
 out = sys.argv[1]
 # 6,000,000 KiB, as `ulimit -v 6000000`: torch is loaded, an 8 GiB reservation is not possible
@@ -285,7 +285,7 @@ _UNDER_FILE_SIZE_LIMIT = """
 import resource, sys, warnings
 import torch
 from asynctrace.capture.profiler import Profile
-from asynctrace.session import Session
+from asynctrace.tracing import Session
 
 out = sys.argv[1]
 # `ulimit -f 100`: Kineto's JSON cannot be written; Python ignores SIGXFSZ, so writes fail
@@ -369,7 +369,7 @@ _SET_HOST = """
 import socket, sys, warnings
 import torch
 from asynctrace.capture.profiler import Profile
-from asynctrace.session import Session
+from asynctrace.tracing import Session
 
 socket.sethostname("../../../esc")
 with Session("t", dir=sys.argv[1], device="cpu", detect_syncs="off", print_summary=False,

@@ -21,17 +21,19 @@ import torch.optim.optimizer as torch_optimizer
 
 import asynctrace
 from asynctrace.analysis.report import Report
-from asynctrace.capture import _clock, _writer, ranges
-from asynctrace.capture._writer import RecordsWriter, records_file_name, sanitize_name
+from asynctrace.capture import _clock, ranges
 from asynctrace.capture.devices import FakeClock, FakeDevice
 from asynctrace.capture.options import TraceOptions
 from asynctrace.capture.sinks import BaseSink, SessionEnd
 from asynctrace.capture.syncs import SyncEvent
 from asynctrace.errors import AsyncTraceWarning, CaptureError, OptionError
 from asynctrace.records import RECORDS_SUFFIX, StepRecord, read_records
+from asynctrace.records import writer as _writer
+from asynctrace.records.names import records_file_name, sanitize_name
+from asynctrace.records.writer import RecordsWriter
 from asynctrace.render.text import figure_rows, print_summary
 from asynctrace.render.text import format_value as _fmt
-from asynctrace.session import Session, current_session, trace
+from asynctrace.tracing import Session, current_session, trace
 
 T0 = 1_000_000
 

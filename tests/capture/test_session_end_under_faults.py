@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from asynctrace.capture._writer import RecordsWriter
 from asynctrace.capture.devices import FakeClock, FakeDevice
 from asynctrace.errors import AsyncTraceWarning
 from asynctrace.records import RECORDS_SUFFIX, read_records
-from asynctrace.session import Session
+from asynctrace.records.writer import RecordsWriter
+from asynctrace.tracing import Session
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -202,7 +202,7 @@ def test_steps_from_two_threads_at_once_are_all_counted(tmp_path: Path) -> None:
 _FORK_IN_SESSION = """
 import os, sys
 from asynctrace.capture.devices import FakeClock, FakeDevice
-from asynctrace.session import Session
+from asynctrace.tracing import Session
 
 clock = FakeClock(1_000_000)
 s = Session("p", dir=sys.argv[1], device=FakeDevice(clock, lambda i, t: t + 300),
@@ -246,7 +246,7 @@ def test_a_handler_raising_before_the_deferral_takes_hold_still_ends_the_session
 ) -> None:
     # the second DataLoader worker's SIGCHLD right as the loop ends: its handler raises
     # between two bytecodes before the end's signal deferral is in place
-    from asynctrace.capture import _signals
+    from asynctrace.capture import signals as _signals
 
     real_enter = _signals.deferred_signals.__enter__
     raised: list[bool] = []

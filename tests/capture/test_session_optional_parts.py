@@ -12,12 +12,12 @@ import pytest
 import torch
 from rich.console import Console
 
-from asynctrace.capture._live import LiveStatus
 from asynctrace.capture.devices import FakeClock, FakeDevice
 from asynctrace.capture.profiler import Profile
 from asynctrace.errors import AsyncTraceWarning, CaptureError
 from asynctrace.records import StepRecord, read_records
-from asynctrace.session import Session
+from asynctrace.sinks.live import LiveStatus
+from asynctrace.tracing import Session
 
 _TRACE = re.compile(r"^(?P<worker>.+?)\.(?P<ns>\d+)\.pt\.trace\.json\.gz$")
 

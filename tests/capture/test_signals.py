@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from asynctrace.capture._signals import deferred_signals
+from asynctrace.capture.signals import deferred_signals
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals")
 

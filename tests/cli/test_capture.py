@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from asynctrace.capture._trigger import CONTROL_DIR, write_json
+from asynctrace.capture.trigger import CONTROL_DIR, write_json
 from asynctrace.cli import main
 from asynctrace.records import RECORDS_SUFFIX, read_records
 

@@ -16,8 +16,8 @@ import pytest
 from asynctrace.cli import main
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import SessionHeader, StepRecord, read_records
-from asynctrace.session import current_session
 from asynctrace.traces.load import find_traces
+from asynctrace.tracing import current_session
 
 from .test_user_errors import TINY
 

@@ -16,7 +16,7 @@ from asynctrace.capture import ranges
 from asynctrace.cli import main
 from asynctrace.errors import AsyncTraceError, AsyncTraceWarning
 from asynctrace.records import read_records
-from asynctrace.session import current_session
+from asynctrace.tracing import current_session
 
 SCRIPT = """
 import json, sys, time

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from asynctrace.capture._clock import StepClock
-from asynctrace.capture._writer import RecordsWriter
 from asynctrace.capture.session import CaptureSession
 from asynctrace.cli import main
 from asynctrace.records import RECORDS_SUFFIX, read_records
-from asynctrace.session import current_session
+from asynctrace.records.writer import RecordsWriter
 from asynctrace.sinks import SummarySink
+from asynctrace.tracing import current_session
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -286,7 +286,7 @@ def test_a_handler_raising_before_the_end_is_deferred_still_ends_the_session(
     error: str | None,
 ) -> None:
     # the second worker's SIGCHLD as the script ends, before run's deferral is in place
-    from asynctrace.capture import _signals
+    from asynctrace.capture import signals as _signals
 
     real_enter = _signals.deferred_signals.__enter__
     raised: list[bool] = []

@@ -384,7 +384,7 @@ def test_a_full_disk_reaches_the_caller_without_a_thread_traceback(
 
 _FILL_THE_DISK = """
 import os, sys, torch
-from asynctrace.session import Session
+from asynctrace.tracing import Session
 
 out = sys.argv[1]
 with Session("t", dir=out, device="cpu", detect_syncs="off", print_summary=False,

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asynctrace.errors import TraceFormatError
-from asynctrace.traces._io import iter_blocks
 from asynctrace.traces.kineto import load_kineto
 from asynctrace.traces.load import load
+from asynctrace.traces.reading import iter_blocks
 from tests.conftest import KINETO_DIR, examples
 from tests.fuzz._mutators import (
     CORPUS,

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from asynctrace.capture._writer import records_file_name, sanitize_name
 from asynctrace.errors import TraceFormatError
 from asynctrace.records import RECORDS_SUFFIX, read_records
+from asynctrace.records.names import records_file_name, sanitize_name
 from tests.conftest import examples
 from tests.fuzz._mutators import (
     CORPUS,

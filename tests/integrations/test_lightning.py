@@ -18,7 +18,7 @@ from lightning.fabric.utilities.warnings import PossibleUserWarning
 from asynctrace.capture import ranges
 from asynctrace.integrations.lightning import AsyncTraceCallback
 from asynctrace.records import read_records
-from asynctrace.session import current_session
+from asynctrace.tracing import current_session
 
 BATCHES = 6  # per epoch
 EPOCHS = 2

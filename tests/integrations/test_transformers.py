@@ -28,7 +28,7 @@ from transformers import (
 from asynctrace.capture import ranges
 from asynctrace.integrations.transformers import AsyncTraceCallback
 from asynctrace.records import read_records
-from asynctrace.session import current_session
+from asynctrace.tracing import current_session
 
 STEPS = 6
 SLEEP_MS = (2, 6, 4)

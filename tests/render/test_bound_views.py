@@ -20,9 +20,9 @@ from asynctrace.analysis.bound import (
     HostFrame,
     IdleByCause,
     ReportWarning,
-    bound_of_records,
 )
 from asynctrace.analysis.diagnosis import Finding
+from asynctrace.analysis.records_bound import bound_of_records
 from asynctrace.analysis.report import Analysis, analyze_detail
 from asynctrace.records import read_records
 from asynctrace.render.html import combined_html, report_html
@@ -145,7 +145,7 @@ def test_html_box_v100_is_device_bound() -> None:
     box = _box(page)
     assert box.startswith('<p class="label">bound: <b>device-bound</b> — run: device busy ')
     assert "(97.7%)" in box
-    assert "<td>5.579 ms</td><td>1.1%</td>" in box  # host idle, with its unit, and its share
+    assert "<td>5.58 ms</td><td>1.1%</td>" in box  # host idle, with its unit, and its share
     assert "evidence: host idle: 158 launch gaps" in box
     # the next step is the diagnosis's, whose box leads the page
     assert "next step: the device is busy 98% of the time" in _diagnosis_box(page)
@@ -165,7 +165,7 @@ def test_html_box_b200_is_host_bound_with_its_host_frames() -> None:
     page = report_html(analyze_detail(trace))
     box = _box(page)
     assert "bound: <b>host-bound</b> — whole trace: device busy" in box
-    assert "<td>75.679 ms</td><td>86.6%</td>" in box
+    assert "<td>75.7 ms</td><td>86.6%</td>" in box
     assert "513 host-work gaps" in box
     # schema 4: measured frames (the time in each, not one sample per gap)
     frame = "<code>__torch_function__</code> at <code>vllm/model_executor/parameter.py:122</code>"

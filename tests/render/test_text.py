@@ -8,32 +8,13 @@ from asynctrace.analysis.ranks import compare_ranks
 from asynctrace.analysis.report import analyze
 from asynctrace.records import Records, SessionHeader, SessionSummary, StepRecord, SyncSite
 from asynctrace.render.ranks import render_ranks
-from asynctrace.render.text import format_ns, render_report
+from asynctrace.render.text import render_report
 from tests.analysis._traces import launches_trace, steps_trace
 
 
 def _console() -> tuple[Console, io.StringIO]:
     buf = io.StringIO()
     return Console(file=buf, width=160, color_system=None), buf
-
-
-def test_format_ns() -> None:
-    assert format_ns(None) == "-"
-    assert format_ns(999) == "999 ns"
-    assert format_ns(1500) == "1.500 µs"
-    assert format_ns(-2_500_000) == "-2.500 ms"
-    assert format_ns(3_000_000_000) == "3.000 s"
-
-
-def test_format_ns_never_prints_1000_of_a_unit() -> None:
-    # a value just under a unit boundary rounds up to it: printed in the next unit, not as 1000
-    assert format_ns(999.6) == "1.000 µs"
-    assert format_ns(-999.6) == "-1.000 µs"
-    assert format_ns(999_999.6) == "1.000 ms"
-    assert format_ns(999_999_999.6) == "1.000 s"
-    assert format_ns(999.4) == "999 ns"
-    assert format_ns(999_999.4) == "999.999 µs"
-    assert format_ns(5e12) == "5000.000 s"
 
 
 def test_report_text_shows_the_figures() -> None:

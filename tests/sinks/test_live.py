@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from asynctrace.capture._live import LiveStatus
 from asynctrace.records import StepRecord
+from asynctrace.sinks.live import LiveStatus
 
 #: the checkout under test (the child must import this asynctrace, not an installed one)
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,7 +119,7 @@ def test_on_a_real_pty(tmp_path: Path) -> None:
         f"with asynctrace.trace('p', dir={str(tmp_path)!r}, live=True, print_summary=False)"
         " as s:\n"
         "    for i in s.steps(range(3)):\n"
-        "        asynctrace.capture._live._REFRESH_NS = 0\n"
+        "        asynctrace.sinks.live._REFRESH_NS = 0\n"
         "        print(torch.tensor(2.3089))\n"
     )
     pid, fd = pty.fork()

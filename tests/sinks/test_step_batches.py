@@ -18,7 +18,7 @@ from asynctrace.capture.devices import FakeClock, FakeDevice
 from asynctrace.capture.sinks import BaseSink, SessionEnd, as_sink
 from asynctrace.errors import AsyncTraceWarning, CaptureError
 from asynctrace.records import RECORDS_SUFFIX, StepRecord, read_records
-from asynctrace.session import Session
+from asynctrace.tracing import Session
 
 
 class Batches(BaseSink):

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from asynctrace.capture.devices import FakeClock, FakeDevice
-from asynctrace.session import Session
 from asynctrace.sinks.tensorboard import run_stamp
+from asynctrace.tracing import Session
 
 
 def _frontend_ms(run: Path) -> list[tuple[int, float]]:

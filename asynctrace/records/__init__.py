@@ -16,6 +16,10 @@ figures are ``null`` where the device cannot measure them.
 Version 2 (from 1): the summary's ``notes`` are ``{"code", "text"}`` objects, no longer strings.
 :func:`read_records` reads version 1 files too; their notes become :class:`Note` objects of code
 ``"note"`` (the prose is kept as it was, never read for a code).
+
+Beside it: :mod:`~asynctrace.records.writer` writes the file, :mod:`~asynctrace.records.names`
+names it (and every other file asynctrace writes or lists), :mod:`~asynctrace.records.known_syncs`
+is the table of library syncs whose tags the sync rows carry.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import BinaryIO
 import msgspec
 
 from asynctrace.errors import TraceFormatError
+from asynctrace.records.names import RECORDS_SUFFIX, is_records_name
 
 __all__ = [
     "RECORDS_SCHEMA",
@@ -45,13 +50,6 @@ __all__ = [
 RECORDS_SCHEMA = "asynctrace.records"
 #: 2: the summary's notes are :class:`Note` objects (1: strings; still read)
 RECORDS_VERSION = 2
-RECORDS_SUFFIX = ".records.jsonl"
-
-
-def is_records_name(name: str) -> bool:
-    """Whether a file name is a session's records: ``*.records.jsonl``, or
-    ``*.records.jsonl.tmp`` (its session still runs, or was killed before renaming it)."""
-    return name.endswith((RECORDS_SUFFIX, RECORDS_SUFFIX + ".tmp"))
 
 
 class SessionHeader(msgspec.Struct, frozen=True, kw_only=True, tag="header", tag_field="type"):

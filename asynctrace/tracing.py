@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from asynctrace.capture._signals import TerminatedBySignal
 from asynctrace.capture.options import TraceOptions
 from asynctrace.capture.session import CaptureSession, current_session
+from asynctrace.capture.signals import TerminatedBySignal
 from asynctrace.capture.sinks import Sink
 from asynctrace.errors import AsyncTraceWarning, CaptureError
 from asynctrace.records import Note

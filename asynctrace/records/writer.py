@@ -15,41 +15,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
-import socket
 from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
 import msgspec
 
-from asynctrace.records import RECORDS_SUFFIX
-
-__all__ = ["RecordsWriter", "records_file_name", "sanitize_name"]
+__all__ = ["RecordsWriter"]
 
 #: records batched before they are encoded and written; amortizes the call, stays flat (~60 kB)
 _BATCH = 256
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9_+\-]+")
-
-
-def sanitize_name(name: str, *, default: str = "session", max_len: int = 80) -> str:
-    """A file-name-safe version of ``name``: no separators, no ``..``, no leading dot.
-
-    Every run of characters outside ``[A-Za-z0-9_+-]`` becomes one ``_``; dots are replaced
-    too because they separate the fields of a records file name.
-    """
-    cleaned = _UNSAFE.sub("_", name).strip("_")[:max_len]
-    return cleaned or default
-
-
-def records_file_name(
-    name: str, *, pid: int, rank: int | None, time_ns: int, host: str | None = None
-) -> str:
-    """``<name>.<host>.<pid>[.rank<N>].<time_ns>.records.jsonl``, every field sanitized."""
-    host_part = sanitize_name(host if host is not None else socket.gethostname(), default="host")
-    rank_part = "" if rank is None else f".rank{int(rank)}"
-    return f"{sanitize_name(name)}.{host_part}.{int(pid)}{rank_part}.{int(time_ns)}{RECORDS_SUFFIX}"
 
 
 class RecordsWriter:
