@@ -17,6 +17,7 @@ from pathlib import Path
 
 from asynctrace._commands.report import _at_least, add_queue_cap
 from asynctrace.errors import AsyncTraceError, TraceFormatError
+from asynctrace.render.output import fs_name, is_utf8
 from asynctrace.render.printable import printable
 
 __all__ = ["add_arguments", "run"]
@@ -57,19 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _shown(text: str) -> str:
     """``text`` safe to print: a file name's odd bytes (not UTF-8) as ``\\xNN``, control
     characters escaped as ``report`` shows them (:func:`asynctrace.render.printable.printable`)."""
-    try:
-        raw = text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        raw = text.encode("utf-8", "backslashreplace")
-    return printable(raw.decode("utf-8", "backslashreplace"))
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return printable(fs_name(text))
 
 
 def _inputs(paths: list[str], skipped: list[str]) -> tuple[list[Path], list[Path]]:
@@ -89,7 +78,7 @@ def _inputs(paths: list[str], skipped: list[str]) -> tuple[list[Path], list[Path
         else:
             candidates = [(p, source_kind(p.name) == "records")]
         for q, is_records in candidates:
-            if not _is_utf8(str(q)):
+            if not is_utf8(str(q)):
                 skipped.append(
                     f"{q}: the name is not UTF-8, which the tables' source column cannot hold; "
                     "rename the file to export it"
@@ -128,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     require("pyarrow", extra="parquet", what="--parquet", packages="pyarrow")
     if args.scheduler is not None:
         require("distributed", extra="dask", what="--scheduler", packages="dask distributed")
-    if not _is_utf8(os.path.abspath(args.parquet)):
+    if not is_utf8(os.path.abspath(args.parquet)):
         # the workers report the files they wrote as msgpack, whose strings are UTF-8
         raise AsyncTraceError(
             f"--parquet {_shown(args.parquet)}: the name is not UTF-8; choose another folder"

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "atomic_file",
     "fs_name",
+    "is_utf8",
     "json_text",
     "output_file",
     "output_folder",
@@ -114,15 +115,28 @@ def utf8(text: str) -> str:
     return text.encode("utf-8", "replace").decode()
 
 
+def is_utf8(text: str) -> bool:
+    """Whether UTF-8 holds ``text`` (a file name whose bytes are not UTF-8 holds surrogate
+    escapes, which it does not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def fs_name(path: str) -> str:
     """A file name as text that UTF-8 holds: the bytes of a name that is not UTF-8 (Python's
     surrogate escapes) shown as ``\\xNN``, everything else unchanged. The name a report,
-    its JSON and msgpack carry for such a file, which is analysed like any other."""
+    its JSON and msgpack carry for such a file, which is analysed like any other, and the
+    name a message or a JSON note shows for one that is skipped."""
+    if is_utf8(path):
+        return path
     try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return os.fsencode(path).decode("utf-8", "backslashreplace")
-    return path
+        raw = os.fsencode(path)
+    except UnicodeEncodeError:  # a lone surrogate, which no name's bytes decode to
+        raw = path.encode("utf-8", "backslashreplace")
+    return raw.decode("utf-8", "backslashreplace")
 
 
 def _utf8(x: Any) -> Any:

@@ -42,7 +42,7 @@ import msgspec
 from asynctrace.errors import TraceFormatError
 from asynctrace.files.sources import source_kind
 from asynctrace.render.legend import LegendEntry, legend
-from asynctrace.render.output import utf8
+from asynctrace.render.output import fs_name, is_utf8, utf8
 from asynctrace.render.views import DEFAULT_MAX_EVENTS, MAX_EVENTS, StepBars
 
 if TYPE_CHECKING:
@@ -71,23 +71,6 @@ DEFAULT_CACHE_BYTES = 2 << 30
 _ACTIVE_TTL_S = 10.0
 #: entries /runs says it left out, at most (then how many more)
 _MAX_NOTED = 20
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _escaped(text: str) -> str:
-    """A name that is not UTF-8 with its odd bytes as ``\\xNN`` (for a note in JSON)."""
-    try:
-        raw = text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        raw = text.encode("utf-8", "backslashreplace")
-    return raw.decode("utf-8", "backslashreplace")
 
 
 def _utf8_fields(obj: object) -> object:
@@ -375,17 +358,17 @@ class PluginData:
                 try:
                     if entry.is_dir(follow_symlinks=False):
                         if not name.startswith((".", "__")):
-                            if _is_utf8(name):
+                            if is_utf8(name):
                                 subfolders.append((entry.path, entry_rel))
                             elif left_out is not None:
-                                left_out.append(f"{_escaped(entry_rel)}/: not UTF-8")
+                                left_out.append(f"{fs_name(entry_rel)}/: not UTF-8")
                         continue
                     kind = source_kind(name)
                     if kind is None:
                         continue
-                    if not _is_utf8(name):
+                    if not is_utf8(name):
                         if left_out is not None:
-                            left_out.append(f"{_escaped(entry_rel)}: the name is not UTF-8")
+                            left_out.append(f"{fs_name(entry_rel)}: the name is not UTF-8")
                         continue
                     real = os.path.realpath(entry.path)
                     if not _inside(real, real_root):
@@ -413,7 +396,7 @@ class PluginData:
         if root is None:
             notes.append("TensorBoard was started without --logdir: nothing to list")
         elif self._real_root() is None:
-            notes.append(f"{_escaped(str(root))}: not a directory")
+            notes.append(f"{fs_name(str(root))}: not a directory")
         runs: dict[str, list[SourceEntry]] = {}
         left_out: list[str] = []
         for run, kind, rel, real in self._walk(left_out):
@@ -436,7 +419,7 @@ class PluginData:
         if len(left_out) > _MAX_NOTED:
             notes.append(f"not listed: {len(left_out) - _MAX_NOTED} more")
         return RunListing(
-            logdir=_escaped(str(root)) if root is not None else "",
+            logdir=fs_name(str(root)) if root is not None else "",
             runs=[RunEntry(run=r, sources=s) for r, s in runs.items()],
             legend=legend(),
             notes=notes,
