@@ -189,13 +189,10 @@ def _views() -> list[Path]:
 @pytest.mark.parametrize("path", _views(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_views_call_no_analysis_function(path: Path) -> None:
     # renderers and exporters take the report and the analysis detail made once: from the
-    # analysis layer they import types and constants (CamelCase, UPPER_CASE), never a function;
-    # asynctrace.analysis.units formats durations (the one formatter), it computes no figure
+    # analysis layer they import types and constants (CamelCase, UPPER_CASE), never a function
     bad = []
     for node in ast.walk(ast.parse(path.read_text())):
         module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
-        if module == "asynctrace.analysis.units":
-            continue
         if isinstance(node, ast.ImportFrom) and module.startswith("asynctrace.analysis"):
             bad += [
                 f"{node.module}.{a.name}"

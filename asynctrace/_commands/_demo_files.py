@@ -10,9 +10,9 @@ from typing import Any
 
 from asynctrace._commands._demo_loops import _LOOP_NAMES, DEMO_PROFILE, LoopResult, _median
 from asynctrace.analysis.report import Analysis, Report, analyze_detail
-from asynctrace.analysis.units import format_ns
 from asynctrace.files.sources import load_source
 from asynctrace.records.names import ANNOTATED_SUFFIX
+from asynctrace.records.units import format_ns
 
 __all__ = ["Artifact", "clear_previous", "write_views"]
 

@@ -64,8 +64,8 @@ from asynctrace._commands._demo_text import (
     render_matmuls,
     render_statements,
 )
-from asynctrace.analysis.units import format_ns
 from asynctrace.capture.devices import Device, get_device
+from asynctrace.records.units import format_ns
 
 if TYPE_CHECKING:
     import torch

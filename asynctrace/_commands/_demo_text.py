@@ -15,7 +15,7 @@ from asynctrace._commands._demo_loops import (
     MatmulResult,
     StatementsResult,
 )
-from asynctrace.analysis.units import format_column, format_ns
+from asynctrace.records.units import format_column, format_ns
 
 if TYPE_CHECKING:
     from asynctrace._commands._demo_run import DemoResult

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 
 from asynctrace.analysis._bound_model import LAUNCH_GAP_NS, Bound, KernelTime
-from asynctrace.analysis.units import format_ns
+from asynctrace.records.units import format_ns
 
 __all__ = ["advice_for"]
 

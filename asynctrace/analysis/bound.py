@@ -89,7 +89,7 @@ from asynctrace.analysis.timeline import (
     union_runs,
     unique_inverse,
 )
-from asynctrace.analysis.units import format_ns
+from asynctrace.records.units import format_ns
 from asynctrace.traces.model import RangeKind, Trace
 
 __all__ = [

@@ -47,8 +47,8 @@ from asynctrace.analysis._bound_model import (
     WarmUpItem,
 )
 from asynctrace.analysis._bound_rule import LABELS
-from asynctrace.analysis.units import format_ns
 from asynctrace.records import StepRecord, SyncSite
+from asynctrace.records.units import format_ns
 
 if TYPE_CHECKING:
     from asynctrace.analysis.accumulate import FigureStats

@@ -52,8 +52,8 @@ from typing import Any
 
 import msgspec
 
-from asynctrace.analysis.units import format_ns
 from asynctrace.records import StepRecord, SyncSite
+from asynctrace.records.units import format_ns
 
 __all__ = [
     "INPUT_BOUND_FRACTION",

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from asynctrace.records import Note, StepPhases, StepRecord
+from asynctrace.records.units import format_ns
 
 if TYPE_CHECKING:
     from asynctrace.capture._nsys import NsysCapture
@@ -473,7 +474,7 @@ class StepClock:
                 Note(
                     code="collected-at-exit",
                     text=f"{self.collected_at_exit} step(s) were still pending at exit; waited "
-                    f"{self.exit_wait_ns / 1e6:.3f} ms for them",
+                    f"{format_ns(self.exit_wait_ns)} for them",
                 )
             )
         return notes

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from asynctrace.analysis.compare import Comparison, Explanation, FigureDelta, Gate
-from asynctrace.analysis.units import format_ns
+from asynctrace.records.units import format_ns
 from asynctrace.render.printable import printable
 
 __all__ = [

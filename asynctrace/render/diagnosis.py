@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import msgspec
 
 from asynctrace.analysis.diagnosis import Finding
-from asynctrace.analysis.units import format_ns
+from asynctrace.records.units import format_ns
 
 __all__ = ["DiagnosisView", "diagnosis_text", "diagnosis_view", "evidence_items"]
 

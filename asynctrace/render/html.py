@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from asynctrace.analysis.units import format_column
+from asynctrace.records.units import format_column
 from asynctrace.render.output import write_atomically
 
 if TYPE_CHECKING:
@@ -390,7 +390,7 @@ def _bound_div(bound: Bound | None, warnings: Sequence[ReportWarning], *, scope:
     evidence line, the host frames with ``file:line`` and the notes (the next step is the
     diagnosis's). Every string is escaped: names and sites come from the file."""
     from asynctrace.analysis.bound import CAUSES
-    from asynctrace.analysis.units import format_ns
+    from asynctrace.records.units import format_ns
     from asynctrace.render.legend import IDLE_CAUSE_COLORS
     from asynctrace.render.text import evidence_parts
 

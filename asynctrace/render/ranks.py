@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from asynctrace.analysis.ranks import RankComparison, RankTable
-from asynctrace.analysis.units import format_column, format_ns
+from asynctrace.records.units import format_column, format_ns
 from asynctrace.render.printable import printable
 
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ from asynctrace.analysis.accumulate import STEP_FIGURES, FigureStats
 from asynctrace.analysis.bound import Bound, BoundEvidence
 from asynctrace.analysis.diagnosis import Finding
 from asynctrace.analysis.report import Report, TraceFigures
-from asynctrace.analysis.units import format_ns
 from asynctrace.records import SyncSite
+from asynctrace.records.units import format_ns
 from asynctrace.render.diagnosis import diagnosis_text
 from asynctrace.render.printable import printable
 

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from asynctrace.capture.sinks import BaseSink, SessionEnd
 from asynctrace.records import SessionHeader, StepRecord
+from asynctrace.records.units import format_ns
 
 __all__ = ["LiveSink", "LiveStatus"]
 
@@ -34,7 +35,7 @@ _CLEAR = "\r\x1b[K"
 
 
 def _ms(ns: int | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.2f} ms"
+    return "-" if ns is None else format_ns(ns)
 
 
 class _Redraw:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from asynctrace.analysis.units import format_column, format_ns
+from asynctrace.records.units import format_column, format_ns
 
 
 @pytest.mark.parametrize(
