@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -108,7 +109,22 @@ def _tree_status() -> set[str] | None:
     return {line for line in out.splitlines() if not _is_cache(line[3:].split(" -> ")[-1])}
 
 
+def _default_stop_signals() -> None:
+    """SIGINT, SIGHUP and SIGTERM as a terminal's program has them. A job started in the
+    background of a script (``cmd &``, ``nohup``) inherits SIGINT, or SIGHUP, ignored; the
+    signal tests stop this process and its children with them, and asynctrace keeps a signal
+    the caller ignores ignored, so they would wait for an end that never comes."""
+    for sig, default in (
+        (signal.SIGINT, signal.default_int_handler),
+        (signal.SIGHUP, signal.SIG_DFL),
+        (signal.SIGTERM, signal.SIG_DFL),
+    ):
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            signal.signal(sig, default)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
+    _default_stop_signals()
     if hasattr(session.config, "workerinput"):  # an xdist worker: its controller checks
         return
     session.config.stash[_tree_before] = _tree_status()
