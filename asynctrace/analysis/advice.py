@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from asynctrace.analysis._bound_model import LAUNCH_GAP_NS, Bound, KernelTime
 from asynctrace.records.units import format_ns
 
-__all__ = ["advice_for"]
+__all__ = ["advice_for", "short_name"]
 
 
-def _short(name: str, limit: int = 60) -> str:
+def short_name(name: str, limit: int = 60) -> str:
     """A kernel's name without its argument list and leading ``void``, cut to ``limit``."""
     head = name.split("(", 1)[0].removeprefix("void ").strip() or name
     return head if len(head) <= limit else head[: limit - 1] + "…"
@@ -83,7 +83,7 @@ def _kernel_advice(top: Sequence[KernelTime], busy_ns: int) -> str:
 def _device_advice(b: Bound) -> str:
     e = b.evidence
     kernels = ", ".join(
-        f"{_short(k.name)} ({format_ns(k.total_ns)}, ×{k.count})" for k in e.top_kernels[:3]
+        f"{short_name(k.name)} ({format_ns(k.total_ns)}, ×{k.count})" for k in e.top_kernels[:3]
     )
     fit = _kernel_advice(e.top_kernels, b.busy_ns)
     return (
@@ -140,7 +140,7 @@ def _input_advice(b: Bound) -> str:
 
 def _dependency_advice(b: Bound) -> str:
     waited = ", ".join(
-        f"stream {w.stream} ({_short(w.name)}, {format_ns(w.idle_ns)})"
+        f"stream {w.stream} ({short_name(w.name)}, {format_ns(w.idle_ns)})"
         for w in b.evidence.waited_on[:3]
     )
     return (

@@ -47,6 +47,7 @@ from asynctrace.analysis._bound_model import (
     WarmUpItem,
 )
 from asynctrace.analysis._bound_rule import LABELS
+from asynctrace.analysis.advice import short_name
 from asynctrace.records import StepRecord, SyncSite
 from asynctrace.records.units import format_ns
 
@@ -396,7 +397,7 @@ def _dependency_said(c: _Ctx, *, asynchronous: bool) -> _Said:
     b, idle, pct, label, _ev = c
     code = label or "dependency-wait"
     waited = ", ".join(
-        f"stream {w.stream} ({w.name.split('(', 1)[0][:40]}, {format_ns(w.idle_ns)})"
+        f"stream {w.stream} ({short_name(w.name, 40)}, {format_ns(w.idle_ns)})"
         for w in b.evidence.waited_on[:3]
     )
     message = f"{code}: queued work waits {format_ns(idle)} ({pct}) on other work" + (
@@ -471,7 +472,7 @@ def _device_finding(bound: Bound, *, asynchronous: bool) -> Finding:
     }
     top = b.evidence.top_kernels
     if top:
-        ev["top_kernel"] = top[0].name.split("(", 1)[0].removeprefix("void ")[:80]
+        ev["top_kernel"] = short_name(top[0].name, 80)
         ev["top_kernel_time_ns"] = top[0].total_ns
     return Finding(
         code="device-bound",
