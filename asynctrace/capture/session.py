@@ -298,6 +298,9 @@ class CaptureSession:
     def _after_exit(self) -> None:
         """Once the end is out: the previous SIGTERM/SIGHUP handlers back, and a signal the
         session ended on sent again (:func:`~asynctrace.capture.signals.resend`)."""
+        if self._active:
+            # the end was refused (from another thread): the session goes on, handlers and all
+            return
         with contextlib.suppress(Exception):
             self._parts.remove_trigger_files()
         self._signals.restore()

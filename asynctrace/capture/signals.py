@@ -34,7 +34,7 @@ from collections.abc import Callable, Collection
 from types import FrameType
 from typing import Any, Final
 
-__all__ = ["SignalGuard", "TerminatedBySignal", "deferred_signals", "resend"]
+__all__ = ["FlagHandler", "SignalGuard", "TerminatedBySignal", "deferred_signals", "resend"]
 
 #: the signals that stop a job and that a session ends cleanly on
 STOP_SIGNALS: Final = tuple(
@@ -71,6 +71,20 @@ def resend(signum: int) -> None:
     except (OSError, ValueError):
         pass
     raise SystemExit(128 + signum)
+
+
+class FlagHandler:
+    """A signal handler that only notes the signal for later (``note(signum, frame)`` sets a
+    flag, raises nothing): safe at any moment, so :class:`deferred_signals` leaves it in
+    place, and whoever installed it can take it out again inside a deferred section."""
+
+    __slots__ = ("_note",)
+
+    def __init__(self, note: Callable[[int, FrameType | None], None]) -> None:
+        self._note = note
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self._note(signum, frame)
 
 
 class _GuardHandler:
@@ -206,7 +220,7 @@ class deferred_signals:
                 handler = signal.getsignal(sig)
             except (OSError, ValueError):
                 continue
-            if not callable(handler) or isinstance(handler, _GuardHandler):
+            if not callable(handler) or isinstance(handler, (_GuardHandler, FlagHandler)):
                 continue
             try:
                 signal.signal(sig, self._note)

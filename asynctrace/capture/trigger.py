@@ -40,6 +40,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Final
 
+from asynctrace.capture.signals import FlagHandler
 from asynctrace.errors import AsyncTraceWarning
 
 if TYPE_CHECKING:
@@ -126,6 +127,9 @@ class Trigger:
         self._profiler: DeepProfiler | None = None
         self._usr2 = False
         self._prev_usr2: Any = None
+        # a flag-only handler: left in place by a deferred section (the session's end), so
+        # stop() can take it out there
+        self._usr2_handler = FlagHandler(self._on_usr2)
         self._usr2_installed = False
         self._rate_step = 0
         self._rate_ns = 0
@@ -201,7 +205,7 @@ class Trigger:
             if prev is not signal.SIG_DFL:
                 # the program's own (or ignored): left as it is
                 return
-            signal.signal(sig, self._on_usr2)
+            signal.signal(sig, self._usr2_handler)
         except (OSError, ValueError, RuntimeError):
             return
         self._prev_usr2 = prev
@@ -212,7 +216,7 @@ class Trigger:
             return
         self._usr2_installed = False
         with contextlib.suppress(OSError, ValueError, RuntimeError):
-            if signal.getsignal(signal.SIGUSR2) == self._on_usr2:
+            if signal.getsignal(signal.SIGUSR2) is self._usr2_handler:
                 signal.signal(signal.SIGUSR2, self._prev_usr2)
 
     def _on_usr2(self, signum: int, frame: FrameType | None) -> None:

@@ -2,12 +2,14 @@
 
 A capture session touches globals on the user's behalf (the active-session stack, torch's
 global optimizer hooks, the dispatch-mode stack a sync lint pushes, NVTX ranges). Each must be
-restored on exit, exceptions included, so every test here is checked for leaks afterwards. A
+restored on exit, exceptions included (the signal handlers a session installs too), so every
+test here is checked for leaks afterwards. A
 leak is cleaned up (so it does not cascade into the next test) and then reported as a failure.
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -16,6 +18,11 @@ import torch.optim.optimizer as torch_optimizer
 from torch.utils import _python_dispatch
 
 from asynctrace.capture import ranges, session
+
+#: the handlers a session installs (stop signals, the on-demand trigger's USR2)
+_SIGNALS = tuple(
+    getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR2") if hasattr(signal, n)
+)
 
 
 def _hook_ids() -> set[int]:
@@ -30,8 +37,14 @@ def _no_leaked_capture_state() -> Iterator[None]:
     modes_before = torch._C._len_torch_dispatch_stack()
     ranges_before = ranges.open_ranges()
     profiler_before = bool(torch.autograd.profiler._is_profiler_enabled)
+    handlers_before = {sig: signal.getsignal(sig) for sig in _SIGNALS}
     yield
     leaks: list[str] = []
+    for sig, before in handlers_before.items():
+        now = signal.getsignal(sig)
+        if now is not before:
+            leaks.append(f"{signal.Signals(sig).name} handler left as {now!r}")
+            signal.signal(sig, before)
     if bool(torch.autograd.profiler._is_profiler_enabled) != profiler_before:
         leaks.append("torch profiler left enabled")
     active = list(session._active)
