@@ -99,7 +99,6 @@ __all__ = [
     "LAUNCH_GAP_NS",
     "MISSING_ACTIVITY_BUSY_FRACTION",
     "MISSING_ACTIVITY_MIN_NS",
-    "SYNC_COST_FRACTION",
     "Bound",
     "BoundEvidence",
     "HostFrame",
@@ -117,8 +116,6 @@ __all__ = [
 
 I64 = npt.NDArray[np.int64]
 
-#: syncs costing at least this share of the step make "over-synchronized" the verdict
-SYNC_COST_FRACTION = 0.05
 #: a sync at least this long ...
 MISSING_ACTIVITY_MIN_NS = 1_000_000
 #: ... during which the device is busy less than this share of it: activity is missing
