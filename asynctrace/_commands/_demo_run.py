@@ -136,25 +136,18 @@ def _answer(
 
 def _run_loops(dev: Device, tdev: torch.device, *, steps: int, out_dir: Path) -> list[LoopResult]:
     """(c) and (d): the loop synchronized once per minibatch, and left to run ahead."""
+    loops = ((True, _synced_detector), (False, _plain_detector))
     return [
         run_loop(
             dev,
             tdev,
-            synchronized=True,
+            synchronized=synced,
             steps=steps,
             out=out_dir,
             tensorboard=True,
-            detect_syncs=_synced_detector(dev),
-        ),
-        run_loop(
-            dev,
-            tdev,
-            synchronized=False,
-            steps=steps,
-            out=out_dir,
-            tensorboard=True,
-            detect_syncs=_plain_detector(dev),
-        ),
+            detect_syncs=detector(dev),
+        )
+        for synced, detector in loops
     ]
 
 

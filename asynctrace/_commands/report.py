@@ -19,7 +19,7 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, TypeVar
 
 from asynctrace.analysis.defaults import DEFAULT_QUEUE_CAP
 from asynctrace.errors import TraceFormatError
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from asynctrace.analysis.report import Analysis, Report
     from asynctrace.files.many import ManyReports
     from asynctrace.files.sources import FolderSources
+    from asynctrace.records import Records
+    from asynctrace.traces.model import Trace
 
 __all__ = ["add_arguments", "run"]
 
@@ -214,7 +216,7 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
         # and kept (never loaded a second time)
         analyses = _each(
             found.all if found else [path],
-            lambda p: _analyze_file(p, args, behind, detail=True, in_folder=found is not None),
+            lambda p: _detail_of(p, args, behind, in_folder=found is not None),
             in_folder=found is not None,
             failed=failed,
         )
@@ -222,7 +224,7 @@ def _run(args: argparse.Namespace, behind: _ImportBehind) -> int:
     elif found is not None:
         reports, many = _analyze_folder(args, found, behind, scheduler, failed)
     else:
-        reports = [_analyze_file(path, args, behind, detail=False)]
+        reports = [_report_of(path, args, behind)]
     if not reports:
         raise TraceFormatError(str(path), f"nothing readable ({'; '.join(failed)})")
     behind.close()
@@ -283,35 +285,10 @@ def _each(
     return out
 
 
-@overload
-def _analyze_file(
-    path: Path,
-    args: argparse.Namespace,
-    behind: _ImportBehind,
-    *,
-    detail: Literal[True],
-    in_folder: bool = ...,
-) -> Analysis: ...
-@overload
-def _analyze_file(
-    path: Path,
-    args: argparse.Namespace,
-    behind: _ImportBehind,
-    *,
-    detail: Literal[False],
-    in_folder: bool = ...,
-) -> Report: ...
-def _analyze_file(
-    path: Path,
-    args: argparse.Namespace,
-    behind: _ImportBehind,
-    *,
-    detail: bool,
-    in_folder: bool = False,
-) -> Report | Analysis:
-    """One trace or session's records, loaded while the analyses import behind, then analysed
-    (``detail``: with the detail the HTML page draws). In a folder, a name that is not UTF-8
-    is the report's in escaped form (``\\xNN``), as the worker processes give it."""
+def _load_file(path: Path, behind: _ImportBehind, *, in_folder: bool) -> Trace | Records:
+    """One trace or session's records, loaded while the analyses import behind. In a folder,
+    a name that is not UTF-8 is the report's in escaped form (``\\xNN``), as the worker
+    processes give it."""
     import msgspec
 
     from asynctrace.files.sources import load_source
@@ -326,10 +303,27 @@ def _analyze_file(
         else:
             source = msgspec.structs.replace(source, source=shown)
     behind.close()
-    from asynctrace.analysis.report import analyze, analyze_detail
+    return source
 
-    run = analyze_detail if detail else analyze
-    return run(source, queue_cap=args.queue_cap, keep_sync_calls=args.json)
+
+def _report_of(
+    path: Path, args: argparse.Namespace, behind: _ImportBehind, *, in_folder: bool = False
+) -> Report:
+    """One file's report."""
+    source = _load_file(path, behind, in_folder=in_folder)
+    from asynctrace.analysis.report import analyze
+
+    return analyze(source, queue_cap=args.queue_cap, keep_sync_calls=args.json)
+
+
+def _detail_of(
+    path: Path, args: argparse.Namespace, behind: _ImportBehind, *, in_folder: bool
+) -> Analysis:
+    """One file's report with the detail the HTML page draws."""
+    source = _load_file(path, behind, in_folder=in_folder)
+    from asynctrace.analysis.report import analyze_detail
+
+    return analyze_detail(source, queue_cap=args.queue_cap, keep_sync_calls=args.json)
 
 
 def _analyze_folder(
@@ -349,7 +343,7 @@ def _analyze_folder(
         failed.extend(many.failures)
     records = _each(
         found.records,
-        lambda p: _analyze_file(p, args, behind, detail=False, in_folder=True),
+        lambda p: _report_of(p, args, behind, in_folder=True),
         in_folder=True,
         failed=failed,
     )

@@ -26,15 +26,19 @@ nanoseconds, units in the column names. Needs pyarrow (``pip install 'asynctrace
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 
 from asynctrace._extras import require
 from asynctrace.errors import TraceFormatError
+from asynctrace.records import SyncSite
 from asynctrace.render.output import atomic_file, utf8, write_failed
 
 if TYPE_CHECKING:
@@ -166,35 +170,48 @@ def _activities_table(rows: ActivityRows, source: str) -> Any:
     )
 
 
+@functools.cache
+def _field_types(kind: type[msgspec.Struct]) -> dict[str, Any]:
+    # msgspec resolves the annotations (strings under `from __future__ import annotations`)
+    return {f.name: f.type for f in msgspec.structs.fields(kind)}
+
+
+def _column(kind: type[msgspec.Struct], items: Sequence[Any], field: str) -> Any:
+    """One field of structs as a column, its Arrow type the field's own: ``str`` a string,
+    ``int`` an int64, ``int | None`` a nullable int64."""
+    values = [getattr(x, field) for x in items]
+    t = _field_types(kind)[field]
+    if t is str:
+        return _text(values)
+    if t is int:
+        return _int(values)
+    if t == (int | None):
+        return _opt_int(values)
+    raise TypeError(f"{kind.__name__}.{field}: no column type for {t}")
+
+
+def _struct_table(
+    kind: type[msgspec.Struct], items: Sequence[Any], fields: Sequence[str], source: str
+) -> Any:
+    """A row per struct: ``source``, then ``fields`` in that order."""
+    columns = {"source": _text([source] * len(items))}
+    columns.update((f, _column(kind, items, f)) for f in fields)
+    return _pa().table(columns)
+
+
 def _syncs_table(trace: TraceFigures, source: str) -> Any:
-    c = trace.syncs.calls
-    return _pa().table(
-        {
-            "source": _text([source] * len(c)),
-            "op": _text([x.op for x in c]),
-            "start_ns": _int([x.start_ns for x in c]),
-            "dur_ns": _int([x.dur_ns for x in c]),
-            "pid": _int([x.pid for x in c]),
-            "tid": _int([x.tid for x in c]),
-            "step": _opt_int([x.step for x in c]),
-            "site": _text([x.site for x in c]),
-        }
+    from asynctrace.analysis.syncs import SyncCall
+
+    calls = trace.syncs.calls
+    return _struct_table(
+        SyncCall, calls, ("op", "start_ns", "dur_ns", "pid", "tid", "step", "site"), source
     )
 
 
 def _sync_sites_table(report: Report, source: str) -> Any:
     """The report's sync sites (a trace's and a session's: the same rows)."""
-    c = report.sync_sites
-    return _pa().table(
-        {
-            "source": _text([source] * len(c)),
-            "site": _text([x.site for x in c]),
-            "op": _text([x.op for x in c]),
-            "count": _int([x.count for x in c]),
-            "wait_ns": _int([x.wait_ns for x in c]),
-            "steps": _int([x.steps for x in c]),
-        }
-    )
+    sites = report.sync_sites
+    return _struct_table(SyncSite, sites, ("site", "op", "count", "wait_ns", "steps"), source)
 
 
 def _ranks_table(report: Report, trace: TraceFigures, source: str) -> Any:

@@ -12,12 +12,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
 from asynctrace._extras import require
 from asynctrace.errors import OptionError
-from asynctrace.files._pool import _LOST, OnResult, _Result
+from asynctrace.files._pool import _LOST, MapJob
 
 __all__ = ["DEFAULT_SCHEDULER_TIMEOUT_S", "SCHEDULER_TIMEOUT_ENV", "scheduler_timeout"]
 
@@ -134,27 +133,20 @@ def _client(scheduler: Any, timeout_s: float | None = None) -> tuple[Any, bool]:
     return client, True
 
 
-def _dask_map(
-    paths: Sequence[str],
-    shown: Sequence[str],
-    scheduler: Any,
-    task: Callable[..., _Result],
-    task_args: tuple[Any, ...],
-    on_result: OnResult,
-    timeout_s: float | None,
-) -> None:
+def _dask_map(job: MapJob, scheduler: Any, timeout_s: float | None) -> None:
     import distributed
 
     client, owned = _client(scheduler, timeout_s)
     try:
         stamp = f"{os.getpid()}-{time.monotonic_ns()}"
+        n = len(job.paths)
         futures = client.map(
-            task,
-            [os.path.abspath(p) for p in paths],  # the workers' working folder may differ
-            list(shown),
-            *[[a] * len(paths) for a in task_args],
+            job.task,
+            [os.path.abspath(p) for p in job.paths],  # the workers' working folder may differ
+            list(job.shown),
+            *[[a] * n for a in job.task_args],
             pure=False,
-            key=[f"asynctrace-{task.__name__}-{i}-{stamp}" for i in range(len(paths))],
+            key=[f"asynctrace-{job.task.__name__}-{i}-{stamp}" for i in range(n)],
         )
         index = {f.key: i for i, f in enumerate(futures)}
         lost_types: tuple[type[BaseException], ...] = (
@@ -168,11 +160,11 @@ def _dask_map(
             # an errored future gives (type, exception, traceback) here, not the exception
             error = fut.exception() if fut.status == "error" else None
             if fut.status == "cancelled" or isinstance(error, lost_types):
-                on_result(i, None, _LOST + f" ({type(error or value).__name__})")
+                job.on_result(i, None, _LOST + f" ({type(error or value).__name__})")
             elif error is not None:
                 raise error
             else:
-                on_result(i, value, None)
+                job.on_result(i, value, None)
             fut.release()
     finally:
         if owned:

@@ -28,12 +28,14 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from asynctrace.errors import OptionError
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ProcessPoolExecutor
 
-__all__ = ["OnResult", "default_workers"]
+__all__ = ["MapJob", "OnResult", "default_workers"]
 
 #: what a worker sends back: ok, the msgpack report or the error message, seconds, peak RSS
 #: in bytes, and which worker it was ("host:pid")
@@ -73,6 +75,24 @@ def _mp_context() -> Any:
 
 
 OnResult = Callable[[int, "_Result | None", str | None], None]
+
+
+class MapJob(msgspec.Struct, frozen=True, kw_only=True):
+    """One task over the files, wherever it runs: ``task(paths[i], shown[i], *task_args)``
+    for each file ``i``, and ``on_result(i, result, None)``, or ``on_result(i, None,
+    reason)`` for a file whose worker was lost."""
+
+    paths: Sequence[str]
+    #: what the reports and errors call each file
+    shown: Sequence[str]
+    task: Callable[..., _Result]
+    task_args: tuple[Any, ...]
+    on_result: OnResult
+
+    def run(self, i: int) -> _Result:
+        """File ``i``'s task, in this process."""
+        return self.task(self.paths[i], self.shown[i], *self.task_args)
+
 
 #: how long a worker told to stop (SIGTERM) has before it is killed, and then to be reaped
 _STOP_GRACE_S = 5.0
@@ -218,24 +238,15 @@ def _stop_helpers() -> None:
                 stop()
 
 
-def _local_map(
-    paths: Sequence[str],
-    shown: Sequence[str],
-    workers: int,
-    task: Callable[..., _Result],
-    task_args: tuple[Any, ...],
-    on_result: OnResult,
-    stop: _Stop,
-) -> None:
-    """Run the task for every path on ``workers`` one-process executors; ``on_result(i,
-    result, None)`` per file, or ``on_result(i, None, reason)`` for a file whose worker died."""
+def _local_map(job: MapJob, workers: int, stop: _Stop) -> None:
+    """The job on ``workers`` one-process executors."""
     # imported here: multiprocessing brings tempfile and shutil, which one process never needs
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
     ctx = _mp_context()
     slots: list[ProcessPoolExecutor | None] = [None] * workers
-    pending = deque(range(len(paths)))
+    pending = deque(range(len(job.paths)))
     running: dict[Future[_Result], tuple[int, int]] = {}
 
     def feed(slot: int) -> None:
@@ -247,7 +258,7 @@ def _local_map(
                     max_workers=1, mp_context=ctx, initializer=_worker_init
                 )
             try:
-                fut = ex.submit(task, paths[i], shown[i], *task_args)
+                fut = ex.submit(job.task, job.paths[i], job.shown[i], *job.task_args)
             except BrokenProcessPool:
                 # its process died between two files: the file never started; a fresh one
                 ex.shutdown(wait=False, cancel_futures=True)
@@ -274,9 +285,9 @@ def _local_map(
                     if lost is not None:
                         lost.shutdown(wait=False, cancel_futures=True)
                     slots[slot] = None
-                    on_result(i, None, _LOST)
+                    job.on_result(i, None, _LOST)
                 else:
-                    on_result(i, result, None)
+                    job.on_result(i, result, None)
                 feed(slot)
         stop.check()  # one that came after the last wait
         clean = True

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -35,7 +35,7 @@ from asynctrace.analysis.defaults import DEFAULT_QUEUE_CAP
 from asynctrace.errors import OptionError, TraceFormatError
 from asynctrace.files._dask import _dask_map
 from asynctrace.files._pool import (
-    OnResult,
+    MapJob,
     _local_map,
     _main_importable,
     _Result,
@@ -194,41 +194,30 @@ def _map_files(
             on_file(run)
 
     _map(
-        sources,
-        shown,
-        task,
-        task_args,
+        MapJob(paths=sources, shown=shown, task=task, task_args=task_args, on_result=done),
         workers=workers,
         scheduler=scheduler,
         scheduler_timeout_s=scheduler_timeout_s,
-        done=done,
     )
     return [d for d in decoded if d is not None], [r for r in runs if r is not None]
 
 
 def _map(
-    sources: Sequence[str],
-    shown: Sequence[str],
-    task: Callable[..., _Result],
-    task_args: tuple[Any, ...],
-    *,
-    workers: int | None,
-    scheduler: Any,
-    scheduler_timeout_s: float | None = None,
-    done: OnResult,
+    job: MapJob, *, workers: int | None, scheduler: Any, scheduler_timeout_s: float | None = None
 ) -> None:
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise OptionError(f"workers={workers!r}: give a whole number >= 1")
     if scheduler is not None:
-        _dask_map(sources, shown, scheduler, task, task_args, done, scheduler_timeout_s)
+        _dask_map(job, scheduler, scheduler_timeout_s)
         return
-    n = default_workers(len(sources)) if workers is None else min(workers, len(sources))
+    files = len(job.paths)
+    n = default_workers(files) if workers is None else min(workers, files)
     if n <= 1 or not _main_importable():
-        for i, p in enumerate(sources):
-            done(i, task(p, shown[i], *task_args), None)
+        for i in range(files):
+            job.on_result(i, job.run(i), None)
     else:
         with _signals_stop_the_map() as stop:
-            _local_map(sources, shown, n, task, task_args, done, stop)
+            _local_map(job, n, stop)
 
 
 def _file_run(source: str, size: int, result: _Result | None, lost: str | None) -> FileRun:

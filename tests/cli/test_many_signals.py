@@ -108,6 +108,7 @@ def test_signal_to_the_command_leaves_no_process(
 
 _RAISING = """
 import sys, time
+from asynctrace.files._pool import MapJob
 from asynctrace.files.many import _map
 
 def task(path, shown):
@@ -117,8 +118,9 @@ def task(path, shown):
     time.sleep(600)  # would outlive the command but for the map's cleanup
 
 if __name__ == "__main__":
-    _map(["slow", "boom", "slow2"], ["slow", "boom", "slow2"], task, (), workers=2,
-         scheduler=None, done=lambda *a: None)
+    names = ["slow", "boom", "slow2"]
+    job = MapJob(paths=names, shown=names, task=task, task_args=(), on_result=lambda *a: None)
+    _map(job, workers=2, scheduler=None)
 """
 
 
