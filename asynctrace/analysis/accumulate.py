@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from asynctrace.analysis._bound_model import Bound, WarmUp
-from asynctrace.analysis.diagnosis import sync_cost_fraction, warmup_of_steps
+from asynctrace.analysis.diagnosis import sync_cost_fraction
+from asynctrace.analysis.warmup import WARMUP_MAX_STEPS, warmup_of_steps
 from asynctrace.records import Note, StepRecord, SyncSite
 
 if TYPE_CHECKING:
@@ -42,8 +43,8 @@ CPU_NOTE: Final = Note(
 )
 
 
-#: leading steps an accumulator keeps to look for warm-up in (diagnosis.WARMUP_MAX_STEPS + 1)
-_WARMUP_KEEP: Final = 9
+#: leading steps an accumulator keeps to look for warm-up in (the warm-up and the step after)
+_WARMUP_KEEP: Final = WARMUP_MAX_STEPS + 1
 
 
 class StepFigure(msgspec.Struct, frozen=True):
@@ -279,7 +280,7 @@ class StepAccumulator:
 
     def warmup(self) -> WarmUp | None:
         """The session's warm-up: its leading steps far slower than the median step
-        (:func:`~asynctrace.analysis.diagnosis.warmup_of_steps`); None where there is none."""
+        (:func:`~asynctrace.analysis.warmup.warmup_of_steps`); None where there is none."""
         if len(self.recent) < 2:
             return None
         values = sorted(r.frontend_ns for r in self.recent)

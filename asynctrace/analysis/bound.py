@@ -76,6 +76,12 @@ from asynctrace.analysis._bound_rule import (
     run_bound,
     step_bound,
 )
+from asynctrace.analysis.kernels import (
+    DeviceTime,
+    device_times,
+    labelled_device,
+    start_order_on_ties,
+)
 from asynctrace.analysis.launches import LaunchLinks
 from asynctrace.analysis.queue import QueueSeries, launch_cover
 from asynctrace.analysis.steps import SYNC_KINDS, StepWindow, host_span
@@ -154,6 +160,8 @@ class TraceBound(msgspec.Struct, frozen=True, kw_only=True):
     clocks_disagree: bool = False
     #: the gaps themselves (not in the report's JSON)
     gaps: IdleGaps | None = None
+    #: device time per activity name over the run's region (``Report.trace.kernels``)
+    kernels: list[DeviceTime] = msgspec.field(default_factory=list)
 
 
 # --- traces -----------------------------------------------------------------------------------
@@ -203,16 +211,6 @@ def _region(
     return min(starts), max(ends)
 
 
-def _on_device(trace: Trace) -> npt.NDArray[np.bool_]:
-    """The activities of the device with most activities."""
-    act = trace.activities
-    if not len(act):
-        return np.zeros(0, bool)
-    devs, inv = unique_inverse(act.device)
-    on: npt.NDArray[np.bool_] = act.device == devs[int(np.argmax(np.bincount(inv.reshape(-1))))]
-    return on
-
-
 class _Timeline(msgspec.Struct, frozen=True, eq=False):
     """The device timeline over the region and its idle gaps."""
 
@@ -249,7 +247,7 @@ def _device_timeline(
     (a whole trace as one step): the region begins where the warm-up ends."""
     act = trace.activities
     a_start, a_end = act.start_ns, act.start_ns + act.dur_ns
-    on_dev = _on_device(trace)
+    on_dev = labelled_device(trace)
     r0, r1 = _region(trace, links, windows, on_dev)
     if device_clock and on_dev.any():
         r0, r1 = int(a_start[on_dev].min()), int(a_end[on_dev].max())
@@ -720,15 +718,15 @@ def _trace_run(
     group_keys: Sequence[str],
     group_of: npt.NDArray[np.intp] | None,
     *,
+    kernels: Sequence[DeviceTime],
     clock: ReportWarning | None = None,
 ) -> Bound:
     """The run's bound: the region's (its share ``whole``: the steady state), with the run's
-    lists (host frames, sync sites, kernels, waits) and advice."""
+    lists (host frames, sync sites, the top of ``kernels``, waits) and advice."""
     share = _share_bound(whole, 0)
     lo = whole.start[0]
     steady = tl.g1 > lo
     g0, g1, cls = np.maximum(tl.g0[steady], lo), tl.g1[steady], causes.cls[steady]
-    busy_rows = tl.e > lo
     frames, explained = _host_frames(trace, causes.by_class, lo, tl.r1, share.evidence)
     notes = list(share.evidence.notes)
     if clock is not None:
@@ -743,9 +741,7 @@ def _trace_run(
         host_frames=frames,
         host_explained_pct=explained,
         sync_sites=_sync_costs(syncs, g0, g1, cls),
-        top_kernels=_top_kernels(
-            trace, tl.rows[busy_rows], np.maximum(tl.s[busy_rows], lo), tl.e[busy_rows]
-        ),
+        top_kernels=_top_kernels(kernels),
         waited_on=_waited_on(trace, g0, g1, cls, tl.ender[steady], group_keys, group_of),
         notes=notes,
     )
@@ -813,7 +809,12 @@ def bound_of_trace(
     whole = _region_share(tl, parts, per, left_out)
     # what syncs cost: their wait plus the sync idle they opened
     cost = int(whole.sync_wait[0]) + int(whole.cls[_SYNC, 0])
-    run = _trace_run(trace, tl, causes, whole, syncs, group_keys, group_of, clock=clock)
+    # one definition of time per name, over the run's region: the report's table, whose busy
+    # times add up to the run's busy time, and the top kernels of its evidence
+    kernels = device_times(trace, start_ns=whole.start[0], end_ns=whole.end[0])
+    run = _trace_run(
+        trace, tl, causes, whole, syncs, group_keys, group_of, kernels=kernels, clock=clock
+    )
     if notes:
         ev = msgspec.structs.replace(run.evidence, notes=[*run.evidence.notes, *notes])
         run = msgspec.structs.replace(run, evidence=ev)
@@ -824,6 +825,7 @@ def bound_of_trace(
         sync_cost_fraction=cost / whole.region[0] if whole.region[0] > 0 else 0.0,
         clocks_disagree=checks.clocks_disagree,
         gaps=_idle_gaps(tl, causes, per),
+        kernels=kernels,
     )
 
 
@@ -927,44 +929,14 @@ def _thread_layers(trace: Trace) -> list[tuple[int, I64, I64, I64, npt.NDArray[n
     ]
 
 
-def _name_rank(trace: Trace, names: npt.NDArray[np.integer]) -> I64:
-    """Each name index's place in the order of the names' text: a name's index follows the
-    order the trace's rows were read in, its text does not (ties broken by it give the same
-    result whatever the rows' order)."""
-    used, inv = unique_inverse(names)
-    texts = [trace.name_of(int(i)) for i in used.tolist()]
-    rank = np.empty(len(used), np.int64)
-    rank[sorted(range(len(used)), key=texts.__getitem__)] = np.arange(len(used))
-    out: I64 = rank[inv.reshape(-1)]
-    return out
-
-
-def _start_order_on_ties(
-    trace: Trace, s: I64, e: I64, names: npt.NDArray[np.integer]
-) -> npt.NDArray[np.intp]:
-    """The order of intervals by start, and where several start together by end (the longer
-    first), then by name: the same whatever the order of the trace's rows. Only the tied ones
-    are sorted again (few in a real trace)."""
-    order = start_order(s)
-    if order is None:
-        order = np.arange(len(s))
-    ss = s[order]
-    same = ss[1:] == ss[:-1]
-    tied = np.flatnonzero(np.r_[same, False] | np.r_[False, same]) if len(ss) else order[:0]
-    if len(tied):
-        sub = order[tied]
-        order[tied] = sub[np.lexsort((_name_rank(trace, names[sub]), -e[sub], s[sub]))]
-    return order
-
-
 def _by_name_on_ties(
     trace: Trace, parts: list[tuple[int, I64, I64, I64, npt.NDArray[np.int32]]]
 ) -> list[tuple[int, I64, I64, I64, npt.NDArray[np.int32]]]:
-    """Each layer's events in the order of :func:`_start_order_on_ties`: where two events of a
+    """Each layer's events in the order of :func:`start_order_on_ties`: where two events of a
     thread share their start and end, the innermost is the same whatever the rows' order."""
     out = []
     for layer, k, s, e, name in parts:
-        order = _start_order_on_ties(trace, s, e, name)
+        order = start_order_on_ties(trace, s, e, name)
         out.append((layer, k[order], s[order], e[order], name[order]))
     return out
 
@@ -1131,21 +1103,10 @@ def _frame_label(trace: Trace, key: int, n_str: int) -> tuple[str, str]:
     return text, ""
 
 
-def _top_kernels(trace: Trace, rows: npt.NDArray[np.intp], s: I64, e: I64) -> list[KernelTime]:
-    if not len(rows):
-        return []
-    names = trace.activities.name[rows]
-    uniq, inv = unique_inverse(names)
-    # summed as floats and held within int64: a hostile trace's durations can sum past it
-    total = np.minimum(np.bincount(inv, weights=e - s), 9.2e18).astype(np.int64)
-    count = np.bincount(inv)
-    # equal totals in the order of the names' text (a name's index follows the rows' order)
-    text = [trace.name_of(int(u)) for u in uniq.tolist()]
-    top = sorted(range(len(uniq)), key=lambda i: (-int(total[i]), text[i]))[:5]
-    return [
-        KernelTime(name=trace.name_of(int(uniq[i])), count=int(count[i]), total_ns=int(total[i]))
-        for i in top
-    ]
+def _top_kernels(kernels: Sequence[DeviceTime]) -> list[KernelTime]:
+    """The five names of most device time (``total_ns``), equal totals in the names' order."""
+    top = sorted(kernels, key=lambda k: (-k.total_ns, k.name))[:5]
+    return [KernelTime(name=k.name, count=k.count, total_ns=k.total_ns) for k in top]
 
 
 def _waited_on(

@@ -44,11 +44,11 @@ from asynctrace.analysis._bound_model import (
     ReportWarning,
     SyncCost,
     WarmUp,
-    WarmUpItem,
 )
 from asynctrace.analysis._bound_rule import LABELS
 from asynctrace.analysis.advice import short_name
-from asynctrace.records import StepRecord, SyncSite
+from asynctrace.analysis.verdict import MAX_SYNCS_PER_STEP
+from asynctrace.records import SyncSite
 from asynctrace.records.units import format_ns
 
 if TYPE_CHECKING:
@@ -58,12 +58,9 @@ __all__ = [
     "BOUND_CODES",
     "FINDING_CODES",
     "MIN_FINDING_SHARE",
-    "WARMUP_MAX_STEPS",
-    "WARMUP_STEP_FACTOR",
     "Finding",
     "diagnose",
     "sync_cost_fraction",
-    "warmup_of_steps",
 ]
 
 #: the codes that are bound labels
@@ -91,12 +88,6 @@ FINDING_CODES = (
 
 #: an idle cause other than the leading one is a finding from this share of the region
 MIN_FINDING_SHARE: Final = 0.05
-#: a session's leading step is warm-up when it takes more than this many median steps ...
-WARMUP_STEP_FACTOR: Final = 3.0
-#: ... among at most this many leading steps (and never half the steps or more)
-WARMUP_MAX_STEPS: Final = 8
-#: syncs per step the book allows (the verdict's MAX_SYNCS_PER_STEP)
-_SYNC_BUDGET: Final = 1
 #: data wait over the step from which the host's step is "mostly waiting for data"
 _INPUT_FRACTION: Final = 0.20
 
@@ -139,31 +130,6 @@ def _share(part: int, whole: int) -> float:
 def _median(figures: Mapping[str, FigureStats | None], name: str) -> float:
     f = figures.get(name)
     return f.median if f is not None and f.median == f.median else 0.0
-
-
-def warmup_of_steps(steps: Sequence[StepRecord], *, median_ns: float) -> WarmUp | None:
-    """A session's warm-up: its leading steps, each taking more than
-    :data:`WARMUP_STEP_FACTOR` × ``median_ns`` (the median step), at most
-    :data:`WARMUP_MAX_STEPS` of them and fewer than half the steps; None where the first step
-    is not that slow. ``steps`` are the session's first steps, in order."""
-    n = len(steps)
-    if n < 2 or median_ns <= 0:
-        return None
-    k = 0
-    limit = min(WARMUP_MAX_STEPS, (n - 1) // 2)
-    while k < limit and steps[k].frontend_ns > WARMUP_STEP_FACTOR * median_ns:
-        k += 1
-    if k == 0:
-        return None
-    span = sum(max(0, s.frontend_ns) for s in steps[:k])
-    first = steps[0].step
-    name = f"step {first}" if k == 1 else f"steps {first}–{steps[k - 1].step}"
-    return WarmUp(
-        end_ns=steps[k].start_ns,
-        span_ns=span,
-        steps=k,
-        items=[WarmUpItem(kind="first-steps", name=name, count=k, dur_ns=span)],
-    )
 
 
 def sync_cost_fraction(bound: Bound | None, sync_cost_ns: int | None = None) -> float:
@@ -496,7 +462,7 @@ def _sync_findings_unmeasured(s: _Syncs, *, on_cpu: bool) -> list[Finding]:
         count = sum(x.count for x in sites)
         steps = max(x.steps for x in sites) or 1
         per_step = count / steps
-        if kind == "sync" and per_step <= _SYNC_BUDGET:
+        if kind == "sync" and per_step <= MAX_SYNCS_PER_STEP:
             continue
         wait = sum(x.wait_ns for x in sites)
         would = " (each would block the host on an accelerator)" if on_cpu else ""

@@ -2,7 +2,8 @@
 (:func:`device_times`), and every top-level operator of its launching thread
 (:func:`host_op_times`), each in one vectorised pass.
 
-Over a span of the device timeline (the steady state's steps' shares), each name gets:
+Over a span of the device timeline (the run's region, as the bound analysis has it), each name
+gets:
 
 * ``count``: its activities that overlap the span;
 * ``total_ns``: their durations, clipped to the span (what a per-name tally of the trace sums);
@@ -26,14 +27,62 @@ from __future__ import annotations
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
-from asynctrace.analysis.bound import _on_device, _start_order_on_ties
-from asynctrace.traces.model import ActivityKind, RangeKind, Trace
+from asynctrace.analysis.timeline import start_order, unique_inverse
+from asynctrace.traces.model import I64, ActivityKind, RangeKind, Trace
 
-__all__ = ["DeviceTime", "HostOpTime", "device_times", "host_op_times"]
+__all__ = [
+    "DeviceTime",
+    "HostOpTime",
+    "device_times",
+    "host_op_times",
+    "labelled_device",
+    "start_order_on_ties",
+]
 
 #: float sums of hostile durations are held within int64
 _INT64_CAP = 9.2e18
+
+
+def labelled_device(trace: Trace) -> npt.NDArray[np.bool_]:
+    """The activities of the device the analysis labels: the one with most activities."""
+    act = trace.activities
+    if not len(act):
+        return np.zeros(0, bool)
+    devs, inv = unique_inverse(act.device)
+    on: npt.NDArray[np.bool_] = act.device == devs[int(np.argmax(np.bincount(inv.reshape(-1))))]
+    return on
+
+
+def _name_rank(trace: Trace, names: npt.NDArray[np.integer]) -> I64:
+    """Each name index's place in the order of the names' text: a name's index follows the
+    order the trace's rows were read in, its text does not (ties broken by it give the same
+    result whatever the rows' order)."""
+    used, inv = unique_inverse(names)
+    texts = [trace.name_of(int(i)) for i in used.tolist()]
+    rank = np.empty(len(used), np.int64)
+    rank[sorted(range(len(used)), key=texts.__getitem__)] = np.arange(len(used))
+    out: I64 = rank[inv.reshape(-1)]
+    return out
+
+
+def start_order_on_ties(
+    trace: Trace, s: I64, e: I64, names: npt.NDArray[np.integer]
+) -> npt.NDArray[np.intp]:
+    """The order of intervals by start, and where several start together by end (the longer
+    first), then by name: the same whatever the order of the trace's rows. Only the tied ones
+    are sorted again (few in a real trace)."""
+    order = start_order(s)
+    if order is None:
+        order = np.arange(len(s))
+    ss = s[order]
+    same = ss[1:] == ss[:-1]
+    tied = np.flatnonzero(np.r_[same, False] | np.r_[False, same]) if len(ss) else order[:0]
+    if len(tied):
+        sub = order[tied]
+        order[tied] = sub[np.lexsort((_name_rank(trace, names[sub]), -e[sub], s[sub]))]
+    return order
 
 
 class DeviceTime(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,13 +105,13 @@ def device_times(trace: Trace, *, start_ns: int, end_ns: int) -> list[DeviceTime
     if not len(act) or end_ns <= start_ns:
         return []
     a_start, a_end = act.start_ns, act.start_ns + act.dur_ns
-    rows = np.flatnonzero(_on_device(trace) & (a_end > start_ns) & (a_start < end_ns))
+    rows = np.flatnonzero(labelled_device(trace) & (a_end > start_ns) & (a_start < end_ns))
     if not len(rows):
         return []
     s = np.maximum(a_start[rows], start_ns)
     e = np.minimum(a_end[rows], end_ns)
     # activities that start together: the longer first, then by name (not the rows' order)
-    order = _start_order_on_ties(trace, s, e, act.name[rows])
+    order = start_order_on_ties(trace, s, e, act.name[rows])
     rows, s, e = rows[order], s[order], e[order]
     # what each activity adds to the union of those started before it
     reach = np.maximum.accumulate(e)

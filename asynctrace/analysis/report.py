@@ -41,7 +41,7 @@ from asynctrace.analysis.bound import (
     bound_of_trace,
 )
 from asynctrace.analysis.diagnosis import Finding, diagnose, sync_cost_fraction
-from asynctrace.analysis.kernels import DeviceTime, HostOpTime, device_times, host_op_times
+from asynctrace.analysis.kernels import DeviceTime, HostOpTime, host_op_times
 from asynctrace.analysis.launches import (
     LaunchLinks,
     LaunchStats,
@@ -558,7 +558,7 @@ def _trace_analysis(
             steps=split.extras,
         ),
     )
-    report = _with_times_and_diagnosis(report, trace, sync_cost)
+    report = _with_times_and_diagnosis(report, trace, tb.kernels, sync_cost)
     return report, _trace_detail(trace, links, windows, tb, series, groups)
 
 
@@ -586,16 +586,16 @@ def _priced_run(run: Bound, sync_cost: int | None) -> Bound:
     )
 
 
-def _with_times_and_diagnosis(report: Report, trace: Trace, sync_cost: int | None) -> Report:
-    """The report with its time per kernel and per operator, then its diagnosis (which reads
-    them)."""
+def _with_times_and_diagnosis(
+    report: Report, trace: Trace, kernels: list[DeviceTime], sync_cost: int | None
+) -> Report:
+    """The report with its time per kernel (the bound's, over the run's region) and per
+    operator, then its diagnosis (which reads them)."""
     figs = report.trace
     assert figs is not None  # a trace's report
     report = msgspec.structs.replace(
         report,
-        trace=msgspec.structs.replace(
-            figs, kernels=_kernels(trace, report), host_ops=_host_ops(trace, report)
-        ),
+        trace=msgspec.structs.replace(figs, kernels=kernels, host_ops=_host_ops(trace, report)),
     )
     return msgspec.structs.replace(report, diagnosis=report_diagnosis(report, sync_cost))
 
@@ -633,25 +633,6 @@ def _gaps_of(tb: TraceBound) -> IdleGaps:
 def warmup_steps(report: Report) -> int:
     """How many leading steps are warm-up, outside the steady state (``report.warmup``)."""
     return min(report.warmup.steps, len(report.steps)) if report.warmup is not None else 0
-
-
-def _kernels(trace: Trace, report: Report) -> list[DeviceTime]:
-    """The per-name device times over the steady steps' shares of the timeline (the shares
-    are consecutive: their busy times add up to the union's over the span)."""
-    shares = report.step_bounds
-    if not shares:
-        act = trace.activities
-        if not len(act):
-            return []
-        return device_times(
-            trace,
-            start_ns=int(act.start_ns.min()),
-            end_ns=int((act.start_ns + act.dur_ns).max()),
-        )
-    w = warmup_steps(report)
-    if w >= len(shares):
-        return []
-    return device_times(trace, start_ns=shares[w].share_start_ns, end_ns=shares[-1].share_end_ns)
 
 
 def _host_ops(trace: Trace, report: Report) -> list[HostOpTime]:

@@ -1,4 +1,4 @@
-"""Warm-up: the start-up work before a trace's steady state (pure).
+"""Warm-up: the start-up work before a trace's or a session's steady state (pure).
 
 :func:`find_warmup` reads a trace's own events for work that happens once, at start-up, and
 says where the steady state begins (docs/how-it-works.md, "Warm-up", is the definition):
@@ -19,12 +19,16 @@ says where the steady state begins (docs/how-it-works.md, "Warm-up", is the defi
 The steady state begins where the last of them ends (``WarmUp.end_ns``). With steps, the leading
 steps whose host window begins before that are warm-up steps (``WarmUp.steps``), left out of the
 run's label; the bound analysis does the leaving out.
+
+A session's records have no such events: :func:`warmup_of_steps` takes its slow leading steps
+(each over :data:`WARMUP_STEP_FACTOR` median steps, at most :data:`WARMUP_MAX_STEPS`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +36,7 @@ import numpy.typing as npt
 from asynctrace.analysis._bound_model import WarmUp, WarmUpItem
 from asynctrace.analysis.steps import StepWindow, host_span
 from asynctrace.analysis.timeline import unique_inverse
+from asynctrace.records import StepRecord
 from asynctrace.traces.model import RangeKind, Trace
 
 __all__ = [
@@ -39,9 +44,17 @@ __all__ = [
     "COMPILE_PATTERN",
     "CONTEXT_CALLS",
     "CONTEXT_MIN_NS",
+    "WARMUP_MAX_STEPS",
     "WARMUP_RANGE_PATTERN",
+    "WARMUP_STEP_FACTOR",
     "find_warmup",
+    "warmup_of_steps",
 ]
+
+#: a session's leading step is warm-up when it takes more than this many median steps ...
+WARMUP_STEP_FACTOR: Final = 3.0
+#: ... among at most this many leading steps (and never half the steps or more)
+WARMUP_MAX_STEPS: Final = 8
 
 #: runtime/driver calls inside which a context is created or first memory is set up
 CONTEXT_CALLS = frozenset(
@@ -236,3 +249,28 @@ def _lead_in_range(trace: Trace, t0: int, t1: int) -> str:
     near = np.flatnonzero(overlap >= 0.9 * overlap.max())
     best = int(near[np.argmin((e - s)[near])])
     return f"(host work in {trace.name_of(int(r.name[on][best]))})"
+
+
+def warmup_of_steps(steps: Sequence[StepRecord], *, median_ns: float) -> WarmUp | None:
+    """A session's warm-up: its leading steps, each taking more than
+    :data:`WARMUP_STEP_FACTOR` × ``median_ns`` (the median step), at most
+    :data:`WARMUP_MAX_STEPS` of them and fewer than half the steps; None where the first step
+    is not that slow. ``steps`` are the session's first steps, in order."""
+    n = len(steps)
+    if n < 2 or median_ns <= 0:
+        return None
+    k = 0
+    limit = min(WARMUP_MAX_STEPS, (n - 1) // 2)
+    while k < limit and steps[k].frontend_ns > WARMUP_STEP_FACTOR * median_ns:
+        k += 1
+    if k == 0:
+        return None
+    span = sum(max(0, s.frontend_ns) for s in steps[:k])
+    first = steps[0].step
+    name = f"step {first}" if k == 1 else f"steps {first}–{steps[k - 1].step}"
+    return WarmUp(
+        end_ns=steps[k].start_ns,
+        span_ns=span,
+        steps=k,
+        items=[WarmUpItem(kind="first-steps", name=name, count=k, dur_ns=span)],
+    )

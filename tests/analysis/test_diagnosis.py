@@ -12,8 +12,9 @@ import msgspec
 import numpy as np
 import pytest
 
-from asynctrace.analysis.diagnosis import BOUND_CODES, FINDING_CODES, diagnose, warmup_of_steps
+from asynctrace.analysis.diagnosis import BOUND_CODES, FINDING_CODES, diagnose
 from asynctrace.analysis.report import Report, analyze
+from asynctrace.analysis.warmup import warmup_of_steps
 from asynctrace.files.sources import load_source
 from asynctrace.records import Records, SessionHeader, SessionSummary, StepRecord, SyncSite
 from asynctrace.traces.builder import TraceBuilder

@@ -94,6 +94,8 @@ def test_invariants(launches, syncs, steps) -> None:  # type: ignore[no-untyped-
     # the steps' shares partition the device timeline: their figures add up to the run's
     assert sum(s.gpu_busy_ns for s in flat_steps(report)) == run.busy_ns
     assert sum(s.gpu_idle_ns for s in flat_steps(report)) == run.idle_ns
+    # the time per name covers the same region: the names' busy times add up to the run's
+    assert sum(k.busy_ns for k in report.trace.kernels) == run.busy_ns
     for cause in ("host", "sync", "input", "dependency", "unattributed"):
         assert sum(
             getattr(s.bound.idle_ns_by_cause, cause) for s in flat_steps(report) if s.bound

@@ -94,6 +94,20 @@ def _partition_holds(report: Report) -> None:
     for s in flat_steps(report):
         assert s.bound is not None
         assert s.gpu_busy_ns + s.gpu_idle_ns == s.bound.region_ns
+    _kernels_are_the_runs(report)
+
+
+def _kernels_are_the_runs(report: Report) -> None:
+    """The time per name covers the run's region: the names' busy times add up to the run's,
+    and the evidence's top kernels are its five of most device time."""
+    b = report.bound
+    assert b is not None
+    kernels = report.trace.kernels
+    assert sum(k.busy_ns for k in kernels) == b.busy_ns
+    top = sorted(kernels, key=lambda k: (-k.total_ns, k.name))[:5]
+    assert [(k.name, k.count, k.total_ns) for k in b.evidence.top_kernels] == [
+        (k.name, k.count, k.total_ns) for k in top
+    ]
 
 
 def _same_figures(report: Report, ref: dict[str, Any]) -> None:
