@@ -33,6 +33,7 @@ from asynctrace._commands._script import (
     run_script,
     stdout_to_stderr,
 )
+from asynctrace._commands._sync_rows import site_rows
 from asynctrace.analysis.diagnosis import Finding
 from asynctrace.errors import AsyncTraceError
 from asynctrace.records import Note, StepRecord, SyncSite
@@ -209,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
         asynchronous=report.source.asynchronous,
         detect=args.detect,
         steps=report.source.events,
-        sync_sites=_site_rows(sites, judged),
+        sync_sites=site_rows(sites, judged),
         diagnosis=report.diagnosis,
         max_syncs_per_step=budget,
         over_budget_steps=judged.over_budget_steps,
@@ -249,41 +250,6 @@ def _checked_run(
         ]
         return records.steps, sites
     return [], [msgspec.structs.replace(s, site=_display(s.site, cwd)) for s in report.sync_sites]
-
-
-def _site_rows(sites: Sequence[SyncSite], judged: SyncBudget) -> list[dict[str, Any]]:
-    """The sync sites as the result lists them, in their order; each one's calls per step are
-    over the steps ``judged`` counts (the run as one step where none completed)."""
-    return [
-        {
-            "site": s.site,
-            "op": s.op,
-            "count": s.count,
-            "steps": s.steps,
-            "per_step": s.count / judged.steps,
-            "wait_ns": s.wait_ns,
-            "stack": list(s.stack),
-            **_library_fields(s.stack),
-        }
-        for s in sites
-    ]
-
-
-def _library_fields(stack: Sequence[str]) -> dict[str, Any]:
-    """For a sync made inside a library: ``from``, the innermost user frame that led to it
-    (None when only the library's own frames are there), and ``known``, what the known-sync
-    table (``asynctrace/records/known_syncs.py``) says of it. Both None for a sync in user code."""
-    from asynctrace.records.known_syncs import is_library_frame, known_sync
-
-    if not stack or not is_library_frame(stack[0]):
-        return {"from": None, "known": None}
-    user = next((f for f in stack[1:] if not is_library_frame(f)), None)
-    found = known_sync(stack[0])
-    known = None
-    if found is not None:
-        entry, detail = found
-        known = {"id": entry.id, "what": entry.what, "fix": entry.fix, "detail": detail}
-    return {"from": user, "known": known}
 
 
 def _display_frame(frame: str, cwd: str) -> str:
