@@ -72,13 +72,14 @@ def matmul_check(dev: Any, tdev: torch.device, size: int, repeats: int) -> dict[
 def loop_figures(lp: Any) -> dict[str, Any]:
     steps = lp.steps[1:] or lp.steps  # the first step includes one-time setup
     ra = [s["run_ahead_ns"] for s in steps if s.get("run_ahead_ns") is not None]
+    dv = [s["device_ns"] for s in steps if s.get("device_ns") is not None]
     return {
         "name": lp.name,
         "synchronized": lp.synchronized,
         "records_path": lp.records_path,
         "steps": len(lp.steps),
-        "median_frontend_us": lp.median_frontend_ns / 1e3,
-        "median_device_us": None if lp.median_device_ns is None else lp.median_device_ns / 1e3,
+        "median_frontend_us": statistics.median(s["frontend_ns"] for s in steps) / 1e3,
+        "median_device_us": statistics.median(dv) / 1e3 if dv else None,
         "median_run_ahead_us": statistics.median(ra) / 1e3 if ra else None,
         "max_run_ahead_us": max(ra) / 1e3 if ra else None,
         "max_in_flight": max((s["in_flight"] for s in steps), default=0),

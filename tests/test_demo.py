@@ -18,7 +18,6 @@ from rich.console import Console  # noqa: E402
 
 from asynctrace._commands._demo_files import clear_previous  # noqa: E402
 from asynctrace._commands._demo_loops import (  # noqa: E402
-    _median,
     _torch_device,
     run_loop,
     run_statements,
@@ -84,12 +83,6 @@ def test_the_demos_tensors_go_where_its_markers_are_recorded(
     assert _torch_device(dev, spec) == torch.device(expected)
 
 
-def test_median() -> None:
-    assert _median([]) == 0.0
-    assert _median([3]) == 3.0
-    assert _median([1, 2, 3, 10]) == 2.5
-
-
 def test_run_demo_small_on_cpu(tmp_path: Path) -> None:
     out = io.StringIO()
     console = Console(file=out, width=120)
@@ -109,7 +102,7 @@ def test_run_demo_small_on_cpu(tmp_path: Path) -> None:
             assert st.device_ns == st.frontend_ns
             assert st.run_ahead_ns in (0, None)
             assert st.in_flight == 0
-        assert lp.max_in_flight == 0
+        assert lp.figures["in_flight"].p90 == 0
     text = out.getvalue()
     assert "Exercise: on CPU, can you still observe asynchrony in the backend? No." in text
     summary = json.loads((tmp_path / "demo.summary.json").read_text())
@@ -208,6 +201,35 @@ def test_quick_demo_writes_every_artifact(quick_demo: tuple[Path, dict[str, Any]
         "timeline.png",
     ]
     assert _artifacts(summary, "html") == [out / "report.html"]
+
+
+def test_the_demo_prints_the_figures_asynctrace_report_prints(
+    quick_demo: tuple[Path, dict[str, Any], str],
+) -> None:
+    from asynctrace.analysis.report import analyze
+    from asynctrace.files.sources import load_source
+    from asynctrace.render.text import figure_rows
+
+    def squeezed(text: str) -> str:
+        """Without white space: rich wraps the lines, a long path anywhere."""
+        return "".join(text.split())
+
+    _, summary, text = quick_demo
+    for lp in summary["loops"]:
+        # the per-step table asynctrace report prints for the same records, step 0 included
+        records = analyze(load_source(lp["records_path"]))
+        rows = {r[0]: r[1:] for r in figure_rows(records.figures)}
+        assert squeezed(
+            f"median frontend {rows['frontend'][1]}, median device {rows['device'][1]}, "
+            f"p90 run-ahead {rows['run-ahead'][2]}, p90 in flight {rows['in flight'][2]}; "
+            f"records: {lp['records_path']}"
+        ) in squeezed(text)
+    # the profiled steps' median is the one the report of their trace prints
+    (trace,) = _artifacts(summary, "profiler trace")
+    traced = {r[0]: r[1:] for r in figure_rows(analyze(load_source(trace)).figures)}
+    assert squeezed(f"The profiled steps (median {traced['frontend'][1]} of host time;") in (
+        squeezed(text)
+    )
 
 
 def test_quick_demo_prints_how_to_view_each(quick_demo: tuple[Path, dict[str, Any], str]) -> None:
@@ -431,14 +453,9 @@ def test_demo_without_matplotlib_writes_everything_but_the_pictures(tmp_path: Pa
 
 def test_profiler_overhead_sentence_follows_the_measurement() -> None:
     from asynctrace._commands._demo_files import _records_notes
-    from asynctrace._commands._demo_loops import DEMO_PROFILE, LoopResult
-    from asynctrace.analysis.report import analyze
-    from asynctrace.records import Records, SessionHeader
-
-    def loop(name: str, median_ns: float, frontend_ns: int = 0) -> LoopResult:
-        first = DEMO_PROFILE.wait + DEMO_PROFILE.warmup
-        steps = [{"step": k, "frontend_ns": frontend_ns} for k in range(first, first + 3)]
-        return LoopResult(name, False, None, steps, median_ns, None, 0, 0)
+    from asynctrace._commands._demo_loops import LoopResult
+    from asynctrace.analysis.report import Report, analyze
+    from asynctrace.records import Records, SessionHeader, StepRecord
 
     header = SessionHeader(
         name="x",
@@ -449,14 +466,26 @@ def test_profiler_overhead_sentence_follows_the_measurement() -> None:
         asynchronous=False,
         started_unix_ns=0,
     )
-    records = [(loop("demo-unsynced", 1_000_000), analyze(Records(
-        path="x", header=header, steps=[], syncs=[], summary=None, complete=True
-    )))]  # fmt: skip
-    slower = _records_notes(records, loop("demo-profiled", 0, frontend_ns=2_000_000))
+
+    def report(frontend_ns: int) -> Report:
+        steps = [
+            StepRecord(step=k, start_ns=k * frontend_ns, frontend_ns=frontend_ns) for k in range(3)
+        ]
+        return analyze(
+            Records(path="x", header=header, steps=steps, syncs=[], summary=None, complete=True)
+        )
+
+    records = [(LoopResult("demo-unsynced", False, None, []), report(1_000_000))]
+    slower = _records_notes(records, report(2_000_000))
+    assert (
+        "The profiled steps (median 2.00 ms of host time; 1.00 ms in demo-unsynced)" in (slower[-1])
+    )
     assert "and include its overhead:" in slower[-1]
     # the profiled steps measured faster this time: the sentence must not claim an overhead
-    faster = _records_notes(records, loop("demo-profiled", 0, frontend_ns=500_000))
+    faster = _records_notes(records, report(500_000))
     assert "though this run's noise hid it" in faster[-1]
+    # no trace of the profiled steps: nothing said of them
+    assert not any("profiled steps" in n for n in _records_notes(records, None))
 
 
 def test_the_synced_loops_picture_marks_its_syncs(tmp_path: Path) -> None:
@@ -478,7 +507,6 @@ def test_the_synced_loops_picture_marks_its_syncs(tmp_path: Path) -> None:
     rec = Records(path="x", header=header, steps=steps, syncs=[], summary=None, complete=False)
     loop = LoopResult(
         name="demo-synced", synchronized=True, records_path="x", steps=[],
-        median_frontend_ns=1e6, median_device_ns=None, max_run_ahead_ns=None, max_in_flight=0,
         sync_detection="lint",
         sync_sites=[{"site": "/a/demo.py:367", "op": "aten::_local_scalar_dense", "count": 4}],
     )  # fmt: skip

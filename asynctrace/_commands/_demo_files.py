@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from asynctrace._commands._demo_loops import _LOOP_NAMES, DEMO_PROFILE, LoopResult, _median
+from asynctrace._commands._demo_loops import _LOOP_NAMES, DEMO_PROFILE, LoopResult
 from asynctrace.analysis.report import Analysis, Report, analyze_detail
 from asynctrace.files.sources import load_source
 from asynctrace.records.names import ANNOTATED_SUFFIX
@@ -83,7 +83,11 @@ def write_views(
         notes += _trace_notes(analysis.report, pictures=pictures)
     if pictures:
         arts += _records_plots(out, runs)
-    notes += _records_notes([(lp, a.report) for lp, a in runs], profiled, pictures=pictures)
+    notes += _records_notes(
+        [(lp, a.report) for lp, a in runs],
+        traced[0].report if traced else None,
+        pictures=pictures,
+    )
     arts.append(_html_report(out, [*traced, *(a for _, a in runs)]))
     return arts, notes
 
@@ -239,11 +243,14 @@ def _trace_notes(report: Report, *, pictures: bool = True) -> list[str]:
 
 def _records_notes(
     records: list[tuple[LoopResult, Report]],
-    profiled: LoopResult | None,
+    profiled: Report | None,
     *,
     pictures: bool = True,
 ) -> list[str]:
-    """What the loops' pictures show on a synchronous backend, and what the profiler cost."""
+    """What the loops' pictures show on a synchronous backend, and what the profiler cost:
+    the median host time of the profiled steps (``profiled``, the report of their trace)
+    against the unsynchronized loop's (the last of ``records``), each as ``asynctrace report``
+    prints it."""
     notes: list[str] = []
     steps = [st for _, report in records for st in report.steps]
     if (
@@ -259,23 +266,19 @@ def _records_notes(
             "are flat at 0: on a synchronous backend the session records device time = frontend "
             "time and nothing ahead or in flight."
         )
-    if profiled is not None and records:
-        unsynced = records[-1][0]
-        p = DEMO_PROFILE
-        first, last = p.wait + p.warmup, p.wait + p.warmup + p.active - 1
-        prof = sorted(r["frontend_ns"] for r in profiled.steps if first <= int(r["step"]) <= last)
-        if prof:
-            profiled_ns, plain_ns = _median(prof), unsynced.median_frontend_ns
-            # said as measured: on a noisy machine the profiled steps may not be the slower
-            cost = (
-                "include its overhead"
-                if profiled_ns > plain_ns
-                else "would include its overhead, though this run's noise hid it"
-            )
-            notes.append(
-                f"The profiled steps (median {format_ns(profiled_ns)} of host time; "
-                f"{format_ns(plain_ns)} in {unsynced.name}) ran under torch.profiler and {cost}: "
-                "deep mode runs as a separate session so that the two loops' figures carry "
-                "none of it."
-            )
+    prof = profiled.figures.get("frontend_ns") if profiled is not None else None
+    plain = records[-1][1].figures.get("frontend_ns") if records else None
+    if prof is not None and plain is not None:
+        # said as measured: on a noisy machine the profiled steps may not be the slower
+        cost = (
+            "include its overhead"
+            if prof.median > plain.median
+            else "would include its overhead, though this run's noise hid it"
+        )
+        notes.append(
+            f"The profiled steps (median {format_ns(prof.median)} of host time; "
+            f"{format_ns(plain.median)} in {records[-1][0].name}) ran under torch.profiler and "
+            f"{cost}: deep mode runs as a separate session so that the two loops' figures carry "
+            "none of it."
+        )
     return notes

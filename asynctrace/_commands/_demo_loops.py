@@ -16,12 +16,14 @@ import msgspec
 import numpy
 import torch
 
+from asynctrace._commands._sync_rows import site_rows
+from asynctrace.analysis.accumulate import FigureStats
+from asynctrace.analysis.budget import sync_budget
 from asynctrace.analysis.report import Report, analyze
 from asynctrace.capture.benchmark import Benchmark, BenchmarkResult
 from asynctrace.capture.devices import Device, get_device
 from asynctrace.capture.profiler import Profile
 from asynctrace.files.sources import load_source
-from asynctrace.records import StepRecord
 from asynctrace.records.names import ANNOTATED_SUFFIX
 from asynctrace.tracing import trace
 
@@ -91,18 +93,21 @@ class LoopResult:
     synchronized: bool
     records_path: str | None
     steps: list[dict[str, Any]]
-    #: medians over the steps after the first (the first includes one-time setup)
-    median_frontend_ns: float
-    median_device_ns: float | None
-    max_run_ahead_ns: int | None
-    max_in_flight: int
+    #: the per-step figures of its records' report (``Report.figures``, by StepRecord field):
+    #: over every step, as ``asynctrace report`` prints them; {} without records
+    figures: dict[str, FigureStats] = field(default_factory=dict)
+    #: start-up set apart from the steady state (``Report.warmup``): its span (None where
+    #: nothing was) and its leading steps
+    warmup_ns: int | None = None
+    warmup_steps: int = 0
     #: the session's TensorBoard run folder (``<out>/<name>/<time>-<pid>/``), when it wrote one
     tensorboard_dir: str | None = None
     #: deep mode: the profiler traces this session wrote, and their annotated copies
     profiler_traces: list[str] = field(default_factory=list)
     #: the sync detector the session ran ("cuda", "lint", "off"; "auto" resolved)
     sync_detection: str | None = None
-    #: {site, op, count} of each synchronizing line the session saw, most frequent first
+    #: each synchronizing line the session saw, as ``check --json`` lists it ({site, op, count,
+    #: per_step, ...}), most frequent first
     sync_sites: list[dict[str, Any]] = field(default_factory=list)
     annotated_traces: list[str] = field(default_factory=list)
 
@@ -322,21 +327,21 @@ def _loop_result(
 ) -> LoopResult:
     """A loop's figures, from the report of the records its session wrote (None: it wrote
     none)."""
-    recs: list[StepRecord] = report.steps if report is not None else []
-    later = recs[1:] or recs
-    fe = sorted(r.frontend_ns for r in later)
-    dv = sorted(r.device_ns for r in later if r.device_ns is not None)
-    ra = [r.run_ahead_ns for r in recs if r.run_ahead_ns is not None]
     session = report.source.session if report is not None else None
+    sites = report.sync_sites if report is not None else []
+    warmup = report.warmup if report is not None else None
+    # each site's calls per step over the steps a sync budget judges, as check says them
+    judged = sync_budget(
+        report.steps if report is not None else [], max_syncs_per_step=None, sync_sites=sites
+    )
     return LoopResult(
         name=name,
         synchronized=synchronized,
         records_path=report.source.path if report is not None else None,
-        steps=[msgspec.structs.asdict(r) for r in recs],
-        median_frontend_ns=_median(fe),
-        median_device_ns=_median(dv) if dv else None,
-        max_run_ahead_ns=max(ra) if ra else None,
-        max_in_flight=max((r.in_flight for r in recs), default=0),
+        steps=[msgspec.structs.asdict(r) for r in report.steps] if report is not None else [],
+        figures=report.figures if report is not None else {},
+        warmup_ns=warmup.span_ns if warmup is not None else None,
+        warmup_steps=warmup.steps if warmup is not None else 0,
         tensorboard_dir=(
             str(tensorboard_dir)
             if tensorboard_dir is not None and tensorboard_dir.is_dir()
@@ -345,10 +350,7 @@ def _loop_result(
         profiler_traces=profiler_traces,
         annotated_traces=annotated_traces,
         sync_detection=session.sync_detection if session is not None else None,
-        sync_sites=[
-            {"site": site.site, "op": site.op, "count": site.count}
-            for site in (report.sync_sites if report is not None else [])
-        ],
+        sync_sites=site_rows(sites, judged),
     )
 
 
@@ -356,14 +358,6 @@ def _new_files(folder: Path, pattern: str, before: set[Path]) -> list[str]:
     if not folder.is_dir():
         return []
     return [str(p) for p in sorted(folder.glob(pattern)) if p not in before]
-
-
-def _median(values: list[int]) -> float:
-    if not values:
-        return 0.0
-    n = len(values)
-    mid = n // 2
-    return float(values[mid]) if n % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 def _synced_detector(dev: Device) -> str:

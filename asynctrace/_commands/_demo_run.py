@@ -59,6 +59,7 @@ from asynctrace._commands._demo_loops import (
     run_statements,
 )
 from asynctrace._commands._demo_text import (
+    figure_text,
     render_artifacts,
     render_loop,
     render_matmuls,
@@ -99,8 +100,10 @@ def _answer(
     """The book's exercise, answered from the measured figures."""
     queued = st[-1]
     first = queued.statements[0]
-    ra = [lp.max_run_ahead_ns or 0 for lp in loops]
-    inflight = [lp.max_in_flight for lp in loops]
+    # each loop's p90s, as asynctrace report prints them for its records
+    ra = [figure_text(lp, "run_ahead_ns", "p90") for lp in loops]
+    inflight = [figure_text(lp, "in_flight", "p90") for lp in loops]
+    names = [lp.name for lp in loops]
     if not dev.asynchronous:
         share = m.forced_read_wait_ns / max(m.check_returned_ns, 1)
         return (
@@ -115,9 +118,9 @@ def _answer(
             "printing z "
             f"took {format_ns(queued.print_ns)}, not the {format_ns(first.returned_ns)} an "
             "asynchronous "
-            "backend would make it wait. In both training loops run-ahead was at most "
-            f"{format_ns(max(ra, default=0))} and at most {max(inflight, default=0)} steps were in "
-            "flight: device time is frontend time."
+            f"backend would make it wait. In the training loops ({', '.join(names)}) the p90 of "
+            f"run-ahead was {' and '.join(ra)} and that of the steps in flight "
+            f"{' and '.join(inflight)}: device time is frontend time."
         )
     return (
         f"On {dev.name} the backend is asynchronous: the ten torch matmuls returned after "
@@ -126,10 +129,9 @@ def _answer(
         f"block started; a forcing read right after waited {format_ns(m.forced_read_wait_ns)}. "
         "With "
         f"matmuls queued, printing z waited {format_ns(queued.print_ns)}. Unsynchronized, the "
-        "loop ran "
-        f"up to {format_ns(ra[-1] if ra else 0)} ahead with up to "
-        f"{inflight[-1] if inflight else 0} "
-        "steps in flight; synchronized once per minibatch it stays close to the device. "
+        f"loop ran {ra[-1] if ra else 'n/a'} ahead with "
+        f"{inflight[-1] if inflight else 'n/a'} steps in flight (p90s); synchronized once per "
+        "minibatch it stays close to the device. "
         "(Exercise: on the CPU backend none of this shows: it runs synchronously.)"
     )
 

@@ -15,12 +15,15 @@ from asynctrace._commands._demo_loops import (
     MatmulResult,
     StatementsResult,
 )
+from asynctrace.analysis.accumulate import STEP_FIGURES
 from asynctrace.records.units import format_column, format_ns
+from asynctrace.render.text import format_value
 
 if TYPE_CHECKING:
     from asynctrace._commands._demo_run import DemoResult
 
 __all__ = [
+    "figure_text",
     "render_artifacts",
     "render_demo",
     "render_loop",
@@ -142,19 +145,24 @@ def render_loop(lp: LoopResult, console: Console, *, max_rows: int = 12) -> None
             "n/a" if mem is None else f"{mem / 2**20:,.1f}",
         )
     console.print(t)
+    # the figures asynctrace report prints for these records, over every step
     console.print(
-        f"median frontend {format_ns(lp.median_frontend_ns)}, median device "
-        f"{'n/a' if lp.median_device_ns is None else format_ns(lp.median_device_ns)}, "
-        "max run-ahead "
-        f"{'n/a' if lp.max_run_ahead_ns is None else format_ns(lp.max_run_ahead_ns)}, "
-        f"max in flight {lp.max_in_flight}; records: {lp.records_path}",
+        f"median frontend {figure_text(lp, 'frontend_ns', 'median')}, median device "
+        f"{figure_text(lp, 'device_ns', 'median')}, p90 run-ahead "
+        f"{figure_text(lp, 'run_ahead_ns', 'p90')}, p90 in flight "
+        f"{figure_text(lp, 'in_flight', 'p90')}; records: {lp.records_path}",
         markup=False,
     )
-    steps = max(len(lp.steps), 1)
+    if lp.warmup_ns is not None:
+        console.print(
+            f"warm-up: {format_ns(lp.warmup_ns)} of start-up ({lp.warmup_steps} leading "
+            "step(s)), set apart from the steady state's bound; the medians above count them",
+            markup=False,
+        )
     for site in lp.sync_sites[:3]:
         console.print(
             f"sync at {site['site']}: {site['op']} ×{site['count']} "
-            f"({site['count'] / steps:.2f} per step)",
+            f"({site['per_step']:.2f} per step)",
             markup=False,
         )
     if lp.sync_detection == "lint":
@@ -175,6 +183,17 @@ def render_demo(result: DemoResult, console: Console) -> None:
         render_loop(lp, console)
     console.print(result.answer, markup=False)
     render_artifacts(result, console)
+
+
+def figure_text(lp: LoopResult, field: str, stat: str) -> str:
+    """``stat`` ("mean", "median", "p90") of the loop's per-step figure ``field`` (a StepRecord
+    field) as ``asynctrace report`` prints it; "n/a" where no step had the figure."""
+    stats = lp.figures.get(field)
+    if stats is None:
+        return "n/a"
+    (unit,) = [f.unit for f in STEP_FIGURES if f.field == field]
+    value: float = getattr(stats, stat)
+    return format_value(value, unit)
 
 
 def _us_cell(ns: float | None) -> str:

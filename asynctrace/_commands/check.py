@@ -33,14 +33,16 @@ from asynctrace._commands._script import (
     run_script,
     stdout_to_stderr,
 )
+from asynctrace._commands._sync_rows import site_rows
+from asynctrace.analysis.diagnosis import Finding
 from asynctrace.errors import AsyncTraceError
 from asynctrace.records import Note, StepRecord, SyncSite
 from asynctrace.render.output import output_folder, utf8
 from asynctrace.render.printable import printable
 
 if TYPE_CHECKING:
+    from asynctrace.analysis.budget import SyncBudget
     from asynctrace.analysis.report import Report
-    from asynctrace.analysis.verdict import Verdict
 
 __all__ = ["CHECK_SCHEMA_VERSION", "CheckResult", "add_arguments", "run", "split_trailing_options"]
 
@@ -110,8 +112,9 @@ def split_trailing_options(args: Sequence[str]) -> tuple[list[str], int | None, 
 
 
 #: ``schema_version`` of ``check --json`` (docs/report-json.md); CI scripts parse it.
-#: 2: ``notes`` are ``{"code", "text"}`` objects (1: strings)
-CHECK_SCHEMA_VERSION = 2
+#: 3: ``diagnosis`` (the report's) in place of ``verdict``; 2: ``notes`` are ``{"code", "text"}``
+#: objects (1: strings)
+CHECK_SCHEMA_VERSION = 3
 
 
 class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -126,9 +129,12 @@ class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
     asynchronous: bool
     detect: str
     steps: int
-    #: {site, op, count, steps, per_step, wait_ns, stack}, most frequent first
+    #: {site, op, count, steps, per_step, wait_ns, stack, from, known}, most frequent first;
+    #: ``per_step``: the count over the steps the budget judges
     sync_sites: list[dict[str, Any]]
-    verdict: dict[str, Any]
+    #: the session's report's diagnosis, costliest first: ``diagnosis[0]`` is the headline
+    #: ``asynctrace report`` shows for its records
+    diagnosis: list[Finding]
     max_syncs_per_step: int | None
     #: steps with more syncs than the budget
     over_budget_steps: int
@@ -186,14 +192,13 @@ def run(args: argparse.Namespace) -> int:
         )
 
     report = session.summary()
-    # the verdict already says the CPU runs synchronously
+    # the headline (cpu-synchronous) already says the CPU runs synchronously
     notes = [n for n in report.notes if n.code != "cpu-synchronous"]
-    steps, sites, verdict = _judged_run(session.records_path, report, cwd)
+    steps, sites = _checked_run(session.records_path, report, cwd)
     judged = sync_budget(steps, max_syncs_per_step=budget, sync_sites=sites)
     if judged.whole_run:
         notes.append(_WHOLE_RUN_NOTE)
-    n_steps = report.source.events
-    per = max(n_steps, 1)
+    sites = sorted(sites, key=lambda s: (-s.count, s.site))
     exit_code = status if status != 0 else (1 if judged.exceeded else 0)
 
     result = CheckResult(
@@ -204,9 +209,9 @@ def run(args: argparse.Namespace) -> int:
         device=report.source.device,
         asynchronous=report.source.asynchronous,
         detect=args.detect,
-        steps=n_steps,
-        sync_sites=_site_rows(sites, per),
-        verdict=verdict.to_dict(),
+        steps=report.source.events,
+        sync_sites=site_rows(sites, judged),
+        diagnosis=report.diagnosis,
         max_syncs_per_step=budget,
         over_budget_steps=judged.over_budget_steps,
         max_syncs_in_a_step=judged.max_syncs_in_a_step,
@@ -221,17 +226,16 @@ def run(args: argparse.Namespace) -> int:
     if as_json:
         print(json.dumps(msgspec.to_builtins(result), indent=2))
     else:
-        _print_text(result)
+        _print_text(result, sites, judged)
     return exit_code
 
 
-def _judged_run(
+def _checked_run(
     records_path: Path | None, report: Report, cwd: str
-) -> tuple[Sequence[StepRecord], list[SyncSite], Verdict]:
-    """The run's steps, its sync sites (shown from ``cwd``) and its verdict: from the records
-    the session wrote, else (records could not be written: a note says why) from its summary
-    alone."""
-    from asynctrace.analysis.verdict import judge_steps
+) -> tuple[Sequence[StepRecord], list[SyncSite]]:
+    """The run's steps and its sync sites (shown from ``cwd``): from the records the session
+    wrote, else (records could not be written: a note says why) the summary's sites without
+    steps."""
     from asynctrace.files.sources import load_source
     from asynctrace.records import Records
 
@@ -244,46 +248,8 @@ def _judged_run(
             )
             for s in records.syncs
         ]
-        verdict = judge_steps(
-            records.steps, asynchronous=records.header.asynchronous, sync_sites=sites
-        )
-        return records.steps, sites, verdict
-    sites = [msgspec.structs.replace(s, site=_display(s.site, cwd)) for s in report.sync_sites]
-    return [], sites, judge_steps([], asynchronous=report.source.asynchronous, sync_sites=sites)
-
-
-def _site_rows(sites: Sequence[SyncSite], per: int) -> list[dict[str, Any]]:
-    """The sync sites as the result lists them, most calls first."""
-    return [
-        {
-            "site": s.site,
-            "op": s.op,
-            "count": s.count,
-            "steps": s.steps,
-            "per_step": s.count / per,
-            "wait_ns": s.wait_ns,
-            "stack": list(s.stack),
-            **_library_fields(s.stack),
-        }
-        for s in sorted(sites, key=lambda s: (-s.count, s.site))
-    ]
-
-
-def _library_fields(stack: Sequence[str]) -> dict[str, Any]:
-    """For a sync made inside a library: ``from``, the innermost user frame that led to it
-    (None when only the library's own frames are there), and ``known``, what the known-sync
-    table (``asynctrace/records/known_syncs.py``) says of it. Both None for a sync in user code."""
-    from asynctrace.records.known_syncs import is_library_frame, known_sync
-
-    if not stack or not is_library_frame(stack[0]):
-        return {"from": None, "known": None}
-    user = next((f for f in stack[1:] if not is_library_frame(f)), None)
-    found = known_sync(stack[0])
-    known = None
-    if found is not None:
-        entry, detail = found
-        known = {"id": entry.id, "what": entry.what, "fix": entry.fix, "detail": detail}
-    return {"from": user, "known": known}
+        return records.steps, sites
+    return [], [msgspec.structs.replace(s, site=_display(s.site, cwd)) for s in report.sync_sites]
 
 
 def _display_frame(frame: str, cwd: str) -> str:
@@ -291,8 +257,12 @@ def _display_frame(frame: str, cwd: str) -> str:
     return f"{_display(site, cwd)}{sep}{func}"
 
 
-def _print_text(r: CheckResult) -> None:
-    from asynctrace.analysis.verdict import verdict_line
+def _print_text(r: CheckResult, sites: Sequence[SyncSite], judged: SyncBudget) -> None:
+    """``r`` as text: the headline as ``asynctrace report`` shows it, the sync sites (``sites``,
+    the rows' own) with the fix of each library sync known, the budget over the steps
+    ``judged`` counts, the notes."""
+    from asynctrace.render.diagnosis import diagnosis_text
+    from asynctrace.render.text import known_fix_lines
 
     # paths, sites and ops come from files: control characters are shown escaped
     p = printable
@@ -300,30 +270,26 @@ def _print_text(r: CheckResult) -> None:
         f"asynctrace check {p(r.script)}: {r.steps} steps (one per optimizer.step()) on "
         f"{p(r.device)}, sync detection: {p(r.detect)}"
     )
+    for line in diagnosis_text(r.diagnosis):
+        print(p(line))
     if r.sync_sites:
-        sites = [(p(s["site"]), s["count"], s["per_step"], p(s["op"])) for s in r.sync_sites]
-        width = max(len(site) for site, *_ in sites)
+        rows = [(p(s["site"]), s["count"], s["per_step"], p(s["op"])) for s in r.sync_sites]
+        width = max(len(site) for site, *_ in rows)
         print("sync sites:")
         print(f"  {'site':<{width}}  {'count':>7}  {'per step':>8}  op")
-        for (site, count, per_step, op), s in zip(sites, r.sync_sites, strict=True):
+        for (site, count, per_step, op), s in zip(rows, r.sync_sites, strict=True):
             print(f"  {site:<{width}}  {count:>7}  {per_step:>8.2f}  {op}")
-            if s.get("from") is not None:
+            # a known sync's user frame is on its fix's line, below
+            if s["from"] is not None and s["known"] is None:
                 print(f"      from {p(s['from'])}")
-            known = s.get("known")
-            if known is not None:
-                key = f" ({p(known['detail'])})" if known["detail"] else ""
-                print(f"      {known['what']}{key}")
-                print(f"      fix: {known['fix']}")
+        for line in known_fix_lines(sites):
+            print(f"  {p(line)}")
     else:
         print("sync sites: none")
-    v = r.verdict
-    print(f"verdict: {p(verdict_line(v['code'], v['message']))}")
-    for finding in v["findings"][1:]:
-        print(f"  also: {p(finding)}")
     if r.max_syncs_per_step is not None:
         state = "exceeded" if r.over_budget_steps else "kept"
         print(
-            f"budget {state}: {r.over_budget_steps} of {max(r.steps, 1)} step(s) had more than "
+            f"budget {state}: {r.over_budget_steps} of {judged.steps} step(s) had more than "
             f"{r.max_syncs_per_step} sync(s) (most in one step: {r.max_syncs_in_a_step})"
         )
     for note in r.notes:

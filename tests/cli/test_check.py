@@ -1,4 +1,4 @@
-"""``asynctrace check``: a script run unchanged, its sync sites, verdict and exit status."""
+"""``asynctrace check``: a script run unchanged, its sync sites, headline and exit status."""
 
 from __future__ import annotations
 
@@ -55,7 +55,9 @@ def test_a_hidden_item_per_step(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "10 steps (one per optimizer.step())" in out
     # the sync after the last optimizer.step() falls in no complete step, so 10 over 10 steps
     assert f"  {site}       10      1.00  aten::_local_scalar_dense" in out
-    assert "verdict: cpu-synchronous:" in out
+    # the headline, right under the title, as the report of the records has it
+    assert out.splitlines()[1].startswith("cpu-synchronous: the CPU runs every op synchronously")
+    assert "verdict" not in out
     assert "records: " in out
 
 
@@ -71,14 +73,18 @@ def test_two_syncs_per_step_is_over_synchronized(
         (item, "aten::_local_scalar_dense", 10),
         (branch, "aten::_local_scalar_dense", 10),
     ]
-    assert result["verdict"]["code"] == "over-synchronized"
-    assert result["verdict"]["message"].startswith(
+    # the report's diagnosis: on the CPU the headline is cpu-synchronous, the syncs follow
+    codes = [f["code"] for f in result["diagnosis"]]
+    assert codes[0] == "cpu-synchronous"
+    (over,) = [f for f in result["diagnosis"] if f["code"] == "over-synchronized"]
+    assert over["message"].startswith(
         f"over-synchronized: 2 syncs per step at {item} (aten::_local_scalar_dense ×10), "
         f"{branch} (aten::_local_scalar_dense ×10)"
     )
+    assert "verdict" not in result
     assert result["max_syncs_in_a_step"] == 2
     assert result["script_exit_code"] == 0
-    assert result["schema_version"] == 2
+    assert result["schema_version"] == 3
     assert next(iter(result)) == "schema_version"  # first, as in report --json
 
 
@@ -197,15 +203,22 @@ def test_everything_after_the_first_double_dash_goes_to_the_script(
         assert "budget" not in captured.out
 
 
-def test_the_text_verdict_says_its_code_once(
+def test_the_headline_is_the_one_the_report_of_the_records_shows(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from asynctrace.analysis.report import analyze
+    from asynctrace.files.sources import load_source
+    from asynctrace.render.diagnosis import diagnosis_text
+
     script = write_script(tmp_path, extra="if loss > 1e9: print('diverged')")
     assert check(tmp_path, str(script)) == 0
-    out = capsys.readouterr().out
-    (verdict,) = [line for line in out.splitlines() if line.startswith("verdict:")]
-    assert verdict.startswith("verdict: over-synchronized: 2 syncs per step at ")
-    assert verdict.count("over-synchronized") == 1
+    out = capsys.readouterr().out.splitlines()
+    (records,) = (tmp_path / "records").glob("*.records.jsonl")
+    shown = diagnosis_text(analyze(load_source(records)).diagnosis)
+    # one headline: the report's diagnosis, word for word, under the title and nothing else
+    assert out[1 : 1 + len(shown)] == shown
+    assert out[1 + len(shown)] == "sync sites:"
+    assert not any(line.startswith(("verdict:", "  also:")) for line in out)
 
 
 def test_reported_stacks_start_at_the_script_and_hold_no_asynctrace_frame(
