@@ -4,9 +4,17 @@ bring ``random`` and ``fractions`` along, ~3 ms on every command)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from typing import Protocol, SupportsInt
 
 __all__ = ["median", "nearest_rank"]
+
+
+class _Sorted(Protocol):
+    """Sorted values: a list, or a numpy array (not imported here)."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int, /) -> SupportsInt: ...
 
 
 def median(values: Iterable[float]) -> float:
@@ -19,7 +27,7 @@ def median(values: Iterable[float]) -> float:
     return (data[n // 2 - 1] + data[n // 2]) / 2
 
 
-def nearest_rank(sorted_values: Sequence[int], p: int) -> int:
+def nearest_rank(sorted_values: _Sorted, p: int) -> int:
     """The value at 1-based rank ``ceil(p/100 · n)`` of non-empty sorted values (integer
     arithmetic, no float rounding): always an observed value."""
     n = len(sorted_values)

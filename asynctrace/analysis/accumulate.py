@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 import msgspec
 
 from asynctrace.analysis._bound_model import Bound, WarmUp
+from asynctrace.analysis._quantiles import median, nearest_rank
 from asynctrace.analysis.diagnosis import sync_cost_fraction
 from asynctrace.analysis.warmup import WARMUP_MAX_STEPS, warmup_of_steps
 from asynctrace.records import Note, StepRecord, SyncSite
@@ -33,7 +34,6 @@ __all__ = [
     "StepAccumulator",
     "StepFigure",
     "figure_value",
-    "nearest_rank",
 ]
 
 CPU_NOTE: Final = Note(
@@ -103,20 +103,6 @@ class FigureStats(msgspec.Struct, frozen=True, kw_only=True):
     median: float
     p90: float
     window_steps: int
-
-
-def nearest_rank(sorted_values: Sequence[int], p: int) -> int:
-    """The value at 1-based rank ``ceil(p/100 · n)`` of sorted values (integer arithmetic)."""
-    n = len(sorted_values)
-    return sorted_values[max(-(-p * n // 100), 1) - 1]
-
-
-def _median(sorted_values: Sequence[int]) -> float:
-    n = len(sorted_values)
-    mid = n // 2
-    if n % 2:
-        return float(sorted_values[mid])
-    return (sorted_values[mid - 1] + sorted_values[mid]) / 2
 
 
 class StepAccumulator:
@@ -232,7 +218,7 @@ class StepAccumulator:
             out[fig.field] = FigureStats(
                 count=count,
                 mean=total / count,
-                median=_median(values) if values else math.nan,
+                median=float(median(values)) if values else math.nan,
                 p90=nearest_rank(values, 90) if values else math.nan,
                 window_steps=len(values),
             )
@@ -284,7 +270,7 @@ class StepAccumulator:
         if len(self.recent) < 2:
             return None
         values = sorted(r.frontend_ns for r in self.recent)
-        return warmup_of_steps(self.first, median_ns=_median(values))
+        return warmup_of_steps(self.first, median_ns=float(median(values)))
 
     def bound(self, *, asynchronous: bool, warmup: WarmUp | None = None) -> Bound | None:
         """What bounds the recent steps (less the warm-up steps ``warmup`` leaves out),
