@@ -45,6 +45,7 @@ import msgspec
 import numpy as np
 
 from asynctrace.analysis._bound_model import CAUSES
+from asynctrace.analysis.defaults import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, DEFAULT_MIN_STEPS
 from asynctrace.analysis.diagnosis import Finding
 from asynctrace.analysis.records_bound import bound_of_records
 from asynctrace.analysis.report import Report, VerdictInfo, warmup_steps
@@ -309,9 +310,9 @@ def compare_values(
     b: Sequence[float],
     *,
     better: str | None = "lower",
-    alpha: float = 0.01,
-    min_effect: float = 0.02,
-    min_steps: int = 5,
+    alpha: float = DEFAULT_ALPHA,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    min_steps: int = DEFAULT_MIN_STEPS,
 ) -> FigureDelta:
     """One figure's delta and judgement from its per-step values on each side."""
     if not a or not b:
@@ -501,9 +502,9 @@ def compare(
     a: Report,
     b: Report,
     *,
-    alpha: float = 0.01,
-    min_effect: float = 0.02,
-    min_steps: int = 5,
+    alpha: float = DEFAULT_ALPHA,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    min_steps: int = DEFAULT_MIN_STEPS,
 ) -> Comparison:
     """Compare two runs (pure): any two reports, of sessions or traces. On the host, steps are
     back to back, so a step's time is its frontend time; both are listed because that may
@@ -832,7 +833,7 @@ def _top(
     return top, pct, against if pct > 100.0 else []
 
 
-def explain(a: Report, b: Report, *, min_effect: float = 0.02) -> Explanation:
+def explain(a: Report, b: Report, *, min_effect: float = DEFAULT_MIN_EFFECT) -> Explanation:
     """What the change from A to B is made of, per steady step (pure; module docstring)."""
     pa, pb = _parts(a), _parts(b)
     na, nb = pa.steps, pb.steps
