@@ -46,7 +46,7 @@ from asynctrace.analysis._bound_model import (
     WarmUp,
 )
 from asynctrace.analysis._bound_rule import LABELS
-from asynctrace.analysis.advice import short_name
+from asynctrace.analysis.advice import is_launch_overhead, short_name
 from asynctrace.analysis.verdict import (
     data_wait_fraction,
     is_input_bound,
@@ -279,7 +279,7 @@ _Ctx = tuple[Bound, int, str, str, dict[str, int | float | str]]
 def _host_said(c: _Ctx, *, asynchronous: bool) -> _Said:
     b, idle, pct, label, ev = c
     e = b.evidence
-    if e.launch_gaps_ns and e.launch_gaps_ns >= e.host_work_ns:
+    if is_launch_overhead(e):
         code = "launch-overhead"
         message = (
             (f"launch-overhead ({label}): " if label else "launch-overhead: ")

@@ -12,6 +12,7 @@ import msgspec
 import numpy as np
 import pytest
 
+from asynctrace.analysis._bound_model import Bound
 from asynctrace.analysis.diagnosis import BOUND_CODES, FINDING_CODES, diagnose
 from asynctrace.analysis.report import Report, analyze
 from asynctrace.analysis.warmup import warmup_of_steps
@@ -398,3 +399,45 @@ def test_a_cpu_run_waiting_for_data_in_few_steps_is_input_bound_by_both() -> Non
     assert head.code == "cpu-synchronous"
     assert "waits for data" in head.advice
     assert head.evidence["data_wait_pct"] == 31.5
+
+
+def test_the_advice_and_the_diagnosis_ask_one_launch_overhead_question() -> None:
+    from asynctrace.analysis._bound_model import BoundEvidence, IdleByCause
+    from asynctrace.analysis.advice import advice_for
+
+    def bound(gaps: int, gaps_ns: int, work_ns: int) -> Bound:
+        e = BoundEvidence(
+            busy_pct=50.0,
+            idle_pct_by_cause={"host": 50.0},
+            leading_cause="host",
+            launch_gaps=gaps,
+            launch_gaps_ns=gaps_ns,
+            host_work_gaps=1,
+            host_work_ns=work_ns,
+        )
+        return Bound(
+            label="host-bound",
+            region_ns=100,
+            busy_ns=50,
+            idle_ns=50,
+            idle_ns_by_cause=IdleByCause(host=50),
+            evidence=e,
+        )
+
+    # by time: three short gaps idling 30 ns of 50 are launch overhead; three that idle
+    # nothing are not, though they were counted
+    for b, want in ((bound(3, 30, 20), True), (bound(3, 0, 0), False)):
+        (f,) = [
+            x
+            for x in diagnose(
+                bound=b,
+                asynchronous=True,
+                has_device_activity=True,
+                trace=True,
+                steps=1,
+                figures={},
+            )
+            if x.cost_ns
+        ]
+        assert (f.code == "launch-overhead") is want
+        assert advice_for("host-bound", b)[0].startswith("launch overhead") is want
