@@ -34,6 +34,7 @@ __all__ = [
     "StepAccumulator",
     "StepFigure",
     "figure_value",
+    "warmup_in_window",
 ]
 
 CPU_NOTE: Final = Note(
@@ -103,6 +104,14 @@ class FigureStats(msgspec.Struct, frozen=True, kw_only=True):
     median: float
     p90: float
     window_steps: int
+
+
+def warmup_in_window(warmup_steps: int, *, seen: int, kept: int) -> int:
+    """How many of a run's ``kept`` most recent steps of ``seen`` are warm-up, where the warm-up
+    is its ``warmup_steps`` leading steps: those still in the window (a live summary longer than
+    its window never kept the steps before it, warm-up included). The one rule of which kept
+    steps are warm-up: the accumulator's bound and a comparison's steady steps."""
+    return min(kept, max(0, warmup_steps - (seen - kept)))
 
 
 class StepAccumulator:
@@ -283,8 +292,7 @@ class StepAccumulator:
 
         recent = list(self.recent)
         if warmup is not None:
-            # the warm-up steps still in the window (steps before it were never kept)
-            drop = max(0, warmup.steps - (self.steps - len(recent)))
+            drop = warmup_in_window(warmup.steps, seen=self.steps, kept=len(recent))
             recent = recent[drop:] or recent
         # the run's figures only: a summary of 10^6 steps needs no 10^6 per-step objects
         b = bound_of_records(recent, asynchronous=asynchronous, per_step=False).run
