@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from asynctrace.analysis.defaults import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT
 from asynctrace.errors import TraceFormatError
 from asynctrace.render.output import json_text, stdout_console
 from asynctrace.render.printable import printable
@@ -46,14 +47,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--alpha",
         type=_alpha,
-        default=0.01,
-        help="significance level of the test, between 0 and 1 (default 0.01)",
+        default=DEFAULT_ALPHA,
+        help=f"significance level of the test, between 0 and 1 (default {DEFAULT_ALPHA:g})",
     )
     parser.add_argument(
         "--min-effect",
         type=_min_effect,
-        default=0.02,
-        help="smallest relative change of a median that counts (default 0.02 = 2%%)",
+        default=DEFAULT_MIN_EFFECT,
+        help="smallest relative change of a median that counts "
+        f"(default {DEFAULT_MIN_EFFECT:g} = {100 * DEFAULT_MIN_EFFECT:g}%%)",
     )
 
 

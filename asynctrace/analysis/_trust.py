@@ -23,7 +23,8 @@ import numpy.typing as npt
 
 from asynctrace.analysis._bound_model import Bound, ReportWarning, StepBound
 from asynctrace.analysis.launches import LAUNCHING_KINDS, LaunchLinks
-from asynctrace.traces.model import RangeKind, RuntimeKind, Trace
+from asynctrace.analysis.steps import host_span
+from asynctrace.traces.model import RuntimeKind, Trace
 
 __all__ = [
     "IMPLAUSIBLE_MIN_NS",
@@ -126,36 +127,18 @@ def check_trust(trace: Trace, links: LaunchLinks) -> Trust:
     )
 
 
-def _host_span_ns(trace: Trace) -> int | None:
-    """The length of the host's events (runtime calls, host ranges, Python frames)."""
-    r = trace.ranges
-    on_host = r.kind != int(RangeKind.GPU_ANNOTATION)
-    parts = [
-        (s, d)
-        for s, d in (
-            (trace.runtime.start_ns, trace.runtime.dur_ns),
-            (r.start_ns[on_host], r.dur_ns[on_host]),
-            (trace.python_frames.start_ns, trace.python_frames.dur_ns),
-        )
-        if len(s)
-    ]
-    if not parts:
-        return None
-    lo = min(int(s.min()) for s, _ in parts)
-    hi = max(int((s + d).max()) for s, d in parts)
-    return hi - lo
-
-
 def _implausible(trace: Trace) -> tuple[int, int] | None:
     """(how many, the longest) device activities too long to be real, or None."""
     act = trace.activities
     # most traces stop here: no activity longer than the shortest limit
     if not len(act) or int(act.dur_ns.max()) <= IMPLAUSIBLE_MIN_NS:
         return None
-    span = _host_span_ns(trace)
+    # the host's span; a trace of device activity alone spans them, and none is then longer
+    # than the limit (a factor of at least 1)
+    span = host_span(trace)
     if span is None:
         return None
-    limit = max(IMPLAUSIBLE_SPAN_FACTOR * span, IMPLAUSIBLE_MIN_NS)
+    limit = max(IMPLAUSIBLE_SPAN_FACTOR * (span[1] - span[0]), IMPLAUSIBLE_MIN_NS)
     long = act.dur_ns > limit
     if not long.any():
         return None

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 import msgspec
 
 from asynctrace.analysis._bound_model import Bound, WarmUp
+from asynctrace.analysis._quantiles import median, nearest_rank
 from asynctrace.analysis.diagnosis import sync_cost_fraction
 from asynctrace.analysis.warmup import WARMUP_MAX_STEPS, warmup_of_steps
 from asynctrace.records import Note, StepRecord, SyncSite
@@ -33,7 +34,7 @@ __all__ = [
     "StepAccumulator",
     "StepFigure",
     "figure_value",
-    "nearest_rank",
+    "warmup_in_window",
 ]
 
 CPU_NOTE: Final = Note(
@@ -105,18 +106,12 @@ class FigureStats(msgspec.Struct, frozen=True, kw_only=True):
     window_steps: int
 
 
-def nearest_rank(sorted_values: Sequence[int], p: int) -> int:
-    """The value at 1-based rank ``ceil(p/100 · n)`` of sorted values (integer arithmetic)."""
-    n = len(sorted_values)
-    return sorted_values[max(-(-p * n // 100), 1) - 1]
-
-
-def _median(sorted_values: Sequence[int]) -> float:
-    n = len(sorted_values)
-    mid = n // 2
-    if n % 2:
-        return float(sorted_values[mid])
-    return (sorted_values[mid - 1] + sorted_values[mid]) / 2
+def warmup_in_window(warmup_steps: int, *, seen: int, kept: int) -> int:
+    """How many of a run's ``kept`` most recent steps of ``seen`` are warm-up, where the warm-up
+    is its ``warmup_steps`` leading steps: those still in the window (a live summary longer than
+    its window never kept the steps before it, warm-up included). The one rule of which kept
+    steps are warm-up: the accumulator's bound and a comparison's steady steps."""
+    return min(kept, max(0, warmup_steps - (seen - kept)))
 
 
 class StepAccumulator:
@@ -232,7 +227,7 @@ class StepAccumulator:
             out[fig.field] = FigureStats(
                 count=count,
                 mean=total / count,
-                median=_median(values) if values else math.nan,
+                median=float(median(values)) if values else math.nan,
                 p90=nearest_rank(values, 90) if values else math.nan,
                 window_steps=len(values),
             )
@@ -284,7 +279,7 @@ class StepAccumulator:
         if len(self.recent) < 2:
             return None
         values = sorted(r.frontend_ns for r in self.recent)
-        return warmup_of_steps(self.first, median_ns=_median(values))
+        return warmup_of_steps(self.first, median_ns=float(median(values)))
 
     def bound(self, *, asynchronous: bool, warmup: WarmUp | None = None) -> Bound | None:
         """What bounds the recent steps (less the warm-up steps ``warmup`` leaves out),
@@ -297,8 +292,7 @@ class StepAccumulator:
 
         recent = list(self.recent)
         if warmup is not None:
-            # the warm-up steps still in the window (steps before it were never kept)
-            drop = max(0, warmup.steps - (self.steps - len(recent)))
+            drop = warmup_in_window(warmup.steps, seen=self.steps, kept=len(recent))
             recent = recent[drop:] or recent
         # the run's figures only: a summary of 10^6 steps needs no 10^6 per-step objects
         b = bound_of_records(recent, asynchronous=asynchronous, per_step=False).run

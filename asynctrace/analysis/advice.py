@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from asynctrace.analysis._bound_model import LAUNCH_GAP_NS, Bound, KernelTime
+from asynctrace.analysis._bound_model import LAUNCH_GAP_NS, Bound, BoundEvidence, KernelTime
 from asynctrace.records.units import format_ns
 
-__all__ = ["advice_for", "short_name"]
+__all__ = ["advice_for", "is_launch_overhead", "short_name"]
 
 
 def short_name(name: str, limit: int = 60) -> str:
@@ -93,9 +93,17 @@ def _device_advice(b: Bound) -> str:
     )
 
 
+def is_launch_overhead(e: BoundEvidence) -> bool:
+    """Whether a run's host idle is launch overhead: its gaps between kernels shorter than
+    :data:`LAUNCH_GAP_NS` leave the device idle at least as long as the host's work does (by
+    their time: short gaps that idle nothing are none). The advice and the diagnosis's
+    ``launch-overhead`` both ask this."""
+    return e.launch_gaps_ns > 0 and e.launch_gaps_ns >= e.host_work_ns
+
+
 def _host_advice(b: Bound) -> str:
     e = b.evidence
-    if e.launch_gaps and e.launch_gaps_ns >= e.host_work_ns:
+    if is_launch_overhead(e):
         return (
             f"launch overhead: {e.launch_gaps} gaps under {LAUNCH_GAP_NS // 1000} µs "
             f"between kernels ({format_ns(e.launch_gaps_ns)} idle) — capture the step in a "

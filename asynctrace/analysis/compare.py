@@ -16,8 +16,9 @@ their per-step values. For each figure:
   (more overlap, or a fuller queue) and is only reported as changed or not.
 
 **Steps.** Each side's warm-up steps (``Report.warmup.steps``) are left out of every per-step
-figure. Where both sides number their steps (a session's steps, a trace's ``ProfilerStep#N``),
-the figures are taken over the step numbers both have (:class:`StepAlignment`), and the paired
+figure, those the report holds (a live summary longer than its window holds its last steps only).
+Where both sides number their steps (a session's steps, a trace's ``ProfilerStep#N``), the
+figures are taken over the step numbers both have (:class:`StepAlignment`), and the paired
 per-step change of step time is given beside the test.
 
 The run's outcome follows its **step time**: improvement, regression or same within noise; or,
@@ -45,9 +46,11 @@ import msgspec
 import numpy as np
 
 from asynctrace.analysis._bound_model import CAUSES
+from asynctrace.analysis.accumulate import warmup_in_window
+from asynctrace.analysis.defaults import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, DEFAULT_MIN_STEPS
 from asynctrace.analysis.diagnosis import Finding
 from asynctrace.analysis.records_bound import bound_of_records
-from asynctrace.analysis.report import Report, VerdictInfo, warmup_steps
+from asynctrace.analysis.report import Report, VerdictInfo
 from asynctrace.records import SessionHeader, StepRecord
 
 __all__ = [
@@ -309,9 +312,9 @@ def compare_values(
     b: Sequence[float],
     *,
     better: str | None = "lower",
-    alpha: float = 0.01,
-    min_effect: float = 0.02,
-    min_steps: int = 5,
+    alpha: float = DEFAULT_ALPHA,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    min_steps: int = DEFAULT_MIN_STEPS,
 ) -> FigureDelta:
     """One figure's delta and judgement from its per-step values on each side."""
     if not a or not b:
@@ -442,8 +445,18 @@ class _Side(msgspec.Struct, frozen=True, kw_only=True):
     index: list[int]
 
 
+def _warmup_steps(r: Report) -> int:
+    """How many of the report's leading steps are warm-up
+    (:func:`~asynctrace.analysis.accumulate.warmup_in_window`): a session's summary holds the
+    last window of its ``source.events`` steps; a trace or records file read back, them all."""
+    if r.warmup is None:
+        return 0
+    seen = r.source.events if r.source.session is not None else len(r.steps)
+    return warmup_in_window(r.warmup.steps, seen=max(seen, len(r.steps)), kept=len(r.steps))
+
+
 def _align(a: Report, b: Report) -> tuple[_Side, _Side, StepAlignment]:
-    wa, wb = warmup_steps(a), warmup_steps(b)
+    wa, wb = _warmup_steps(a), _warmup_steps(b)
     ia, ib = list(range(wa, len(a.steps))), list(range(wb, len(b.steps)))
     if not (_numbered(a) and _numbered(b)):
         return (
@@ -501,9 +514,9 @@ def compare(
     a: Report,
     b: Report,
     *,
-    alpha: float = 0.01,
-    min_effect: float = 0.02,
-    min_steps: int = 5,
+    alpha: float = DEFAULT_ALPHA,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    min_steps: int = DEFAULT_MIN_STEPS,
 ) -> Comparison:
     """Compare two runs (pure): any two reports, of sessions or traces. On the host, steps are
     back to back, so a step's time is its frontend time; both are listed because that may
@@ -639,7 +652,7 @@ class _Parts(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _parts(r: Report) -> _Parts:
-    w = warmup_steps(r)
+    w = _warmup_steps(r)
     if r.trace is not None and r.step_bounds:
         shares = r.step_bounds[w:]
         idle = {c: sum(getattr(s.idle_ns_by_cause, c) for s in shares) for c in CAUSES}
@@ -832,7 +845,7 @@ def _top(
     return top, pct, against if pct > 100.0 else []
 
 
-def explain(a: Report, b: Report, *, min_effect: float = 0.02) -> Explanation:
+def explain(a: Report, b: Report, *, min_effect: float = DEFAULT_MIN_EFFECT) -> Explanation:
     """What the change from A to B is made of, per steady step (pure; module docstring)."""
     pa, pb = _parts(a), _parts(b)
     na, nb = pa.steps, pb.steps

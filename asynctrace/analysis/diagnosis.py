@@ -46,9 +46,15 @@ from asynctrace.analysis._bound_model import (
     WarmUp,
 )
 from asynctrace.analysis._bound_rule import LABELS
-from asynctrace.analysis.advice import short_name
-from asynctrace.analysis.verdict import MAX_SYNCS_PER_STEP
-from asynctrace.records import SyncSite
+from asynctrace.analysis.advice import is_launch_overhead, short_name
+from asynctrace.analysis.verdict import (
+    data_wait_fraction,
+    is_input_bound,
+    over_sync_budget,
+    syncs_per_step,
+)
+from asynctrace.records import StepRecord, SyncSite
+from asynctrace.records.known_syncs import BLOCKING_COPY_OPS
 from asynctrace.records.units import format_ns
 
 if TYPE_CHECKING:
@@ -88,24 +94,10 @@ FINDING_CODES = (
 
 #: an idle cause other than the leading one is a finding from this share of the region
 MIN_FINDING_SHARE: Final = 0.05
-#: data wait over the step from which the host's step is "mostly waiting for data"
-_INPUT_FRACTION: Final = 0.20
 
-#: a session's sync ops that are copies holding the host (the trace's own kind is the loader's)
-_COPY_OPS: Final = frozenset(
-    {
-        "aten::_to_copy",
-        "aten::copy_",
-        "aten::to",
-        "Tensor.cpu",
-        "Tensor.numpy",
-        "Tensor.tolist",
-        "cudaMemcpy",
-        "cudaMemcpyAsync",
-        "hipMemcpy",
-        "hipMemcpyWithStream",
-    }
-)
+
+def _share(part: int, whole: int) -> float:
+    return round(min(1.0, max(0.0, part / whole)), 4) if whole > 0 else 0.0
 
 
 class Finding(msgspec.Struct, frozen=True, kw_only=True):
@@ -121,10 +113,6 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
     advice: str
     #: its figures, with units in the names (``idle_ns``, ``busy_pct``)
     evidence: dict[str, int | float | str] = msgspec.field(default_factory=dict)
-
-
-def _share(part: int, whole: int) -> float:
-    return round(min(1.0, max(0.0, part / whole)), 4) if whole > 0 else 0.0
 
 
 def _median(figures: Mapping[str, FigureStats | None], name: str) -> float:
@@ -145,7 +133,12 @@ def sync_cost_fraction(bound: Bound | None, sync_cost_ns: int | None = None) -> 
 
 
 def _site_kind(op: str) -> str:
-    return "blocking-copy" if op in _COPY_OPS else "sync"
+    """A sync site's kind by its op's name, where no call says it (a session's sites, a trace's
+    without device activity): an op of the one list of copies,
+    :data:`~asynctrace.records.known_syncs.BLOCKING_COPY_OPS`. A trace's calls carry their own
+    kind (``steps.sync_rows``: the same list, and the loaders' ``BLOCKING_MEMCPY`` calls), which
+    the bound's sync costs keep."""
+    return "blocking-copy" if op in BLOCKING_COPY_OPS else "sync"
 
 
 def _sites_text(sites: Sequence[SyncSite], limit: int = 3) -> str:
@@ -186,6 +179,7 @@ def _advice(bound: Bound, label: str, *, asynchronous: bool) -> str:
 class _Syncs(msgspec.Struct, frozen=True):
     """The syncs of a run, as the findings name them."""
 
+    #: the verdict's rate (:func:`~asynctrace.analysis.verdict.syncs_per_step`)
     per_step: float
     #: the run is one "step" (a whole trace without steps): counts are the trace's
     whole_trace: bool
@@ -201,7 +195,7 @@ class _Syncs(msgspec.Struct, frozen=True):
 
 def _syncs(
     bound: Bound | None,
-    figures: Mapping[str, FigureStats | None],
+    records: Sequence[StepRecord],
     sites: Sequence[SyncSite],
     whole_trace: bool,
 ) -> _Syncs:
@@ -221,7 +215,7 @@ def _syncs(
             if _site_kind(s.op) == "blocking-copy"
         )
     return _Syncs(
-        per_step=_median(figures, "sync_count"),
+        per_step=syncs_per_step(records),
         whole_trace=whole_trace,
         costs=costs,
         sites=list(sites),
@@ -285,7 +279,7 @@ _Ctx = tuple[Bound, int, str, str, dict[str, int | float | str]]
 def _host_said(c: _Ctx, *, asynchronous: bool) -> _Said:
     b, idle, pct, label, ev = c
     e = b.evidence
-    if e.launch_gaps_ns and e.launch_gaps_ns >= e.host_work_ns:
+    if is_launch_overhead(e):
         code = "launch-overhead"
         message = (
             (f"launch-overhead ({label}): " if label else "launch-overhead: ")
@@ -453,17 +447,19 @@ def _device_finding(bound: Bound, *, asynchronous: bool) -> Finding:
 
 def _sync_findings_unmeasured(s: _Syncs, *, on_cpu: bool) -> list[Finding]:
     """The syncs of a run whose device is synchronous: what they cost is unknown here (their
-    wait, next to nothing); each kind is a finding where it would block an accelerator."""
+    wait, next to nothing); blocking copies are a finding where they would block an
+    accelerator, the syncs where the verdict's rate is over its budget (the verdict's
+    ``over-synchronized``: the syncs of every kind, named as the verdict names them)."""
     out: list[Finding] = []
     for kind in ("blocking-copy", "sync"):
-        sites = [x for x in s.sites if _site_kind(x.op) == kind]
+        if kind == "sync":
+            sites = s.sites if over_sync_budget(s.per_step) else []
+        else:
+            sites = [x for x in s.sites if _site_kind(x.op) == kind]
         if not sites:
             continue
         count = sum(x.count for x in sites)
-        steps = max(x.steps for x in sites) or 1
-        per_step = count / steps
-        if kind == "sync" and per_step <= MAX_SYNCS_PER_STEP:
-            continue
+        per_step = s.per_step
         wait = sum(x.wait_ns for x in sites)
         would = " (each would block the host on an accelerator)" if on_cpu else ""
         if kind == "blocking-copy":
@@ -501,9 +497,12 @@ def _host_finding(
     syncs: _Syncs,
     *,
     steps: int,
+    data_fraction: float,
 ) -> Finding:
     """The headline of a run on a synchronous device or without device activity: what the
-    host spends its step on."""
+    host spends its median step on; ``data_fraction``: the verdict's share of the steps' time
+    waiting for data (:func:`~asynctrace.analysis.verdict.data_wait_fraction`), which decides
+    the advice as it decides the verdict's ``input-bound``."""
     region = bound.region_ns if bound is not None else 0
     step_ns = _median(figures, "frontend_ns")
     data_ns = _median(figures, "data_wait_ns")
@@ -516,10 +515,11 @@ def _host_finding(
         if data_ns:
             ev["data_wait_ns"] = int(data_ns)
         parts.append(f"{format_ns(step_ns)} a step: compute {format_ns(compute_ns)}")
-        if data_ns >= 0.01 * step_ns:
-            parts.append(f"data wait {format_ns(data_ns)} ({100 * data_ns / step_ns:.0f}%)")
-        if wait_ns:
-            parts.append(f"sync wait {format_ns(wait_ns)}")
+    if data_fraction >= 0.01:
+        ev["data_wait_pct"] = round(100 * data_fraction, 1)
+        parts.append(f"data wait {100 * data_fraction:.0f}% of the steps' time")
+    if step_ns and wait_ns:
+        parts.append(f"sync wait {format_ns(wait_ns)}")
     if syncs.sites:
         ev["sites"] = _sites_text(syncs.sites)
         ev["syncs_per_step"] = syncs.per_step
@@ -549,7 +549,7 @@ def _host_finding(
             "cpu-synchronous: the CPU runs every op synchronously, so the step is the host's "
             "own time" + (f" — {detail}" if detail else "")
         )
-        if step_ns and data_ns >= _INPUT_FRACTION * step_ns:
+        if is_input_bound(data_fraction):
             advice = (
                 "the host waits for data: raise DataLoader(num_workers=...) and prefetch "
                 "(prefetch_factor)"
@@ -654,6 +654,7 @@ def diagnose(
     verdict_findings: Sequence[str] = (),
     whole_trace: bool = False,
     sync_cost_ns: int | None = None,
+    step_records: Sequence[StepRecord] = (),
 ) -> list[Finding]:
     """The ranked findings of one run (pure; the module docstring has the rules).
 
@@ -664,19 +665,21 @@ def diagnose(
     ``verdict_codes``/``verdict_findings``: the verdict's (its trend findings are kept);
     ``whole_trace``: a trace without steps, judged as one; ``sync_cost_ns``: what the syncs
     cost where a timeline measured it (:func:`sync_cost_fraction`), else the bound's sync
-    idle.
+    idle; ``step_records``: the steps the verdict judged (``Report.steps``), whose syncs per
+    step and data-wait share the findings say and judge by, as the verdict does.
     """
-    syncs = _syncs(bound, figures, sync_sites, whole_trace)
+    syncs = _syncs(bound, step_records, sync_sites, whole_trace)
+    data_fraction = data_wait_fraction(step_records)
     region = bound.region_ns if bound is not None else 0
     clocks = next((w for w in warnings if w.code == "clock-mismatch"), None)
     out: list[Finding] = []
     if not steps and not trace:
         out.append(_NO_STEPS)
-    elif trace and not has_device_activity:
-        out.append(_host_finding("no-device-activity", bound, figures, syncs, steps=steps))
-        out += _sync_findings_unmeasured(syncs, on_cpu=True)
-    elif not asynchronous:
-        out.append(_host_finding("cpu-synchronous", bound, figures, syncs, steps=steps))
+    elif (trace and not has_device_activity) or not asynchronous:
+        code = "no-device-activity" if trace and not has_device_activity else "cpu-synchronous"
+        out.append(
+            _host_finding(code, bound, figures, syncs, steps=steps, data_fraction=data_fraction)
+        )
         out += _sync_findings_unmeasured(syncs, on_cpu=True)
     elif bound is None or bound.region_ns <= 0:
         out.append(_NO_STEPS if not steps else _EMPTY)

@@ -21,6 +21,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from asynctrace.analysis._quantiles import nearest_rank
 from asynctrace.traces.model import RuntimeKind, Trace
 
 __all__ = [
@@ -96,12 +97,9 @@ def percentiles(values: npt.NDArray[np.int64]) -> Percentiles:
     if n == 0:
         return Percentiles()
     s = np.sort(values)
-
-    def rank(p: int) -> int:
-        # integer arithmetic: ceil(p*n/100) without float rounding
-        return int(s[max(-(-p * n // 100), 1) - 1])
-
-    return Percentiles(p50=rank(50), p90=rank(90), p99=rank(99), max=int(s[-1]))
+    return Percentiles(
+        p50=nearest_rank(s, 50), p90=nearest_rank(s, 90), p99=nearest_rank(s, 99), max=int(s[-1])
+    )
 
 
 def link_launches(trace: Trace) -> LaunchLinks:

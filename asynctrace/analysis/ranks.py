@@ -45,7 +45,9 @@ from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
+from asynctrace.analysis._quantiles import nearest_rank
 from asynctrace.analysis.launches import Percentiles, percentiles
 from asynctrace.analysis.report import REPORT_SCHEMA_VERSION, Report, SourceInfo
 from asynctrace.errors import OptionError
@@ -160,32 +162,52 @@ def _bound_split(ordered: Sequence[Report]) -> BoundSplit | None:
     )
 
 
-def cross_rank(reports: Sequence[Report]) -> CrossRank:
-    """Cross-rank figures of one job's per-rank reports (pure)."""
-    ordered = order_ranks(reports)
+class _Reduce(msgspec.Struct, frozen=True, eq=False):
+    """The reduce both rank views are made of (:func:`compare_ranks`, :func:`cross_rank`), over
+    reports in rank order: the slowest rank, and per step number on two ranks or more (in step
+    order) the fastest and slowest host time and the first rank (in rank order) with the
+    slowest."""
+
+    #: index (in rank order) of the largest mean ``frontend_ns``; None with fewer than two ranks
+    slowest: int | None
+    step: npt.NDArray[np.int64]
+    #: how many of the ranks' steps have that number
+    ranks: npt.NDArray[np.int64]
+    lo: npt.NDArray[np.int64]
+    hi: npt.NDArray[np.int64]
+    #: index (in rank order) of the rank with ``hi``
+    hi_rank: npt.NDArray[np.int64]
+
+
+def _reduce(ordered: Sequence[Report]) -> _Reduce:
+    """The ranks' reduce (:class:`_Reduce`), vectorised over every (rank, step) pair."""
     n_steps = np.array([len(r.steps) for r in ordered], dtype=np.int64)
     rank_i = np.repeat(np.arange(len(ordered), dtype=np.int64), n_steps)
     step = np.fromiter((s.step for r in ordered for s in r.steps), np.int64, int(n_steps.sum()))
     cpu = np.fromiter((s.frontend_ns for r in ordered for s in r.steps), np.int64, len(step))
-
-    slowest: int | None = None
-    if len(ordered) > 1:
-        # as compare_ranks computes it, so both name the same rank
-        means = [
-            float(np.mean([s.frontend_ns for s in r.steps])) if r.steps else 0.0 for r in ordered
-        ]
-        slowest = int(np.argmax(means))
-
-    # per step number: min, max and the first rank (in rank order) holding the max
+    means = [_mean([s.frontend_ns for s in r.steps]) or 0.0 for r in ordered]
     order = np.lexsort((rank_i, -cpu, step))  # by step, longest first, then rank order
     s_step, s_cpu, s_rank = step[order], cpu[order], rank_i[order]
     first = np.flatnonzero(np.r_[True, s_step[1:] != s_step[:-1]])[: len(s_step)]
     last = (np.r_[first[1:], len(s_step)] - 1)[: len(first)]
     n_per = last - first + 1
     keep = n_per >= 2
-    hi, lo = s_cpu[first][keep], s_cpu[last][keep]
-    hi_rank = s_rank[first][keep]
-    skew = hi - lo
+    return _Reduce(
+        slowest=int(np.argmax(means)) if len(ordered) > 1 else None,
+        step=s_step[first][keep],
+        ranks=n_per[keep],
+        lo=s_cpu[last][keep],
+        hi=s_cpu[first][keep],
+        hi_rank=s_rank[first][keep],
+    )
+
+
+def cross_rank(reports: Sequence[Report]) -> CrossRank:
+    """Cross-rank figures of one job's per-rank reports (pure)."""
+    ordered = order_ranks(reports)
+    red = _reduce(ordered)
+    slowest, hi_rank = red.slowest, red.hi_rank
+    skew = red.hi - red.lo
     worst = int(np.argmax(skew)) if len(skew) else -1
 
     counts = np.bincount(hi_rank, minlength=len(ordered))
@@ -196,7 +218,7 @@ def cross_rank(reports: Sequence[Report]) -> CrossRank:
         slowest_rank=ordered[slowest].source.rank if slowest is not None else None,
         slowest_source=ordered[slowest].source.path if slowest is not None else None,
         step_skew_ns=percentiles(skew),
-        worst_step=int(s_step[first][keep][worst]) if worst >= 0 else None,
+        worst_step=int(red.step[worst]) if worst >= 0 else None,
         worst_step_rank=ordered[int(hi_rank[worst])].source.rank if worst >= 0 else None,
         slowest_by_step=[
             RankSlowest(
@@ -411,7 +433,7 @@ class _Spread(Generic[_R]):
 
 def _spread(times: Sequence[int], ranks: Sequence[_R]) -> _Spread[_R]:
     """A step's times on several ranks (in rank order): the skew of the step is ``hi − lo``,
-    the one definition of both views; ties go to the first rank, so it is deterministic."""
+    as :func:`_reduce` makes it; ties go to the first rank, so it is deterministic."""
     hi, lo = max(times), min(times)
     return _Spread(lo, hi, ranks[times.index(hi)], ranks[times.index(lo)])
 
@@ -419,32 +441,25 @@ def _spread(times: Sequence[int], ranks: Sequence[_R]) -> _Spread[_R]:
 def compare_ranks(reports: Sequence[Report]) -> RankComparison:
     """Compare reports of one job's ranks (pure); ordered by rank, unknown ranks last."""
     ordered = order_ranks(reports)
-    means = [_mean([s.frontend_ns for s in r.steps]) or 0.0 for r in ordered]
-    slowest_i = int(np.argmax(means)) if len(ordered) > 1 else -1
-    rows = [_row(r, means[i], i == slowest_i) for i, r in enumerate(ordered)]
-    by_step: dict[int, list[tuple[int, int | None]]] = {}
-    for r in ordered:
-        for s in r.steps:
-            by_step.setdefault(s.step, []).append((s.frontend_ns, r.source.rank))
-    skew = []
-    for step in sorted(by_step):
-        vals = by_step[step]
-        if len(vals) < 2:
-            continue
-        k = _spread([v for v, _ in vals], [r for _, r in vals])
-        skew.append(
-            StepSkew(
-                step=step,
-                ranks=len(vals),
-                min_frontend_ns=k.lo,
-                max_frontend_ns=k.hi,
-                skew_ns=k.hi - k.lo,
-                slowest_rank=k.slowest,
-            )
+    red = _reduce(ordered)
+    rows = [
+        _row(r, _mean([s.frontend_ns for s in r.steps]) or 0.0, i == red.slowest)
+        for i, r in enumerate(ordered)
+    ]
+    skew = [
+        StepSkew(
+            step=int(step),
+            ranks=int(n),
+            min_frontend_ns=int(lo),
+            max_frontend_ns=int(hi),
+            skew_ns=int(hi - lo),
+            slowest_rank=ordered[int(i)].source.rank,
         )
+        for step, n, lo, hi, i in zip(red.step, red.ranks, red.lo, red.hi, red.hi_rank, strict=True)
+    ]
     return RankComparison(
         ranks=rows,
-        slowest_rank=ordered[slowest_i].source.rank if slowest_i >= 0 else None,
+        slowest_rank=ordered[red.slowest].source.rank if red.slowest is not None else None,
         step_skew=skew,
     )
 
@@ -528,14 +543,10 @@ class RankTable:
 
 
 def _median(values: Sequence[int]) -> int | None:
-    if not values:
-        return None
-    s = sorted(values)
-    mid = len(s) // 2
-    if len(s) % 2:
-        return s[mid]
-    # integer ns: round half up so the figure is reproducible without floats
-    return (s[mid - 1] + s[mid] + 1) // 2
+    """The rank table's median (a rank's step time, the median skew): the nearest-rank p50, as
+    every figure across ranks (:attr:`CrossRank.step_skew_ns` ``.p50``) — an observed value, the
+    lower middle one of an even count (skews 10 and 20: 10)."""
+    return nearest_rank(sorted(values), 50) if values else None
 
 
 def _choose_metric(per_rank: Mapping[int, Sequence[StepRecord]], metric: Metric) -> str:

@@ -364,6 +364,7 @@ def report_diagnosis(report: Report, sync_cost_ns: int | None = None) -> list[Fi
         verdict_findings=report.verdict.findings,
         whole_trace=report.whole_trace,
         sync_cost_ns=sync_cost_ns,
+        step_records=report.steps,
     )
 
 

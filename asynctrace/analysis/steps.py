@@ -16,7 +16,7 @@ step N and executed during step N+1 is N's). Unmatched activities belong to no s
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 
 import msgspec
 import numpy as np
@@ -25,7 +25,7 @@ import numpy.typing as npt
 from asynctrace.analysis.launches import LaunchLinks
 from asynctrace.analysis.queue import QueueSeries, depth_max_between
 from asynctrace.records import StepRecord
-from asynctrace.records.known_syncs import COPY_OPS, TRACE_SYNC_OPS
+from asynctrace.records.known_syncs import BLOCKING_COPY_OPS, TRACE_SYNC_OPS
 from asynctrace.traces.model import RangeKind, RuntimeKind, Trace
 
 __all__ = [
@@ -100,7 +100,7 @@ def sync_rows(trace: Trace) -> SyncRows:
         # a synchronize inside a copy operator (``aten::to``, ``copy_``: a copy to the host
         # without non_blocking) is the copy's wait
         s0, d0, p0, t0, n0, k0 = parts[0]
-        copy_op = _named(trace, {f"aten::{op}" for op in ("to", *COPY_OPS)})
+        copy_op = _named(trace, BLOCKING_COPY_OPS)
         ops = np.flatnonzero((r.kind == RangeKind.OP) & copy_op[r.name])
         inside = _enclosed(
             s0, s0 + d0, p0, t0, r.start_ns[ops], r.dur_ns[ops], r.pid[ops], r.tid[ops]
@@ -132,7 +132,7 @@ def sync_rows(trace: Trace) -> SyncRows:
     )
 
 
-def _named(trace: Trace, names: set[str]) -> npt.NDArray[np.bool_]:
+def _named(trace: Trace, names: Container[str]) -> npt.NDArray[np.bool_]:
     """Per string id: whether the string is one of ``names``."""
     return np.array([x in names for x in trace.strings] or [False], dtype=bool)
 

@@ -47,11 +47,12 @@ how much — never by one sample, so one slow step or one allocator spike does n
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
+from asynctrace.analysis._quantiles import median as _median
 from asynctrace.records import StepRecord, SyncSite
 from asynctrace.records.units import format_ns
 
@@ -67,8 +68,12 @@ __all__ = [
     "WINDOW_STEPS",
     "Trend",
     "Verdict",
+    "data_wait_fraction",
+    "is_input_bound",
     "judge_step",
     "judge_steps",
+    "over_sync_budget",
+    "syncs_per_step",
     "trend",
     "verdict_line",
 ]
@@ -100,14 +105,32 @@ _CODES = (
 )
 
 
-def _median(values: Iterable[float]) -> float:
-    """``statistics.median`` of non-empty ``values``, same arithmetic; importing ``statistics``
-    (and ``random``, ``fractions`` with it) would cost every ``asynctrace report`` ~3 ms."""
-    data = sorted(values)
-    n = len(data)
-    if n % 2 == 1:
-        return data[n // 2]
-    return (data[n // 2 - 1] + data[n // 2]) / 2
+def syncs_per_step(steps: Sequence[StepRecord], *, window: int = WINDOW_STEPS) -> float:
+    """A run's syncs per step, the one rate the verdict and the diagnosis say: the median of
+    ``sync_count`` over its last ``window`` steps (0.0 without steps). A whole trace judged as
+    one step has the trace's count."""
+    recent = steps[-window:]
+    return float(_median(s.sync_count for s in recent)) if recent else 0.0
+
+
+def over_sync_budget(rate: float, max_syncs_per_step: int = MAX_SYNCS_PER_STEP) -> bool:
+    """Whether ``rate`` (:func:`syncs_per_step`) is over the budget of one sync per minibatch."""
+    return rate > max_syncs_per_step
+
+
+def data_wait_fraction(steps: Sequence[StepRecord], *, window: int = WINDOW_STEPS) -> float:
+    """The share of a run's step time spent waiting for data, the one the verdict and the
+    diagnosis judge by: the data wait over the frontend time, both summed over its last
+    ``window`` steps (0..1; 0.0 without frontend time). A sum, not a median: 7 steps of 20
+    that wait 9 ms of 10 wait 32% of the run, though the median step waits nothing."""
+    recent = steps[-window:]
+    frontend = sum(s.frontend_ns for s in recent)
+    return min(1.0, sum(s.data_wait_ns for s in recent) / frontend) if frontend else 0.0
+
+
+def is_input_bound(fraction: float, input_bound_fraction: float = INPUT_BOUND_FRACTION) -> bool:
+    """Whether a data-wait share (:func:`data_wait_fraction`) makes the run input-bound."""
+    return fraction > 0 and fraction >= input_bound_fraction
 
 
 class Trend(msgspec.Struct, frozen=True):
@@ -148,7 +171,7 @@ def trend(values: Sequence[float]) -> Trend:
     var = (n * (n - 1) * (2 * n + 5) - sum(t * (t - 1) * (2 * t + 5) for t in counts.values())) / 18
     # continuity correction: S moves in steps of 2, so shrink it by 1 toward 0
     z = 0.0 if var <= 0 or s == 0 else (s - 1 if s > 0 else s + 1) / math.sqrt(var)
-    return Trend(n=n, s=s, z=z, slope=float(_median(slopes)) if slopes else 0.0)
+    return Trend(n=n, s=s, z=z, slope=_median(slopes) if slopes else 0.0)
 
 
 class Verdict(msgspec.Struct, frozen=True):
@@ -220,9 +243,9 @@ def judge_step(
     Growth (runaway queue, memory creep) needs many steps: see :func:`judge_steps`.
     """
     codes: list[str] = []
-    if step.sync_count > max_syncs_per_step:
+    if over_sync_budget(step.sync_count, max_syncs_per_step):
         codes.append("over-synchronized")
-    if step.frontend_ns > 0 and step.data_wait_ns >= input_bound_fraction * step.frontend_ns:
+    if is_input_bound(data_wait_fraction((step,)), input_bound_fraction):
         codes.append("input-bound")
     return tuple(codes)
 
@@ -252,9 +275,8 @@ def judge_steps(
         return _NO_STEPS
     found: dict[str, str] = {}
 
-    syncs_per_step = float(_median(s.sync_count for s in recent))
-    frontend = sum(s.frontend_ns for s in recent)
-    data_fraction = min(1.0, sum(s.data_wait_ns for s in recent) / frontend) if frontend else 0.0
+    rate = syncs_per_step(recent)
+    data_fraction = data_wait_fraction(recent)
 
     in_flight: Trend | None = None
     run_ahead: Trend | None = None
@@ -263,9 +285,9 @@ def judge_steps(
         if runaway is not None:
             found["never-synchronized"] = runaway
 
-    if syncs_per_step > max_syncs_per_step:
+    if over_sync_budget(rate, max_syncs_per_step):
         code, finding = _too_many_syncs(
-            syncs_per_step,
+            rate,
             sync_sites,
             asynchronous=asynchronous,
             sync_cost_fraction=sync_cost_fraction,
@@ -273,7 +295,7 @@ def judge_steps(
         )
         found[code] = finding
 
-    if frontend and data_fraction >= input_bound_fraction:
+    if is_input_bound(data_fraction, input_bound_fraction):
         found["input-bound"] = f"input-bound: waiting for data {data_fraction:.0%} of the step"
 
     mem_trend, creep = _memory_creep(recent)
@@ -288,7 +310,7 @@ def judge_steps(
         asynchronous=asynchronous,
         whole_trace=whole_trace,
         steps=n,
-        syncs_per_step=syncs_per_step,
+        syncs_per_step=rate,
     )
     return Verdict(
         code=codes[0],
@@ -296,7 +318,7 @@ def judge_steps(
         findings=tuple(findings),
         codes=tuple(codes),
         steps=n,
-        syncs_per_step=syncs_per_step,
+        syncs_per_step=rate,
         data_wait_fraction=data_fraction,
         in_flight_slope=in_flight.slope if in_flight is not None else None,
         run_ahead_slope_ns=run_ahead.slope if run_ahead is not None else None,

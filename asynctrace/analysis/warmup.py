@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from asynctrace.analysis._bound_model import WarmUp, WarmUpItem
+from asynctrace.analysis.kernels import labelled_device
 from asynctrace.analysis.steps import StepWindow, host_span
 from asynctrace.analysis.timeline import unique_inverse
 from asynctrace.records import StepRecord
@@ -130,13 +131,12 @@ def _items(
 
 
 def _first_device_start(trace: Trace) -> int | None:
-    """Start of the first activity of the device with most activities."""
+    """Start of the first activity of the device the analysis labels (the one with most
+    activities)."""
     act = trace.activities
     if not len(act):
         return None
-    devs, inv = unique_inverse(act.device)
-    on = act.device == devs[int(np.argmax(np.bincount(inv.reshape(-1))))]
-    return int(act.start_ns[on].min())
+    return int(act.start_ns[labelled_device(trace)].min())
 
 
 def find_warmup(trace: Trace, windows: Sequence[StepWindow] = ()) -> WarmUp | None:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from asynctrace.analysis.defaults import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, DEFAULT_MIN_STEPS
 from asynctrace.errors import TraceFormatError
 
 if TYPE_CHECKING:
@@ -80,9 +81,9 @@ def assert_no_regression(
     baseline: str | os.PathLike[str] | Report,
     current: str | os.PathLike[str] | Report,
     *,
-    min_effect: float = 0.02,
-    alpha: float = 0.01,
-    min_steps: int = 5,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    alpha: float = DEFAULT_ALPHA,
+    min_steps: int = DEFAULT_MIN_STEPS,
 ) -> Comparison:
     """Raise :class:`AssertionError` when ``current`` is a regression against ``baseline``
     (each a saved report, a trace, a records file or a :class:`Report`): its step time is up

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 __all__ = [
+    "BLOCKING_COPY_OPS",
     "COPY_OPS",
     "HOST_ONLY_CODE",
     "KNOWN_SYNCS",
@@ -52,6 +53,13 @@ SHAPE_OPS: tuple[str, ...] = (
 MASK_OPS: tuple[str, ...] = ("index", "index_put_", "index_put", "_index_put_impl_")
 #: aten ops that synchronize when they copy a device tensor to the host without non_blocking
 COPY_OPS: tuple[str, ...] = ("_to_copy", "copy_")
+#: the ops a sync is a blocking copy in, as traces and sessions name them (the one list): the
+#: aten copy operators (``aten::to`` and :data:`COPY_OPS`: in a trace, a synchronize inside one
+#: is the copy's wait) and the tensor methods that copy a tensor to the host (a session's sync
+#: ops). A runtime call that blocks for a copy is the loaders' ``BLOCKING_MEMCPY``
+BLOCKING_COPY_OPS: frozenset[str] = frozenset(
+    {"aten::to", *(f"aten::{op}" for op in COPY_OPS), "Tensor.cpu", "Tensor.numpy", "Tensor.tolist"}
+)
 
 #: aten ops the sync lint flags, with why each would synchronize on an accelerator (the lint
 #: decides from the arguments for the mask, copy and ``repeat_interleave`` ops)

@@ -278,3 +278,36 @@ def test_a_linted_item_added_in_b_shows_as_added(tmp_path: Path) -> None:
     # the sessions have no kernel names: said so
     notes = compare(a, b).explain.notes
     assert any("session's records carry no kernel names" in n for n in notes)
+
+
+def test_a_live_summary_longer_than_its_window_keeps_its_steady_steps() -> None:
+    # 30 steps, the first two warm-up (40 and 9 ms, then 1 ms), summarized over a window of 10:
+    # the summary holds steps 20..29, all steady, so the comparison takes all ten (as the
+    # summary's bound does), not ten less the two warm-up steps it no longer holds
+    from asynctrace.analysis.accumulate import StepAccumulator
+    from asynctrace.analysis.compare import _parts, compare
+    from asynctrace.analysis.report import session_report
+    from asynctrace.records import SessionHeader, StepRecord
+
+    ms = 1_000_000
+    header = SessionHeader(
+        name="w",
+        host="h",
+        pid=1,
+        device_kind="fake",
+        device_name="Fake GPU",
+        asynchronous=True,
+        started_unix_ns=0,
+        sync_detection="cuda",
+    )
+    acc, t = StepAccumulator(window=10), 0
+    for i, f in enumerate([40 * ms, 9 * ms] + [1 * ms] * 28):
+        acc.add(StepRecord(step=i, start_ns=t, frontend_ns=f, device_ns=f))
+        t += f
+    r = session_report(acc, header=header, path="w.records.jsonl", sync_sites=[])
+    assert r.warmup is not None
+    assert r.warmup.steps == 2
+    assert [s.step for s in r.steps] == list(range(20, 30))
+    al = compare(r, r).steps
+    assert (al.a_warmup, al.a_steps) == (0, 10)
+    assert _parts(r).steps == 10

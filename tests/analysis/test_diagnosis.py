@@ -12,6 +12,7 @@ import msgspec
 import numpy as np
 import pytest
 
+from asynctrace.analysis._bound_model import Bound
 from asynctrace.analysis.diagnosis import BOUND_CODES, FINDING_CODES, diagnose
 from asynctrace.analysis.report import Report, analyze
 from asynctrace.analysis.warmup import warmup_of_steps
@@ -331,3 +332,112 @@ def test_device_advice_fits_the_kernels() -> None:
     other = trace("my_custom_kernel").diagnosis[0]
     assert "tensor cores" not in other.advice
     assert "fuse" not in other.advice
+
+
+def _cpu_records(steps: list[StepRecord], syncs: list[SyncSite]) -> Records:
+    header = SessionHeader(
+        name="c",
+        host="h",
+        pid=1,
+        device_kind="cpu",
+        device_name="CPU",
+        asynchronous=False,
+        started_unix_ns=0,
+        sync_detection="lint",
+    )
+    wall = sum(s.frontend_ns for s in steps)
+    return Records(
+        path="c.records.jsonl",
+        header=header,
+        steps=steps,
+        syncs=syncs,
+        summary=SessionSummary(steps=len(steps), wall_ns=wall),
+        complete=True,
+    )
+
+
+def test_one_step_of_many_syncs_is_not_over_synchronized_by_verdict_or_diagnosis() -> None:
+    # 20 CPU steps of 10 ms; step 5 alone makes 10 syncs: the median step makes none, so the
+    # rate is 0 and neither the verdict nor the diagnosis calls the run over-synchronized
+    steps = [
+        StepRecord(step=i, start_ns=i * 10 * MS, frontend_ns=10 * MS, sync_count=10 * (i == 5))
+        for i in range(20)
+    ]
+    site = SyncSite(site="t.py:9", op="aten::_local_scalar_dense", count=10, steps=1)
+    report = analyze(_cpu_records(steps, [site]))
+    assert "over-synchronized" not in report.verdict.codes
+    assert "over-synchronized" not in _codes(report)
+    assert report.diagnosis[0].code == "cpu-synchronous"
+    assert report.diagnosis[0].evidence["syncs_per_step"] == 0.0
+
+
+def test_two_syncs_in_every_step_are_over_synchronized_by_both() -> None:
+    steps = [
+        StepRecord(step=i, start_ns=i * 10 * MS, frontend_ns=10 * MS, sync_count=2)
+        for i in range(20)
+    ]
+    site = SyncSite(site="t.py:9", op="aten::_local_scalar_dense", count=40, steps=20)
+    report = analyze(_cpu_records(steps, [site]))
+    assert "over-synchronized" in report.verdict.codes
+    (over,) = [f for f in report.diagnosis if f.code == "over-synchronized"]
+    assert "2 syncs per step" in over.message
+    assert over.evidence["syncs_per_step"] == 2.0
+
+
+def test_a_cpu_run_waiting_for_data_in_few_steps_is_input_bound_by_both() -> None:
+    # 7 of 20 steps of 10 ms wait 9 ms for data: 63 ms of 200 (31.5%), over the 20% the
+    # verdict's input-bound needs, though the median step waits nothing; the headline's advice
+    # is the loader's, by the same share
+    steps = [
+        StepRecord(step=i, start_ns=i * 10 * MS, frontend_ns=10 * MS, data_wait_ns=9 * MS * (i < 7))
+        for i in range(20)
+    ]
+    report = analyze(_cpu_records(steps, []))
+    assert "input-bound" in report.verdict.codes
+    assert "32%" in report.verdict.findings[report.verdict.codes.index("input-bound")]
+    head = report.diagnosis[0]
+    assert head.code == "cpu-synchronous"
+    assert "waits for data" in head.advice
+    assert head.evidence["data_wait_pct"] == 31.5
+
+
+def test_the_advice_and_the_diagnosis_ask_one_launch_overhead_question() -> None:
+    from asynctrace.analysis._bound_model import BoundEvidence, IdleByCause
+    from asynctrace.analysis.advice import advice_for
+
+    def bound(gaps: int, gaps_ns: int, work_ns: int) -> Bound:
+        e = BoundEvidence(
+            busy_pct=50.0,
+            idle_pct_by_cause={"host": 50.0},
+            leading_cause="host",
+            launch_gaps=gaps,
+            launch_gaps_ns=gaps_ns,
+            host_work_gaps=1,
+            host_work_ns=work_ns,
+        )
+        return Bound(
+            label="host-bound",
+            region_ns=100,
+            busy_ns=50,
+            idle_ns=50,
+            idle_ns_by_cause=IdleByCause(host=50),
+            evidence=e,
+        )
+
+    # by time: three short gaps idling 30 ns of 50 are launch overhead; three that idle
+    # nothing are not, though they were counted
+    for b, want in ((bound(3, 30, 20), True), (bound(3, 0, 0), False)):
+        (f,) = [
+            x
+            for x in diagnose(
+                bound=b,
+                asynchronous=True,
+                has_device_activity=True,
+                trace=True,
+                steps=1,
+                figures={},
+            )
+            if x.cost_ns
+        ]
+        assert (f.code == "launch-overhead") is want
+        assert advice_for("host-bound", b)[0].startswith("launch overhead") is want

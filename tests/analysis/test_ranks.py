@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from asynctrace.analysis.ranks import compare_ranks, rank_table
+from asynctrace.analysis.ranks import compare_ranks, cross_rank, rank_table
 from asynctrace.analysis.report import analyze
 from asynctrace.records import StepRecord
 from asynctrace.render.ranks import format_rank_table
@@ -128,7 +128,8 @@ def test_rank_table_known_answer() -> None:
     assert s2.time_ns == (11_000_000, 11_000_000, 10_000_000)
     # a tie goes to the lowest rank
     assert (s2.slowest_rank, s2.fastest_rank, s2.skew_ns) == (0, 2, 1_000_000)
-    assert table.median_skew_ns == 2_000_000
+    # the median skew is the nearest-rank p50 of the skews (3 ms, 1 ms): the lower middle one
+    assert table.median_skew_ns == 1_000_000
     assert (table.max_skew_ns, table.max_skew_step) == (3_000_000, 1)
     r0, r1, r2 = table.per_rank
     assert (r0.steps, r0.median_ns, r0.slowest_count, r0.records_path) == (3, 11_000_000, 2, "a")
@@ -159,3 +160,26 @@ def test_rank_table_long_runs_show_the_worst_steps() -> None:
     text = format_rank_table(table, max_rows=5)
     assert "5 of 50 steps shown" in text
     assert f"max {49 / 100 * 1e3 / 1e3:.3f} ms (step 49)" in text
+
+
+def test_the_rank_table_and_cross_rank_say_one_median_skew() -> None:
+    # two steps whose skews are 10 and 20 ns: the median skew is the nearest-rank p50, 10 ns,
+    # in both views (never 15, the mean of the middle two)
+    table = rank_table(
+        {
+            0: [
+                StepRecord(step=0, start_ns=0, frontend_ns=100),
+                StepRecord(step=1, start_ns=100, frontend_ns=100),
+            ],
+            1: [
+                StepRecord(step=0, start_ns=0, frontend_ns=110),
+                StepRecord(step=1, start_ns=110, frontend_ns=120),
+            ],
+        }
+    )
+    assert [s.skew_ns for s in table.steps] == [10, 20]
+    assert table.median_skew_ns == 10
+    cross = cross_rank(
+        [analyze(_rank(0, [100, 100]).build()), analyze(_rank(1, [110, 120]).build())]
+    )
+    assert cross.step_skew_ns.p50 == 10

@@ -319,13 +319,13 @@ def test_fake_device_synchronized_once_per_step() -> None:
     [[3], [4, 1], [5, 1, 3], [2, 9, 4, 7], [0.5, -1.25, 3.0, 1e300, 7.5], [1e300, 1e300], [-3, 2]],
 )
 def test_median_is_statistics_median(values: list[float]) -> None:
-    # the verdict's own median (statistics is not imported: ~3 ms of start-up) gives the same
-    # value and type as statistics.median, ints included
+    # the one median (statistics is not imported: ~3 ms of start-up) gives the same value and
+    # type as statistics.median, ints included
     import statistics
 
-    from asynctrace.analysis.verdict import _median
+    from asynctrace.analysis._quantiles import median
 
-    got, want = _median(iter(values)), statistics.median(values)
+    got, want = median(iter(values)), statistics.median(values)
     assert got == want
     assert type(got) is type(want)
 
