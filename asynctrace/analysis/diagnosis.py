@@ -96,10 +96,6 @@ FINDING_CODES = (
 MIN_FINDING_SHARE: Final = 0.05
 
 
-def _share(part: int, whole: int) -> float:
-    return round(min(1.0, max(0.0, part / whole)), 4) if whole > 0 else 0.0
-
-
 class Finding(msgspec.Struct, frozen=True, kw_only=True):
     """One thing that costs the run time, with its evidence and one next step."""
 
@@ -113,6 +109,10 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
     advice: str
     #: its figures, with units in the names (``idle_ns``, ``busy_pct``)
     evidence: dict[str, int | float | str] = msgspec.field(default_factory=dict)
+
+
+def _share(part: int, whole: int) -> float:
+    return round(min(1.0, max(0.0, part / whole)), 4) if whole > 0 else 0.0
 
 
 def _median(figures: Mapping[str, FigureStats | None], name: str) -> float:
