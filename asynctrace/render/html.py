@@ -305,83 +305,28 @@ def _ranks_table(reports: Sequence[Report]) -> str:
 
 
 def _rank_comparison(c: RankComparison, *, max_steps: int) -> str:
-    """The per-rank means (the slowest rank flagged) and the per-step skew across ranks."""
-    rows = [
-        (
-            _rank(r.rank),
-            Path(r.source).name,
-            r.steps,
-            _ms(r.frontend_ns_mean),
-            _ms(r.device_ns_mean),
-            _ms(r.gpu_busy_ns_mean),
-            _ms(r.sync_wait_ns_mean),
-            r.sync_count,
-            r.bound or "—",
-            "slowest" if r.slowest else "",
-        )
-        for r in c.ranks
-    ]
-    head = ["rank", "file", "steps", "mean frontend ms", "mean device ms", "mean gpu busy ms"]
-    head += ["mean sync wait ms", "syncs", "bound", ""]
-    out = f"<h2>Ranks compared ({len(c.ranks)})</h2>" + _table(head, rows, left=2)
+    """The per-rank means (the slowest rank flagged) and the per-step skew across ranks
+    (:mod:`asynctrace.render.ranks`' rows, as the text report)."""
+    from asynctrace.render.ranks import RANK_HEAD, SKEW_HEAD, rank_rows, skew_rows
+
+    out = f"<h2>Ranks compared ({len(c.ranks)})</h2>" + _table(RANK_HEAD, rank_rows(c), left=2)
     if not c.step_skew:
         return out
-    skew = [
-        (
-            k.step,
-            k.ranks,
-            _ms(k.min_frontend_ns),
-            _ms(k.max_frontend_ns),
-            _ms(k.skew_ns),
-            _rank(k.slowest_rank),
-        )
-        for k in c.step_skew[:max_steps]
-    ]
-    out += "<h2>Per-step skew across ranks</h2>" + _table(
-        ["step", "ranks", "min frontend ms", "max frontend ms", "skew ms", "slowest rank"], skew
-    )
+    out += "<h2>Per-step skew across ranks</h2>"
+    out += _table(SKEW_HEAD, skew_rows(c.step_skew[:max_steps]))
     if len(c.step_skew) > max_steps:
         out += f'<p class="meta">first {max_steps} steps shown</p>'
     return out
 
 
-def _who(rank: int | None, source: str | None) -> str:
-    name = Path(source).name if source else "?"
-    return f"rank {rank} ({name})" if rank is not None else name
+def _cross_rank(x: CrossRank) -> str:
+    """The cross-rank figures (:func:`~asynctrace.render.ranks.cross_rank_rows`): the slowest
+    rank, the skew percentiles, the ranks slowest most often, and how the bound labels
+    split."""
+    from asynctrace.render.ranks import cross_rank_rows
 
-
-def _cross_rank(x: CrossRank, *, shown: int = 10) -> str:
-    """The cross-rank figures: the slowest rank, the skew percentiles, the ranks slowest most
-    often, and how the bound labels split."""
-    rows = [("slowest rank (mean frontend)", _who(x.slowest_rank, x.slowest_source))]
-    k = x.step_skew_ns
-    if x.steps:
-        rows.append(
-            (
-                f"per-step skew ({x.steps} steps)",
-                f"p50 {_ms(k.p50)} ms, p90 {_ms(k.p90)} ms, max {_ms(k.max)} ms "
-                f"(step {x.worst_step}, slowest {_rank(x.worst_step_rank)})",
-            )
-        )
-        most = [f"{_who(s.rank, s.source)} ×{s.steps}" for s in x.slowest_by_step]
-        rows.append(("slowest of a step, most often", _first(most, shown)))
-    else:
-        rows.append(("per-step skew", "no step number on two ranks"))
-    b = x.bound
-    if b is None:
-        rows.append(("bound label", "not in these reports"))
-    else:
-        split = ", ".join(f"{label} ×{n}" for label, n in b.ranks.items())
-        rows.append(("bound label", f"majority {b.majority} ({split})"))
-        if b.outliers:
-            differ = [f"{_who(o.rank, o.source)}: {o.label}" for o in b.outliers]
-            rows.append(("ranks that differ", _first(differ, shown)))
+    rows = cross_rank_rows(x)
     return f"<h2>Across ranks ({x.ranks})</h2>" + _table(["figure", "value"], rows, left=2)
-
-
-def _first(items: Sequence[str], shown: int) -> str:
-    more = len(items) - shown
-    return ", ".join(items[:shown]) + (f", and {more} more" if more > 0 else "")
 
 
 def _bound_div(r: Report) -> str:

@@ -192,7 +192,8 @@ def test_the_page_of_several_runs_leads_with_the_ranks(tmp_path: Path) -> None:
     assert f'<td class="l">1</td><td class="l">{esc}</td><td class="l">trace</td>' in lead
     assert f"rank 1 ({esc}): host-bound" not in lead  # the majority's label: not an outlier
     # the session is the slowest (2 ms a step); it has no measured device busy time
-    assert "<td>—</td><td>0.000</td><td>0</td><td>device-bound</td><td>slowest</td>" in lead
+    # (the text report's rows: durations as format_ns writes them)
+    assert "<td>-</td><td>0 ns</td><td>0</td><td>device-bound</td><td>slowest</td>" in lead
     assert 'slowest rank (mean frontend)</td><td class="l">a.records.jsonl</td>' in lead
     # then each run's own page, in the order given
     assert page.count('<div class="bound">') == 3
