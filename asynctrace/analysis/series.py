@@ -30,6 +30,7 @@ __all__ = [
     "bin_size",
     "bound_series",
     "envelope",
+    "issuing_ns",
     "steps_series",
 ]
 
@@ -109,6 +110,14 @@ def envelope(values: Sequence[float] | F64, bin_steps: int) -> Envelope:
     return Envelope(lo=lo, median=median, hi=hi, count=count)
 
 
+def issuing_ns(frontend_ns: F64, data_wait_ns: F64, sync_wait_ns: F64) -> F64:
+    """The host's time issuing work in each step: its host time less its data and sync waits,
+    never below zero (a wait can reach past the step's host span), as the plugin's per-step
+    bars draw it (every view's "host: issuing")."""
+    out: F64 = np.maximum(frontend_ns - data_wait_ns - sync_wait_ns, 0.0)
+    return out
+
+
 #: the figures :func:`steps_series` bins, from each step record
 RECORD_SERIES = (
     "frontend_ns",
@@ -122,8 +131,8 @@ RECORD_SERIES = (
 
 
 def steps_series(steps: Sequence[StepRecord], *, max_bins: int = MAX_BINS) -> StepSeries:
-    """The run's per-step figures (:data:`RECORD_SERIES`; ``issuing_ns`` is the host time less
-    data and sync waits) in at most ``max_bins`` bins."""
+    """The run's per-step figures (:data:`RECORD_SERIES`; ``issuing_ns`` is
+    :func:`issuing_ns`) in at most ``max_bins`` bins."""
     n = len(steps)
     k = bin_size(n, max_bins=max_bins)
 
@@ -132,7 +141,7 @@ def steps_series(steps: Sequence[StepRecord], *, max_bins: int = MAX_BINS) -> St
     rows = np.array(list(map(attrgetter("step", *names), steps)), dtype=np.float64)
     rows = rows.reshape(n, len(names) + 1)
     cols = {name: rows[:, i + 1].copy() for i, name in enumerate(names)}
-    cols["issuing_ns"] = cols["frontend_ns"] - cols["data_wait_ns"] - cols["sync_wait_ns"]
+    cols["issuing_ns"] = issuing_ns(cols["frontend_ns"], cols["data_wait_ns"], cols["sync_wait_ns"])
     # step numbers exactly (a float holds integers exactly only to 2**53)
     number = np.fromiter(map(attrgetter("step"), steps), dtype=np.int64, count=n)
     del rows

@@ -366,19 +366,16 @@ def _run_ahead_events(report: Report, pid: int, o: int) -> list[Event]:
     ]
 
 
-def _cname(label_or_cause: str) -> str:
-    from asynctrace.render.legend import IDLE_CAUSE_CNAMES
+def _share_cname(b: StepBound) -> str:
+    """A step's share slice in its label's colour: busy's where device-bound, else that of
+    its leading idle cause (the evidence's), unattributed's where the label is withheld
+    (undetermined)."""
+    from asynctrace.render.legend import BUSY_CNAME, IDLE_CAUSE_CNAMES
 
-    if label_or_cause == "device-bound":
-        return "thread_state_running"  # green, as "executing" is everywhere
-    cause = {
-        "host-bound": "host",
-        "sync-bound": "sync",
-        "input-bound": "input",
-        "dependency-bound": "dependency",
-        "undetermined": "unattributed",
-    }.get(label_or_cause, label_or_cause)
-    return IDLE_CAUSE_CNAMES.get(cause, "generic_work")
+    if b.label == "device-bound":
+        return BUSY_CNAME
+    cause = "unattributed" if b.label == "undetermined" else b.evidence.leading_cause
+    return IDLE_CAUSE_CNAMES[cause]
 
 
 def _share_events(report: Report, pid: int, o: int) -> list[Event]:
@@ -396,7 +393,7 @@ def _share_events(report: Report, pid: int, o: int) -> list[Event]:
                 "tid": LANE_SHARE,
                 "ts": _us(o, b.share_start_ns),
                 "dur": (b.share_end_ns - b.share_start_ns) / 1000,
-                "cname": _cname(b.label),
+                "cname": _share_cname(b),
                 "args": {
                     "label": b.label,
                     "step": s.step,
@@ -417,10 +414,11 @@ def _idle_events(gaps: IdleGaps, report: Report, pid: int, o: int) -> Iterator[E
     """One slice per idle gap, named and coloured by its cause (made as they are written: a
     long run has a gap between most kernels)."""
     from asynctrace.analysis.bound import CAUSES
+    from asynctrace.render.legend import IDLE_CAUSE_CNAMES
 
     numbers = [s.step for s in report.steps]
     names = [f"idle: {c}" for c in CAUSES]
-    cnames = [_cname(c) for c in CAUSES]
+    cnames = [IDLE_CAUSE_CNAMES[c] for c in CAUSES]
     for g0, g1, c, short, k in zip(
         gaps.start_ns.tolist(),
         gaps.end_ns.tolist(),

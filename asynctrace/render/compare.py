@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from asynctrace.analysis.compare import Comparison, Explanation, FigureDelta, Gate
-from asynctrace.records.units import format_ns
+from asynctrace.records.units import UNITS, format_ns
 from asynctrace.render.printable import printable
 
 __all__ = [
@@ -62,8 +62,9 @@ def headline(c: Comparison) -> str:
     if s.a_median is None or s.b_median is None or s.delta is None:
         return outcome_line(c)
     pct = "" if s.delta_pct is None else f" ({s.delta_pct:+.1f}%)"
+    a, b = _num(s.a_median, s.unit), _num(s.b_median, s.unit)
     return (
-        f"step time {s.a_median:.4g} ms -> {s.b_median:.4g} ms, {s.delta:+.4g} ms{pct} "
+        f"step time {a} -> {b}, {_num(s.delta, s.unit, sign=True)}{pct} "
         f"(median over {s.a_n} and {s.b_n} steps); {outcome_line(c)}"
     )
 
@@ -112,10 +113,11 @@ def render_comparison(c: Comparison, console: Console, *, gate: bool = False) ->
     style = {"improvement": "green", "regression": "red", "changed": "yellow"}
     for f in c.figures:
         table.add_row(
-            p(f"{f.figure} ({f.unit})"),
-            _num(f.a_median),
-            _num(f.b_median),
-            "—" if f.delta is None else _num(f.delta, sign=True) + _pct(f.delta_pct),
+            # a duration's value says its unit
+            p(f.figure if f.unit in _DURATION else f"{f.figure} ({f.unit})"),
+            _num(f.a_median, f.unit),
+            _num(f.b_median, f.unit),
+            "—" if f.delta is None else _num(f.delta, f.unit, sign=True) + _pct(f.delta_pct),
             "—" if f.p_value is None else f"{f.p_value:.3g}",
             Text(f.change, style=style.get(f.change, "")),
         )
@@ -135,7 +137,8 @@ def render_comparison(c: Comparison, console: Console, *, gate: bool = False) ->
     if al.by == "step number" and al.paired_median_delta_ms is not None:
         console.print(
             f"steps matched by number ({al.a_steps}): median change per step "
-            f"{al.paired_median_delta_ms:+.4g} ms, B slower in {al.paired_slower_pct:.0f}% of them",
+            f"{_num(al.paired_median_delta_ms, 'ms', sign=True)}, B slower in "
+            f"{al.paired_slower_pct:.0f}% of them",
             markup=False,
         )
     for note in [*c.notes, *e.notes]:
@@ -228,9 +231,18 @@ def markdown(c: Comparison, *, gate: bool = True) -> str:
     return "\n".join(out)
 
 
-def _num(v: float | None, *, sign: bool = False) -> str:
+#: the units of a duration a comparison's figures come in, and their length in ns
+_DURATION = dict(UNITS)
+
+
+def _num(v: float | None, unit: str, *, sign: bool = False) -> str:
+    """A figure of the comparison in ``unit``: a duration as :func:`format_ns` writes it
+    (``+`` or ``−`` before a change), any other number to four significant digits."""
     if v is None:
         return "—"
+    if unit in _DURATION:
+        ns = v * _DURATION[unit]
+        return _signed_ns(ns) if sign else format_ns(ns)
     return f"{v:+.4g}" if sign else f"{v:.4g}"
 
 

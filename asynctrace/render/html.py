@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from asynctrace.records.units import format_column
+from asynctrace.render import rows as _rows
 from asynctrace.render.output import write_atomically
 
 if TYPE_CHECKING:
-    from asynctrace.analysis.bound import Bound, ReportWarning
     from asynctrace.analysis.diagnosis import Finding
     from asynctrace.analysis.ranks import CrossRank, RankComparison
-    from asynctrace.analysis.report import Analysis, Report, TraceFigures
+    from asynctrace.analysis.report import Analysis, Report
 
 __all__ = ["combined_html", "report_html", "write_html"]
 
@@ -145,23 +145,17 @@ def _run_body(analysis: Analysis, max_steps: int) -> str:
         meta.append(f"{s.events} events")
     if not s.complete:
         meta.append("incomplete file")
-    scope = "session" if r.trace is None else "whole trace" if r.whole_trace else "run"
     parts = [
         f"<h1>asynctrace {'session' if r.trace is None else 'report'}: {_e(name)}</h1>",
         f'<p class="meta">{" · ".join(meta)}</p>',
         _diagnosis_div(r.diagnosis),
-        # a trace without device activity has no device timeline (its headline says so)
-        _bound_div(
-            None if r.trace is not None and r.trace.activities.total == 0 else r.bound,
-            r.warnings,
-            scope=scope,
-        ),
+        _bound_div(r),
         _pictures(analysis),
         _figures_table(r),
         _steps_table(r, max_steps),
     ]
     if r.trace is not None:
-        parts.append(_trace_tables(r.trace))
+        parts.append(_trace_tables(r))
     parts.append(_syncs_table(r))
     return "".join(parts)
 
@@ -179,61 +173,63 @@ def _pictures(analysis: Analysis) -> str:
             "(pip install 'asynctrace[plot]')</p>"
         )
     parts = ["<h2>Pictures</h2>"]
-    if analysis.report.bound is not None and analysis.bounds.bins:
+    if _rows.shown_bound(analysis.report) is not None and analysis.bounds.bins:
         parts.append(_svg(plot.plot_idle_by_cause(analysis)))
     parts.append(_svg(plot.overview_figure(analysis)))
     return "".join(parts)
 
 
 def _figures_table(r: Report) -> str:
-    """The report's one summary: each figure's mean, median and p90 over the steps with it."""
-
-    def fmt(name: str, v: float) -> str:
-        return format_column(v) if name.endswith("_ns") else f"{v:.2f}"
-
+    """The report's one summary (:func:`~asynctrace.render.rows.figure_rows`): each figure's
+    mean, median and p90 over the steps with it."""
     return "<h2>Per-step figures</h2>" + _table(
         ["figure", "steps", "mean", "median", "p90"],
-        (
-            (
-                name.removesuffix("_ns") + (" (ms)" if name.endswith("_ns") else ""),
-                f.count,
-                fmt(name, f.mean),
-                fmt(name, f.median),
-                fmt(name, f.p90),
-            )
-            for name, f in r.figures.items()
-        ),
+        ((f.label, f.steps, f.mean, f.median, f.p90) for f in _rows.figure_rows(r.figures)),
     )
 
 
+#: the steps table's header, a column per field of :class:`~asynctrace.render.rows.StepRow`
+_STEP_HEAD = {
+    "step": "step",
+    "frontend": "frontend",
+    "data_wait": "data wait",
+    "device": "device",
+    "gpu_busy": "gpu busy",
+    "gpu_idle": "gpu idle",
+    "sync_wait": "sync wait",
+    "syncs": "syncs",
+    "run_ahead": "run-ahead",
+    "queue_max": "queue max",
+    "in_flight": "in flight",
+    "bound": "bound",
+}
+
+
 def _steps_table(r: Report, max_steps: int) -> str:
-    """The first ``max_steps`` steps: the step record's figures, the step's share of the
-    device timeline and its label (a records file's estimated, and none past the report's
-    limit), and a trace's queue maximum."""
-    t = r.trace
-    head = ["step", "frontend ms", "data wait ms", "device ms", "gpu busy ms", "gpu idle ms"]
-    head += ["sync wait ms", "syncs", "run-ahead ms"]
-    head += ["queue max"] if t is not None else []
-    head += ["in flight", "bound"]
-    rows = []
-    for i, s in enumerate(r.steps[:max_steps]):
-        b = r.step_bounds[i] if i < len(r.step_bounds) else None
-        row: list[object] = [s.step, _ms(s.frontend_ns), _ms(s.data_wait_ns), _ms(s.device_ns)]
-        row += [_ms(b.busy_ns if b else None), _ms(b.idle_ns if b else None)]
-        row += [_ms(s.sync_wait_ns), s.sync_count, _ms(s.run_ahead_ns)]
-        row += [t.steps[i].queue_max] if t is not None else []
-        row += [s.in_flight, b.label if b is not None else "—"]
-        rows.append(row)
-    source = t.step_source if t is not None else "the session's records"
-    out = f"<h2>Steps ({len(r.steps)}, from {_e(source)})</h2>" + _table(head, rows)
+    """The first ``max_steps`` steps (:func:`~asynctrace.render.rows.step_row`): the step
+    record's figures, the step's share of the device timeline and its label where the
+    analysis gave it one, and a trace's queue maximum."""
+    fields = [f for f in _rows.StepRow._fields if r.trace is not None or f != "queue_max"]
+    rows = [
+        [getattr(_rows.step_row(r, i), f) for f in fields]
+        for i in range(min(len(r.steps), max_steps))
+    ]
+    source = r.trace.step_source if r.trace is not None else "the session's records"
+    out = f"<h2>Steps ({len(r.steps)}, from {_e(source)})</h2>"
+    out += _table([_STEP_HEAD[f] for f in fields], rows)
     if len(r.steps) > max_steps:
         out += f'<p class="meta">first {max_steps} steps shown</p>'
     return out
 
 
-def _trace_tables(t: TraceFigures) -> str:
-    """What only a trace has: its device activities and launches, and each stream's queue."""
+def _trace_tables(r: Report) -> str:
+    """What only a trace has: its device activities and launches, and each stream's queue
+    (the launch delays and the queues where the analysis did not withhold them)."""
+    t = r.trace
+    if t is None:
+        return ""
     a, lq = t.activities, t.launch
+    clocks = '<p class="meta">{} withheld: the host and device clocks disagree</p>'
     return "".join(
         [
             "<h2>Device activities and launches</h2>",
@@ -244,7 +240,9 @@ def _trace_tables(t: TraceFigures) -> str:
                 + [(f"stream {k}", v) for k, v in a.per_stream.items()]
                 + [("launch matched", lq.matched), ("launch unmatched", lq.unmatched)],
             ),
-            _table(
+            clocks.format("launch delays")
+            if _rows.withheld(r, "launch delays")
+            else _table(
                 ["delay", "p50 ms", "p90 ms", "p99 ms", "max ms"],
                 [
                     (name, _ms(p.p50), _ms(p.p90), _ms(p.p99), _ms(p.max))
@@ -255,7 +253,9 @@ def _trace_tables(t: TraceFigures) -> str:
                 ],
             ),
             "<h2>Queue depth per stream</h2>",
-            _table(
+            clocks.format("queue depth")
+            if _rows.withheld(r, "queue depth")
+            else _table(
                 ["stream", "max", "mean", f"time at cap {t.queue_cap} ms", "in flight max"],
                 (
                     (k, q.max, f"{q.mean:.2f}", _ms(q.time_at_cap_ns), q.in_flight_max)
@@ -305,122 +305,62 @@ def _ranks_table(reports: Sequence[Report]) -> str:
 
 
 def _rank_comparison(c: RankComparison, *, max_steps: int) -> str:
-    """The per-rank means (the slowest rank flagged) and the per-step skew across ranks."""
-    rows = [
-        (
-            _rank(r.rank),
-            Path(r.source).name,
-            r.steps,
-            _ms(r.frontend_ns_mean),
-            _ms(r.device_ns_mean),
-            _ms(r.gpu_busy_ns_mean),
-            _ms(r.sync_wait_ns_mean),
-            r.sync_count,
-            r.bound or "—",
-            "slowest" if r.slowest else "",
-        )
-        for r in c.ranks
-    ]
-    head = ["rank", "file", "steps", "mean frontend ms", "mean device ms", "mean gpu busy ms"]
-    head += ["mean sync wait ms", "syncs", "bound", ""]
-    out = f"<h2>Ranks compared ({len(c.ranks)})</h2>" + _table(head, rows, left=2)
+    """The per-rank means (the slowest rank flagged) and the per-step skew across ranks
+    (:mod:`asynctrace.render.ranks`' rows, as the text report)."""
+    from asynctrace.render.ranks import RANK_HEAD, SKEW_HEAD, rank_rows, skew_rows
+
+    out = f"<h2>Ranks compared ({len(c.ranks)})</h2>" + _table(RANK_HEAD, rank_rows(c), left=2)
     if not c.step_skew:
         return out
-    skew = [
-        (
-            k.step,
-            k.ranks,
-            _ms(k.min_frontend_ns),
-            _ms(k.max_frontend_ns),
-            _ms(k.skew_ns),
-            _rank(k.slowest_rank),
-        )
-        for k in c.step_skew[:max_steps]
-    ]
-    out += "<h2>Per-step skew across ranks</h2>" + _table(
-        ["step", "ranks", "min frontend ms", "max frontend ms", "skew ms", "slowest rank"], skew
-    )
+    out += "<h2>Per-step skew across ranks</h2>"
+    out += _table(SKEW_HEAD, skew_rows(c.step_skew[:max_steps]))
     if len(c.step_skew) > max_steps:
         out += f'<p class="meta">first {max_steps} steps shown</p>'
     return out
 
 
-def _who(rank: int | None, source: str | None) -> str:
-    name = Path(source).name if source else "?"
-    return f"rank {rank} ({name})" if rank is not None else name
+def _cross_rank(x: CrossRank) -> str:
+    """The cross-rank figures (:func:`~asynctrace.render.ranks.cross_rank_rows`): the slowest
+    rank, the skew percentiles, the ranks slowest most often, and how the bound labels
+    split."""
+    from asynctrace.render.ranks import cross_rank_rows
 
-
-def _cross_rank(x: CrossRank, *, shown: int = 10) -> str:
-    """The cross-rank figures: the slowest rank, the skew percentiles, the ranks slowest most
-    often, and how the bound labels split."""
-    rows = [("slowest rank (mean frontend)", _who(x.slowest_rank, x.slowest_source))]
-    k = x.step_skew_ns
-    if x.steps:
-        rows.append(
-            (
-                f"per-step skew ({x.steps} steps)",
-                f"p50 {_ms(k.p50)} ms, p90 {_ms(k.p90)} ms, max {_ms(k.max)} ms "
-                f"(step {x.worst_step}, slowest {_rank(x.worst_step_rank)})",
-            )
-        )
-        most = [f"{_who(s.rank, s.source)} ×{s.steps}" for s in x.slowest_by_step]
-        rows.append(("slowest of a step, most often", _first(most, shown)))
-    else:
-        rows.append(("per-step skew", "no step number on two ranks"))
-    b = x.bound
-    if b is None:
-        rows.append(("bound label", "not in these reports"))
-    else:
-        split = ", ".join(f"{label} ×{n}" for label, n in b.ranks.items())
-        rows.append(("bound label", f"majority {b.majority} ({split})"))
-        if b.outliers:
-            differ = [f"{_who(o.rank, o.source)}: {o.label}" for o in b.outliers]
-            rows.append(("ranks that differ", _first(differ, shown)))
+    rows = cross_rank_rows(x)
     return f"<h2>Across ranks ({x.ranks})</h2>" + _table(["figure", "value"], rows, left=2)
 
 
-def _first(items: Sequence[str], shown: int) -> str:
-    more = len(items) - shown
-    return ", ".join(items[:shown]) + (f", and {more} more" if more > 0 else "")
-
-
-def _bound_div(bound: Bound | None, warnings: Sequence[ReportWarning], *, scope: str) -> str:
+def _bound_div(r: Report) -> str:
     """The box under the diagnosis: the consistency warnings (code and message), then the
-    bound's figures — the label, device busy, idle by cause (time and share of the region), the
-    evidence line, the host frames with ``file:line`` and the notes (the next step is the
-    diagnosis's). Every string is escaped: names and sites come from the file."""
-    from asynctrace.analysis.bound import CAUSES
+    bound's figures where every view shows them (:func:`~asynctrace.render.rows.bound_view`)
+    — the label, device busy, idle by cause (time and share of the region), the evidence line,
+    the host frames with ``file:line`` and the notes (the next step is the diagnosis's). Every
+    string is escaped: names and sites come from the file."""
     from asynctrace.records.units import format_ns
     from asynctrace.render.legend import IDLE_CAUSE_COLORS
-    from asynctrace.render.text import evidence_parts
 
     parts = [
-        f'<p class="warn"><b>warning: {_e(w.code)}</b> — {_e(w.message)}</p>' for w in warnings
+        f'<p class="warn"><b>warning: {_e(w.code)}</b> — {_e(w.message)}</p>' for w in r.warnings
     ]
+    bound = _rows.shown_bound(r)
     if bound is None:
         return f'<div class="bound">{"".join(parts)}</div>' if parts else ""
-    b, e = bound, bound.evidence
-    est = " (estimated from step records)" if e.estimated else ""
+    v = _rows.bound_view(bound, scope=_rows.bound_scope(r))
     parts.append(
-        f'<p class="label">bound: <b>{_e(b.label)}</b>{_e(est)} — {_e(scope)}: device busy '
-        f"{_e(format_ns(b.busy_ns))} of {_e(format_ns(b.region_ns))} "
-        f"({e.busy_pct:.1f}%), idle {_e(format_ns(b.idle_ns))}</p>"
+        f'<p class="label">bound: <b>{_e(v.label)}</b>{_e(v.estimated)} — {_e(v.scope)}: '
+        f"device busy {_e(v.busy)} of {_e(v.region)} ({_e(v.busy_share)}), idle {_e(v.idle)}</p>"
     )
-    by = b.idle_ns_by_cause.as_dict()
     rows = "".join(
-        f'<tr><td class="l"><span class="swatch" style="background:{IDLE_CAUSE_COLORS[c]}">'
-        f"</span>{_e(c)}</td><td>{_e(format_ns(by[c]))}</td>"
-        f"<td>{e.idle_pct_by_cause.get(c, 0.0):.1f}%</td></tr>"
-        for c in CAUSES
+        f'<tr><td class="l"><span class="swatch" style="background:{IDLE_CAUSE_COLORS[c.cause]}">'
+        f"</span>{_e(c.cause)}</td><td>{_e(c.time)}</td><td>{_e(c.share)}</td></tr>"
+        for c in v.idle_by_cause
     )
     parts.append(
         '<table class="idle"><thead><tr><th class="l">device idle by cause</th>'
-        f"<th>time</th><th>share of {_e(scope)}</th></tr></thead><tbody>{rows}</tbody></table>"
+        f"<th>time</th><th>share of {_e(v.scope)}</th></tr></thead><tbody>{rows}</tbody></table>"
     )
-    detail = evidence_parts(e)
-    if detail:
-        parts.append(f"<p>evidence: {_e('; '.join(detail))}</p>")
-    frames = [f for f in e.host_frames if f.frame != "(no host frame)"][:5]
+    if v.evidence:
+        parts.append(f"<p>evidence: {_e('; '.join(v.evidence))}</p>")
+    frames = v.host_frames[:5]
     if frames:
         items = "".join(
             f"<li><code>{_e(f.frame)}</code>"
@@ -428,8 +368,8 @@ def _bound_div(bound: Bound | None, warnings: Sequence[ReportWarning], *, scope:
             + f" — {_e(format_ns(f.idle_ns))} in {f.gaps} gap(s)</li>"
             for f in frames
         )
-        parts.append(f"<p>host during {_e(e.leading_cause)} idle:</p><ul>{items}</ul>")
-    parts += [f'<p class="meta">note: {_e(n)}</p>' for n in e.notes]
+        parts.append(f"<p>host during {_e(v.leading_cause)} idle:</p><ul>{items}</ul>")
+    parts += [f'<p class="meta">note: {_e(n)}</p>' for n in v.notes]
     return f'<div class="bound">{"".join(parts)}</div>'
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgspec
 
 __all__ = [
+    "BUSY_CNAME",
     "COLORS",
     "IDLE_CAUSE_CNAMES",
     "IDLE_CAUSE_COLORS",
@@ -62,6 +63,10 @@ IDLE_CAUSE_CNAMES: dict[str, str] = {
     "dependency": "thread_state_uninterruptible",  # mauve (182, 125, 143)
     "unattributed": "generic_work",  # grey (125, 125, 125)
 }
+
+#: the Chrome trace viewer's colour name for device busy time: green, as "executing" is
+#: everywhere
+BUSY_CNAME = "thread_state_running"
 
 #: the legend's words for each kind
 LABELS: dict[str, str] = {

@@ -7,7 +7,7 @@ trace or of a session's records), the same code for both kinds:
   one time axis, an arrow from each launch to its execution, sync stalls marked, for a window
   of steps;
 * **steps** — per step, two stacked bars: the host (issuing work, data wait, sync wait) and the
-  device (a trace's busy and idle share of the device timeline, else the device time);
+  device (a trace's share of the device timeline, busy then idle by cause, else the device time);
 * **run-ahead** — run-ahead per step, with a trace's queue depth or a session's steps in flight;
 * **bound** — per step, one stacked bar of its share of the device timeline: busy, then idle by
   cause (host, sync, input, dependency, unattributed), titled with the run's bound label.
@@ -397,29 +397,27 @@ def _draw_step_bars(ax: Any, analysis: Analysis, series: StepSeries) -> str:
     """One step a bin: the step's own figures as bars; the title."""
     f = series.figures
     x = np.arange(series.bins, dtype=float)
-    host = [("host: issuing", COLORS["host"], f["issuing_ns"].median / 1e6)]
+    host = [(LABELS["host"], COLORS["host"], f["issuing_ns"].median / 1e6)]
     if np.nansum(f["data_wait_ns"].median) > 0:
-        host.append(("host: data wait", COLORS["data"], f["data_wait_ns"].median / 1e6))
-    host.append(("host: sync wait", COLORS["sync"], f["sync_wait_ns"].median / 1e6))
+        host.append((LABELS["data"], COLORS["data"], f["data_wait_ns"].median / 1e6))
+    host.append((LABELS["sync"], COLORS["sync"], f["sync_wait_ns"].median / 1e6))
     _stacked(ax, x - 0.2, 0.38, host)
     window = _device_window(analysis)
     if window is not None:
-        idle = window.share_ns - window.busy_ns
-        device = [
-            ("device: busy", COLORS["busy"], window.busy_ns / 1e6),
-            ("device: idle", COLORS["idle"], idle / 1e6),
-        ]
-        _stacked(ax, x + 0.2, 0.38, device)
+        # busy, then idle by cause: the bound picture's parts, as the plugin's bars
+        parts = [g for g in idle_bar_segments(window) if bool(np.any(g.values_ns))]
+        _stacked(ax, x + 0.2, 0.38, [(g.label, g.color, g.values_ns / 1e6) for g in parts])
         return "per step: host time (left bar) and device window (right bar)"
     if f["device_ns"].count.any():
         device_ms = np.nan_to_num(f["device_ns"].median) / 1e6
-        _stacked(ax, x + 0.2, 0.38, [("device", COLORS["busy"], device_ms)])
+        _stacked(ax, x + 0.2, 0.38, [(LABELS["busy"], COLORS["busy"], device_ms)])
     return "per step: host (left bar) and device (right bar)"
 
 
 def plot_step_bars(analysis: Analysis, *, ax: Any = None) -> Any:
     """Per step: host bar (issuing, data wait where any, sync wait) and device bar (a trace's
-    busy and idle share of the device timeline; a session's device time), in ms.
+    share of the device timeline, busy then idle by cause; a session's device time), in ms;
+    labelled with :data:`~asynctrace.render.legend.LABELS` as every view.
 
     A run of more steps than :data:`~asynctrace.analysis.series.MAX_BINS` is drawn from its
     binned series: per bin of steps, the median as a line and min to max as a band, and the
@@ -431,11 +429,12 @@ def plot_step_bars(analysis: Analysis, *, ax: Any = None) -> Any:
     else:
         f = ser.figures
         x = np.arange(ser.bins, dtype=float)
-        _band(ax, x, f["frontend_ns"], color=COLORS["host"], label="host")
-        _band(ax, x, f["sync_wait_ns"], color=COLORS["sync"], label="host: sync wait")
-        _band(ax, x, f["data_wait_ns"], color=COLORS["data"], label="host: data wait")
+        # the same parts as the bars: issuing, the waits, the device time
+        _band(ax, x, f["issuing_ns"], color=COLORS["host"], label=LABELS["host"])
+        _band(ax, x, f["sync_wait_ns"], color=COLORS["sync"], label=LABELS["sync"])
+        _band(ax, x, f["data_wait_ns"], color=COLORS["data"], label=LABELS["data"])
         if f["device_ns"].count.any():
-            _band(ax, x, f["device_ns"], color=COLORS["busy"], label="device")
+            _band(ax, x, f["device_ns"], color=COLORS["busy"], label=LABELS["busy"])
         title = "per step: host and device time" + _binned_note(ser)
     _step_axis(ax, ser.first_step.tolist())
     ax.set_ylabel("ms")
@@ -486,9 +485,9 @@ def plot_run_ahead(analysis: Analysis, *, ax: Any = None) -> Any:
     x = np.arange(ser.bins)
     color = COLORS["run_ahead"]
     if not ser.downsampled:
-        ax.plot(x, env.median / 1e6, marker="o", ms=3, color=color, label="run-ahead (ms)")
+        ax.plot(x, env.median / 1e6, marker="o", ms=3, color=color, label=LABELS["run_ahead"])
     else:
-        _band(ax, x, env, color=color, label="run-ahead (ms)")
+        _band(ax, x, env, color=color, label=LABELS["run_ahead"])
     ax.axhline(0, color="#999999", lw=0.6)
     ax.set_ylabel("run-ahead (ms)")
     if not env.count.any():
@@ -598,7 +597,9 @@ def plot_idle_by_cause(analysis: Analysis, *, ax: Any = None) -> Any:
     report = analysis.report
     if not report.steps:
         raise _no_steps(analysis)
-    scope = "whole trace" if report.whole_trace else "run" if report.trace else "session"
+    from asynctrace.render.rows import bound_scope
+
+    scope = bound_scope(report)
     fig, ax = _axes(ax)
     _draw_bound(ax, analysis.bounds, scope=scope, name=_run_name(analysis))
     return fig

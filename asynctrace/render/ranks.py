@@ -20,9 +20,19 @@ from asynctrace.render.printable import printable
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from asynctrace.analysis.ranks import CrossRank, RunComparison, RunGroup
+    from asynctrace.analysis.ranks import CrossRank, RunComparison, RunGroup, StepSkew
 
-__all__ = ["format_rank_table", "render_cross_rank", "render_ranks", "render_runs"]
+__all__ = [
+    "RANK_HEAD",
+    "SKEW_HEAD",
+    "cross_rank_rows",
+    "format_rank_table",
+    "rank_rows",
+    "render_cross_rank",
+    "render_ranks",
+    "render_runs",
+    "skew_rows",
+]
 
 
 def format_rank_table(table: RankTable, *, max_rows: int = 20) -> str:
@@ -80,38 +90,42 @@ def _shown(text: str) -> str:
 
 
 def _who(rank: int | None, source: str | None) -> str:
-    name = _shown(PurePath(source).name) if source else "?"
+    name = PurePath(source).name if source else "?"
     return f"rank {rank} ({name})" if rank is not None else name
 
 
-def _first(items: Sequence[str]) -> str:
-    """The first :data:`_SHOWN` of ``items``, and how many more there are."""
-    more = len(items) - _SHOWN
-    return ", ".join(items[:_SHOWN]) + (f", and {more} more" if more > 0 else "")
+def _first(items: Sequence[str], shown: int) -> str:
+    """The first ``shown`` of ``items``, and how many more there are."""
+    more = len(items) - shown
+    return ", ".join(items[:shown]) + (f", and {more} more" if more > 0 else "")
 
 
-def render_ranks(comparison: RankComparison, console: Console, *, of: str | None = None) -> None:
-    """Print the per-rank table (slowest rank flagged) and the largest per-step skews; ``of``
-    names the run whose ranks they are."""
-    run = "" if of is None else f" of {_shown(of)}"
-    t = Table(title=f"ranks{run} ({len(comparison.ranks)})")
-    for col in (
-        "rank",
-        "file",
-        "steps",
-        "mean frontend",
-        "mean device",
-        "mean gpu busy",
-        "mean sync wait",
-        "syncs",
-        "bound",
-        "",
-    ):
-        t.add_column(col, justify="right")
-    for r in comparison.ranks:
-        t.add_row(
-            "?" if r.rank is None else str(r.rank),
-            _shown(PurePath(r.source).name),
+def _rank(rank: int | None) -> str:
+    return "?" if rank is None else str(rank)
+
+
+#: the columns of :func:`rank_rows`
+RANK_HEAD = (
+    "rank",
+    "file",
+    "steps",
+    "mean frontend",
+    "mean device",
+    "mean gpu busy",
+    "mean sync wait",
+    "syncs",
+    "bound",
+    "",
+)
+
+
+def rank_rows(comparison: RankComparison) -> list[tuple[str, ...]]:
+    """The per-rank table as plain text (:data:`RANK_HEAD`; the slowest rank flagged), as the
+    text report and the HTML page show it."""
+    return [
+        (
+            _rank(r.rank),
+            PurePath(r.source).name,
             str(r.steps),
             format_ns(r.frontend_ns_mean),
             format_ns(r.device_ns_mean),
@@ -121,56 +135,86 @@ def render_ranks(comparison: RankComparison, console: Console, *, of: str | None
             r.bound or "-",
             "slowest" if r.slowest else "",
         )
+        for r in comparison.ranks
+    ]
+
+
+#: the columns of :func:`skew_rows`
+SKEW_HEAD = ("step", "ranks", "min frontend", "max frontend", "skew", "slowest rank")
+
+
+def skew_rows(steps: Sequence[StepSkew]) -> list[tuple[str, ...]]:
+    """The per-step skew across ranks as plain text (:data:`SKEW_HEAD`)."""
+    return [
+        (
+            str(k.step),
+            str(k.ranks),
+            format_ns(k.min_frontend_ns),
+            format_ns(k.max_frontend_ns),
+            format_ns(k.skew_ns),
+            _rank(k.slowest_rank),
+        )
+        for k in steps
+    ]
+
+
+def cross_rank_rows(cross: CrossRank, *, shown: int = _SHOWN) -> list[tuple[str, str]]:
+    """The cross-rank figures as plain (figure, value) rows: the slowest rank, the skew
+    percentiles, the ranks slowest most often and how the bound labels split (the first
+    ``shown`` of each list)."""
+    rows = [("slowest rank (mean frontend)", _who(cross.slowest_rank, cross.slowest_source))]
+    k = cross.step_skew_ns
+    if cross.steps:
+        rows.append(
+            (
+                f"per-step skew ({cross.steps} steps)",
+                f"p50 {format_ns(k.p50)}, p90 {format_ns(k.p90)}, max {format_ns(k.max)} "
+                f"(step {cross.worst_step}, slowest {_rank(cross.worst_step_rank)})",
+            )
+        )
+        most = [f"{_who(s.rank, s.source)} ×{s.steps}" for s in cross.slowest_by_step]
+        rows.append(("slowest of a step, most often", _first(most, shown)))
+    else:
+        rows.append(("per-step skew", "no step number on two ranks"))
+    b = cross.bound
+    if b is None:
+        rows.append(("bound label", "not in these reports"))
+    else:
+        split = ", ".join(f"{label} ×{n}" for label, n in b.ranks.items())
+        rows.append(("bound label", f"majority {b.majority} ({split})"))
+        if b.outliers:
+            differ = [f"{_who(o.rank, o.source)}: {o.label}" for o in b.outliers]
+            rows.append(("ranks that differ", _first(differ, shown)))
+    return rows
+
+
+def render_ranks(comparison: RankComparison, console: Console, *, of: str | None = None) -> None:
+    """Print the per-rank table (:func:`rank_rows`) and the per-step skews
+    (:func:`skew_rows`); ``of`` names the run whose ranks they are."""
+    run = "" if of is None else f" of {_shown(of)}"
+    t = Table(title=f"ranks{run} ({len(comparison.ranks)})")
+    for col in RANK_HEAD:
+        t.add_column(col, justify="right")
+    for row in rank_rows(comparison):
+        t.add_row(*map(_shown, row))
     console.print(t)
     if comparison.step_skew:
         t = Table(title="per-step skew across ranks")
-        for col in ("step", "ranks", "min frontend", "max frontend", "skew", "slowest rank"):
+        for col in SKEW_HEAD:
             t.add_column(col, justify="right")
-        for k in comparison.step_skew:
-            t.add_row(
-                str(k.step),
-                str(k.ranks),
-                format_ns(k.min_frontend_ns),
-                format_ns(k.max_frontend_ns),
-                format_ns(k.skew_ns),
-                "?" if k.slowest_rank is None else str(k.slowest_rank),
-            )
+        for row in skew_rows(comparison.step_skew):
+            t.add_row(*row)
         console.print(t)
 
 
 def render_cross_rank(cross: CrossRank, console: Console, *, of: str | None = None) -> None:
-    """Print the cross-rank summary: slowest rank, skew percentiles, stragglers, bound split;
-    ``of`` names the run."""
+    """Print the cross-rank summary (:func:`cross_rank_rows`); ``of`` names the run."""
     run = "" if of is None else f" of {_shown(of)}"
     t = Table(title=f"across ranks{run} ({cross.ranks})", show_header=False)
     t.add_column("figure", justify="left")
     t.add_column("value", justify="left")
-    t.add_row("slowest rank (mean frontend)", _who(cross.slowest_rank, cross.slowest_source))
-    k = cross.step_skew_ns
-    if cross.steps:
-        t.add_row(
-            f"per-step skew ({cross.steps} steps)",
-            f"p50 {format_ns(k.p50)}, p90 {format_ns(k.p90)}, max {format_ns(k.max)} "
-            f"(step {cross.worst_step}, slowest "
-            f"{'?' if cross.worst_step_rank is None else cross.worst_step_rank})",
-        )
-        t.add_row(
-            "slowest of a step, most often",
-            _first([f"{_who(s.rank, s.source)} ×{s.steps}" for s in cross.slowest_by_step]),
-        )
-    else:
-        t.add_row("per-step skew", "no step number on two ranks")
-    b = cross.bound
-    if b is None:
-        t.add_row("bound label", "not in these reports")
-    else:
-        split = ", ".join(f"{escape(label)} ×{n}" for label, n in b.ranks.items())
-        t.add_row("bound label", f"majority {escape(b.majority)} ({split})")
-        if b.outliers:
-            t.add_row(
-                "ranks that differ",
-                _first([f"{_who(o.rank, o.source)}: {escape(o.label)}" for o in b.outliers]),
-            )
+    for figure, value in cross_rank_rows(cross):
+        t.add_row(_shown(figure), _shown(value))
     console.print(t)
 
 

@@ -2,41 +2,44 @@
 session (its records, or its live summary: the exit summary prints this), formatting only.
 
 The sections are plain text made by one function each (:func:`title_text`,
-:func:`~asynctrace.render.diagnosis.diagnosis_text`, :func:`bound_text`, :func:`figure_rows`,
-:func:`site_rows`, :func:`known_fix_lines`, :func:`more_sites_text`); this module prints them
-as rich text, and the TensorBoard summary (:mod:`asynctrace.export.tensorboard`) wraps the
-same ones in Markdown.
+:func:`~asynctrace.render.diagnosis.diagnosis_text`, :func:`bound_text`,
+:func:`~asynctrace.render.rows.figure_rows`, :func:`site_rows`, :func:`known_fix_lines`,
+:func:`more_sites_text`); this module prints them as rich text, and the TensorBoard summary
+(:mod:`asynctrace.export.tensorboard`) wraps the same ones in Markdown. What the bound, the
+per-step figures and the steps show is :mod:`asynctrace.render.rows`'s, as in the HTML page.
 """
 
 from __future__ import annotations
 
-import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from asynctrace.analysis.accumulate import STEP_FIGURES, FigureStats
-from asynctrace.analysis.bound import Bound, BoundEvidence
+from asynctrace.analysis.bound import Bound
 from asynctrace.analysis.diagnosis import Finding
-from asynctrace.analysis.report import Report, TraceFigures
+from asynctrace.analysis.report import Report
 from asynctrace.records import SyncSite
 from asynctrace.records.units import format_ns
 from asynctrace.render.diagnosis import diagnosis_text
 from asynctrace.render.printable import printable
+from asynctrace.render.rows import (
+    bound_scope,
+    bound_view,
+    figure_rows,
+    shown_bound,
+    step_row,
+    withheld,
+)
 
 __all__ = [
     "EXIT_TOP_SITES",
     "bound_lines",
-    "bound_scope",
     "bound_text",
     "diagnosis_markup",
-    "evidence_parts",
-    "figure_rows",
-    "format_value",
     "known_fix_lines",
     "more_sites_text",
     "print_summary",
@@ -84,19 +87,6 @@ def _title(report: Report) -> str:
     return f"[bold]{path}[/bold]{text[len(path) :]}"
 
 
-def _no_device(report: Report) -> bool:
-    return report.trace is not None and report.trace.activities.total == 0
-
-
-def bound_scope(report: Report) -> str:
-    """What the bound is over, as its line says: the whole trace, the run, a session or its
-    last steps (a long session's summary judges its recent steps)."""
-    if report.trace is None:
-        n = len(report.steps)
-        return f"last {n} steps" if 0 < n < report.source.events else "session"
-    return "whole trace" if report.whole_trace else "run"
-
-
 def print_summary(report: Report, *, file: Any = None, no_steps_hint: str | None = None) -> None:
     """Print a session's report as its exit summary: :func:`render_report`, with its top
     :data:`EXIT_TOP_SITES` sync sites (stdout by default); ``no_steps_hint`` follows the
@@ -129,21 +119,19 @@ def render_report(
         console.print(f"no steps: {_shown(no_steps_hint)}")
     for w in report.warnings:
         console.print(f"[bold yellow]warning[/bold yellow] ({_shown(w.code)}): {_shown(w.message)}")
-    # a trace without device activity, or a synchronous device (the CPU backend), has no
-    # device timeline to show: its headline says what the host spends its step on
-    if report.bound is not None and report.source.asynchronous and not _no_device(report):
-        for line in bound_lines(report.bound, scope=bound_scope(report)):
+    bound = shown_bound(report)
+    if bound is not None:
+        for line in bound_lines(bound, scope=bound_scope(report)):
             console.print(line)
-    clocks = any("clock" in w.code for w in report.warnings)
     _print_figures(report, console)
     if report.trace is not None:
-        _print_trace(report.trace, report.source.skipped, console, clocks=clocks)
+        _print_trace(report, console)
     _print_sites(report, console, top=top_sites)
     if report.trace is None:
         for line in known_fix_lines(report.sync_sites[:top_sites]):
             console.print(_shown(line))
     if report.steps and (steps or report.trace is not None):
-        _print_steps(report, console, every=steps, clocks=clocks)
+        _print_steps(report, console, every=steps)
     for note in report.notes:
         console.print(f"note: {_shown(note.text)}")
 
@@ -152,52 +140,6 @@ def more_sites_text(report: Report) -> str:
     """Where the sync sites a summary leaves out are: a session's in its records file, a
     trace's in the JSON report."""
     return "in the records file" if report.trace is None else "in --json"
-
-
-def format_value(value: float, unit: str) -> str:
-    """A per-step figure as printed: ns (:func:`format_ns`), bytes or a plain number, in a
-    readable unit; ``-`` for NaN."""
-    if math.isnan(value):
-        return "-"
-    if unit == "ns":
-        return format_ns(value)
-    if unit == "bytes":
-        return _bytes(value)
-    return f"{value:.2f}"
-
-
-def _bytes(value: float) -> str:
-    """``value`` bytes in the largest binary unit it reaches *as printed* (1023.96 KiB prints
-    as ``1.0 MiB``)."""
-    text, name = f"{value:.0f}", "B"
-    for bigger, scale in (("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30)):
-        if not abs(float(text)) >= 1024:
-            break
-        text, name = f"{value / scale:.1f}", bigger
-    return f"{text} {name}"
-
-
-def figure_rows(figures: Mapping[str, FigureStats | None]) -> list[tuple[str, str, str, str]]:
-    """(figure, mean, median, p90) as printed, for every figure of ``figures``
-    (``Report.figures``: by :class:`~asynctrace.records.StepRecord` field) that some step
-    had."""
-    rows = []
-    for fig in STEP_FIGURES:
-        s = figures.get(fig.field)
-        if s is None:
-            continue
-        if fig.field in ("data_wait_ns", "sync_count", "sync_wait_ns") and s.mean == 0:
-            # always zero here: a row of zeros is noise, the verdict says what matters
-            continue
-        rows.append(
-            (
-                fig.label,
-                format_value(s.mean, fig.unit),
-                format_value(s.median, fig.unit),
-                format_value(s.p90, fig.unit),
-            )
-        )
-    return rows
 
 
 def site_rows(report: Report) -> list[tuple[str, str, str, str, str]]:
@@ -233,7 +175,8 @@ def known_fix_lines(sites: Sequence[SyncSite]) -> list[str]:
 
 
 def _print_figures(report: Report, console: Console) -> None:
-    """Mean, median and p90 of each per-step figure (:func:`figure_rows`); not for a trace
+    """Mean, median and p90 of each per-step figure
+    (:func:`~asynctrace.render.rows.figure_rows`); not for a trace
     judged as one step, whose steps table shows that step's figures."""
     rows = figure_rows(report.figures)
     if not rows or report.whole_trace:
@@ -242,15 +185,17 @@ def _print_figures(report: Report, console: Console) -> None:
     for col in ("per step", "mean", "median", "p90"):
         t.add_column(col, justify="left" if col == "per step" else "right")
     for row in rows:
-        t.add_row(*(_shown(c) for c in row))
+        t.add_row(*(_shown(c) for c in (row.label, row.mean, row.median, row.p90)))
     console.print(t)
 
 
-def _print_trace(
-    tf: TraceFigures, skipped: dict[str, int], console: Console, *, clocks: bool
-) -> None:
-    """What only a trace has: activities, what the loader skipped, launch delays (withheld
-    where the clocks disagree), queues per stream and the sync calls."""
+def _print_trace(report: Report, console: Console) -> None:
+    """What only a trace has: activities, what the loader skipped, launch delays and queues
+    per stream (each where the analysis did not withhold it) and the sync calls."""
+    tf = report.trace
+    if tf is None:
+        return
+    skipped = report.source.skipped
     a = tf.activities
     kinds = ", ".join(f"{v} {k}" for k, v in a.per_kind.items())
     console.print(f"activities: {a.total} ({kinds}) on {len(a.per_stream)} stream(s)")
@@ -258,8 +203,9 @@ def _print_trace(
         console.print(f"skipped by the loader: {n} ({_shown(reason)})")
 
     la = tf.launch
-    withheld = " — withheld: the clocks disagree" if clocks else ""
-    t = Table(title=f"launch delays ({la.matched} matched, {la.unmatched} unmatched){withheld}")
+    delays = not withheld(report, "launch delays")
+    note = "" if delays else " — withheld: the clocks disagree"
+    t = Table(title=f"launch delays ({la.matched} matched, {la.unmatched} unmatched){note}")
     t.add_column("figure")
     for col in ("p50", "p90", "p99", "max"):
         t.add_column(col, justify="right")
@@ -267,10 +213,10 @@ def _print_trace(
         ("queue delay", la.queue_delay_ns),
         ("launch to start", la.launch_to_start_ns),
     ):
-        t.add_row(label, *(("-" if clocks else format_ns(v)) for v in (p.p50, p.p90, p.p99, p.max)))
+        t.add_row(label, *((format_ns(v) if delays else "-") for v in (p.p50, p.p90, p.p99, p.max)))
     console.print(t)
 
-    if "queue depth" in tf.withheld:
+    if withheld(report, "queue depth"):
         console.print("queue per stream: withheld (the host and device clocks disagree)")
     elif tf.queue:
         t = Table(title=f"queue per stream (cap {tf.queue_cap})")
@@ -319,110 +265,65 @@ def _print_sites(report: Report, console: Console, *, top: int) -> None:
     console.print(t)
 
 
+#: the steps table: its columns, and the field of :class:`~asynctrace.render.rows.StepRow`
+#: each shows
 _STEP_COLUMNS = (
-    "step",
-    "frontend",
-    "device",
-    "gpu busy",
-    "gpu idle",
-    "syncs",
-    "sync wait",
-    "run-ahead",
-    "queue max",
-    "bound",
+    ("step", "step"),
+    ("frontend", "frontend"),
+    ("device", "device"),
+    ("gpu busy", "gpu_busy"),
+    ("gpu idle", "gpu_idle"),
+    ("syncs", "syncs"),
+    ("sync wait", "sync_wait"),
+    ("run-ahead", "run_ahead"),
+    ("queue max", "queue_max"),
+    ("bound", "bound"),
 )
 
 
-def _print_steps(report: Report, console: Console, *, every: bool, clocks: bool) -> None:
-    """The steps table: every step, or the first and last three. A session's steps have no
-    measured device share nor queue: those columns show "-" (the bound is estimated)."""
+def _print_steps(report: Report, console: Console, *, every: bool) -> None:
+    """The steps table (:func:`~asynctrace.render.rows.step_row`): every step, or the first
+    and last three. A session's steps have no measured device share nor queue: those columns
+    show "-" (the bound is estimated)."""
     n = len(report.steps)
     shown = range(n) if every or n <= 6 else [*range(3), *range(n - 3, n)]
     origin = report.trace.step_source if report.trace is not None else "session records"
     t = Table(title=f"steps ({n}, from {origin})")
-    for col in _STEP_COLUMNS:
+    for col, _ in _STEP_COLUMNS:
         t.add_column(col, justify="right")
     for i in shown:
-        t.add_row(*_step_row(report, i, clocks=clocks))
+        row = step_row(report, i)
+        t.add_row(*(getattr(row, field) for _, field in _STEP_COLUMNS))
     if len(shown) < n:
         t.caption = "first and last steps shown; --steps shows all"
     console.print(t)
 
 
-def _step_row(report: Report, i: int, *, clocks: bool) -> list[str]:
-    st = report.steps[i]
-    bound = report.step_bounds[i] if i < len(report.step_bounds) else None
-    extra = report.trace.steps[i] if report.trace is not None else None
-    # a trace step's share of the device timeline; a session measured none
-    share = bound if extra is not None and extra.device_start_ns is not None else None
-    return [
-        str(st.step),
-        format_ns(st.frontend_ns),
-        format_ns(st.device_ns),
-        format_ns(share.busy_ns if share is not None else None),
-        format_ns(share.idle_ns if share is not None else None),
-        str(st.sync_count),
-        format_ns(st.sync_wait_ns),
-        "-" if clocks else format_ns(st.run_ahead_ns),
-        str(extra.queue_max) if extra is not None else "-",
-        bound.label if bound is not None else "-",
-    ]
-
-
-def _pct(part: int, whole: int) -> str:
-    return f"{100 * part / whole:.0f}%" if whole > 0 else "-"
-
-
-def evidence_parts(e: BoundEvidence) -> list[str]:
-    """The evidence line's parts as plain text (the text report joins them with "; ", the
-    HTML report too): launch gaps and host work, blocked at the cap, sync wait and cost, data
-    wait."""
-    detail = []
-    if e.launch_gaps or e.host_work_gaps:
-        detail.append(
-            f"host idle: {e.launch_gaps} launch gaps ({format_ns(e.launch_gaps_ns)}), "
-            f"{e.host_work_gaps} host-work gaps ({format_ns(e.host_work_ns)})"
-        )
-    if e.blocked_at_cap_ns:
-        detail.append(f"host blocked at the queue cap {format_ns(e.blocked_at_cap_ns)}")
-    if e.sync_wait_ns or e.sync_cost_pct:
-        detail.append(
-            f"sync wait {format_ns(e.sync_wait_ns)} ({e.sync_wait_pct:.1f}%), "
-            f"syncs cost {e.sync_cost_pct:.1f}%"
-        )
-    if e.data_wait_ns:
-        detail.append(f"data wait {format_ns(e.data_wait_ns)}")
-    return detail
-
-
 def bound_text(b: Bound, *, scope: str = "run") -> list[str]:
-    """The bound's figures as plain lines: label, device busy and idle by cause, the evidence,
-    host frames and notes (its next step is the diagnosis's, shown above it). The first line
-    opens with ``bound: <label>``."""
-    e = b.evidence
-    idle = b.idle_ns_by_cause
+    """The bound's figures (:func:`~asynctrace.render.rows.bound_view`) as plain lines: label,
+    device busy and idle by cause (most first), the evidence, host frames and notes (its next
+    step is the diagnosis's, shown above it). The first line opens with ``bound: <label>``."""
+    v = bound_view(b, scope=scope)
     causes = ", ".join(
-        f"{c} {format_ns(v)} ({_pct(v, b.region_ns)})"
-        for c, v in sorted(idle.as_dict().items(), key=lambda kv: -kv[1])
-        if v
+        f"{r.cause} {r.time} ({r.share})"
+        for r in sorted(v.idle_by_cause, key=lambda r: -r.ns)
+        if r.ns
     )
-    est = " (estimated from step records)" if e.estimated else ""
     lines = [
-        f"bound: {b.label}{est} — {scope}: device busy "
-        f"{format_ns(b.busy_ns)} of {format_ns(b.region_ns)} ({_pct(b.busy_ns, b.region_ns)}), "
-        f"idle {format_ns(b.idle_ns)}" + (f": {causes}" if causes else "")
+        f"bound: {v.label}{v.estimated} — {v.scope}: device busy "
+        f"{v.busy} of {v.region} ({v.busy_share}), "
+        f"idle {v.idle}" + (f": {causes}" if causes else "")
     ]
-    detail = evidence_parts(e)
-    if detail:
-        lines.append("  evidence: " + "; ".join(detail))
-    frames = [f for f in e.host_frames if f.frame != "(no host frame)"][:3]
+    if v.evidence:
+        lines.append("  evidence: " + "; ".join(v.evidence))
+    frames = v.host_frames[:3]
     if frames:
         shown = ", ".join(
             f"{f.frame}" + (f" ({f.site})" if f.site else "") + f" {format_ns(f.idle_ns)}"
             for f in frames
         )
-        lines.append(f"  host during {e.leading_cause} idle: {shown}")
-    for note in e.notes:
+        lines.append(f"  host during {v.leading_cause} idle: {shown}")
+    for note in v.notes:
         lines.append(f"  note: {note}")
     return lines
 

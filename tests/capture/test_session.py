@@ -31,8 +31,9 @@ from asynctrace.records import RECORDS_SUFFIX, StepRecord, read_records
 from asynctrace.records import writer as _writer
 from asynctrace.records.names import records_file_name, sanitize_name
 from asynctrace.records.writer import RecordsWriter
-from asynctrace.render.text import figure_rows, print_summary
-from asynctrace.render.text import format_value as _fmt
+from asynctrace.render.rows import figure_rows
+from asynctrace.render.rows import format_value as _fmt
+from asynctrace.render.text import print_summary
 from asynctrace.tracing import Session, current_session, trace
 
 T0 = 1_000_000
@@ -669,10 +670,10 @@ def test_printed_table_shows_the_report(tmp_path: Path, capsys: pytest.CaptureFi
     report = s.summary()
     rows = figure_rows(report.figures)
     assert [row[0] for row in rows] == ["frontend", "device", "run-ahead", "in flight"]
-    assert rows[0][1:] == ("1.00 µs", "1.00 µs", "1.00 µs")
-    assert rows[1][1:] == ("2.50 µs", "2.50 µs", "2.50 µs")
+    assert rows[0][1:4] == ("1.00 µs", "1.00 µs", "1.00 µs")
+    assert rows[1][1:4] == ("2.50 µs", "2.50 µs", "2.50 µs")
     for row in rows:
-        assert " ".join(row[1:]) in " ".join(out.split()) or all(v in out for v in row[1:])
+        assert " ".join(row[1:4]) in " ".join(out.split()) or all(v in out for v in row[1:4])
     # the diagnosis's headline first, under the title (the records file, its step count); no
     # verdict line says something else
     lines = out.splitlines()

@@ -108,7 +108,7 @@ def test_text_says_what_explains_the_change_first(
     b = write_trace(scaled(raw, 1.3), tmp_path / "b.json")
     assert main(["compare", str(a), str(b)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("step time 4.426 ms -> 5.754 ms, +1.328 ms (+30.0%)")
+    assert lines[0].startswith("step time 4.43 ms -> 5.75 ms, +1.33 ms (+30.0%)")
     assert "explained by: " in lines[1] or "explained by: " in lines[2]
     head = " ".join(" ".join(lines[:4]).split())
     assert "host idle" in head

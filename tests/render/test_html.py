@@ -69,8 +69,9 @@ def test_the_page_is_self_contained_and_escaped(kind: str, tmp_path: Path) -> No
     _no_external_refs(page)
     assert EVIL not in page
     assert ESCAPED in page
-    # the per-step bound picture, then the overview (a trace's timeline, step bars, run-ahead)
-    assert page.count("<svg") == 2
+    # the per-step bound picture, then the overview (a trace's timeline, step bars, run-ahead);
+    # this trace has no device activity, so no bound and no bound picture (as in every view)
+    assert page.count("<svg") == (1 if kind == "trace" else 2)
     if kind == "records":
         # the session's sync site, and its 2 ms wait
         assert f'<td class="l">{ESCAPED}.py:3</td><td class="l">aten::item</td>' in page
@@ -82,9 +83,10 @@ def test_the_trace_page_tables_show_the_report_figures() -> None:
     # step 1: host 1000 ns, sync wait 500 ns inside the step (one sync), queue max 1, the
     # step's own bound label last (schema 4: host-bound — it owns the idle from its host start
     # to its kernel, which the device waited on it for)
+    # (the text report's figures: every duration as format_ns prints it)
     assert (
-        '<tr><td class="l">1</td><td>0.001</td><td>0.000</td><td>0.000</td><td>0.000</td>'
-        "<td>0.001</td><td>0.001</td><td>1</td><td>0.000</td><td>1</td><td>0</td>"
+        '<tr><td class="l">1</td><td>1.00 µs</td><td>0 ns</td><td>400 ns</td><td>400 ns</td>'
+        "<td>900 ns</td><td>500 ns</td><td>1</td><td>300 ns</td><td>1</td><td>0</td>"
         "<td>host-bound</td></tr>"
     ) in page
     assert "<h2>Steps (2, from profiler)</h2>" in page
@@ -106,10 +108,12 @@ def test_the_records_page_shows_what_the_trace_page_shows(tmp_path: Path) -> Non
         "Sync sites",
     ]
     # the summary (median 2 ms frontend, 3 ms device); the run's bound, not each step's
-    assert '<td class="l">frontend (ms)</td><td>8</td><td>2.000</td>' in page
-    assert '<td class="l">device (ms)</td><td>8</td><td>3.000</td>' in page
-    assert '<tr><td class="l">0</td><td>2.000</td><td>0.000</td><td>3.000</td>' in page
-    assert page.count("<td>1</td><td>—</td></tr>") == 8
+    # (the per-step figures with the text report's labels and units)
+    assert '<td class="l">frontend</td><td>8</td><td>2.00 ms</td>' in page
+    assert '<td class="l">device</td><td>8</td><td>3.00 ms</td>' in page
+    assert '<td class="l">mem allocated</td><td>8</td><td>64.0 MiB</td>' in page
+    assert '<tr><td class="l">0</td><td>2.00 ms</td><td>0 ns</td><td>3.00 ms</td>' in page
+    assert page.count("<td>1</td><td>-</td></tr>") == 8
     assert "<h1>asynctrace session: a.records.jsonl</h1>" in page
     assert "records · device fake device (fake) · 8 steps</p>" in page
 
@@ -188,7 +192,8 @@ def test_the_page_of_several_runs_leads_with_the_ranks(tmp_path: Path) -> None:
     assert f'<td class="l">1</td><td class="l">{esc}</td><td class="l">trace</td>' in lead
     assert f"rank 1 ({esc}): host-bound" not in lead  # the majority's label: not an outlier
     # the session is the slowest (2 ms a step); it has no measured device busy time
-    assert "<td>—</td><td>0.000</td><td>0</td><td>device-bound</td><td>slowest</td>" in lead
+    # (the text report's rows: durations as format_ns writes them)
+    assert "<td>-</td><td>0 ns</td><td>0</td><td>device-bound</td><td>slowest</td>" in lead
     assert 'slowest rank (mean frontend)</td><td class="l">a.records.jsonl</td>' in lead
     # then each run's own page, in the order given
     assert page.count('<div class="bound">') == 3

@@ -12,8 +12,10 @@ import pytest
 pytest.importorskip("matplotlib", reason="plots need the plot extra (matplotlib)")
 
 import asynctrace.analysis
+from asynctrace.analysis.bound import CAUSES
 from asynctrace.analysis.report import Analysis, analyze_detail
 from asynctrace.records import read_records
+from asynctrace.render.legend import IDLE_CAUSE_LABELS, LABELS
 from asynctrace.render.plot import (
     PlotError,
     figure_bytes,
@@ -58,11 +60,19 @@ def test_step_bars_stack_to_the_reported_figures() -> None:
     analysis = _trace()
     fig = plot_step_bars(analysis)
     heights = [r.get_height() for r in fig.axes[0].patches]
-    # host issuing (2 steps), sync wait (2), device busy (2), idle (2), in ms; no data wait
+    # host issuing (2 steps), sync wait (2), device busy (2), idle by cause (2 each cause
+    # some step has), in ms; no data wait
     s, b = analysis.report.steps, analysis.report.step_bounds
     want = [(t.frontend_ns - t.sync_wait_ns) / 1e6 for t in s] + [t.sync_wait_ns / 1e6 for t in s]
-    want += [t.busy_ns / 1e6 for t in b] + [t.idle_ns / 1e6 for t in b]
+    want += [t.busy_ns / 1e6 for t in b]
+    causes = [c for c in CAUSES if any(getattr(t.idle_ns_by_cause, c) for t in b)]
+    assert causes
+    want += [getattr(t.idle_ns_by_cause, c) / 1e6 for c in causes for t in b]
     assert heights == pytest.approx(want)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert labels == [LABELS["host"], LABELS["sync"], LABELS["busy"]] + [
+        IDLE_CAUSE_LABELS[c] for c in causes
+    ]
     assert "device window" in fig.axes[0].get_title()
 
 
@@ -105,7 +115,8 @@ def test_records_pictures_are_the_timeline_step_bars_and_run_ahead(tmp_path: Pat
     # host issuing, data wait, sync wait (6 steps each), then the device time, in ms
     assert heights == pytest.approx([1.65] * 6 + [0.25] * 6 + [0.1] * 6 + [1.5] * 6)
     labels = fig.axes[0].get_legend_handles_labels()[1]
-    assert labels == ["host: issuing", "host: data wait", "host: sync wait", "device"]
+    # the legend's words, as the plugin's
+    assert labels == [LABELS["host"], LABELS["data"], LABELS["sync"], LABELS["busy"]]
     overview = overview_figure(analysis)
     titles = [ax.get_title() for ax in overview.axes if ax.get_title()]
     assert titles[1:] == [fig.axes[0].get_title(), "run-ahead and steps in flight"]
