@@ -17,7 +17,7 @@ from asynctrace._commands._demo_loops import (
 )
 from asynctrace.analysis.accumulate import STEP_FIGURES
 from asynctrace.records.units import format_column, format_ns
-from asynctrace.render.text import format_value
+from asynctrace.render.rows import format_value
 
 if TYPE_CHECKING:
     from asynctrace._commands._demo_run import DemoResult
