@@ -1,8 +1,8 @@
 // asynctrace's TensorBoard plugin page. TensorBoard's plugin_entry.html imports this module
 // in an iframe and calls render(). Everything it shows comes from the plugin's JSON routes
-// (the Report — schema 3, one form for traces and records — as the analysis wrote it, the step
-// bars and step windows of
-// asynctrace/render/views.py, the comparison of asynctrace/analysis/compare.py): this file
+// (the Report — one form for traces and records — as the analysis wrote it, the step bars and
+// step windows of asynctrace/render/views.py, the comparison of asynctrace/analysis/compare.py,
+// in the answers of asynctrace/tb_plugin/_data.py): this file
 // lays out and draws, it computes no figure and formats no duration: what is read (the
 // diagnosis, the bound, the per-step figures, the sync sites, tooltips) comes as text from the
 // server, written by the views every other output uses; the raw numbers only place what is
