@@ -6,7 +6,13 @@ testable as plain functions. Nothing is computed here either: every file is read
 :func:`~asynctrace.analysis.report.analyze_detail`, one path for traces and records; its report
 is passed through as JSON (new Report fields show up with no change here), the bars and step
 windows are :mod:`asynctrace.render.views` of the analysis, a comparison is
-:func:`asynctrace.analysis.compare.compare` of two reports of any kinds.
+:func:`asynctrace.analysis.compare.compare` of two reports of any kinds. What the page reads
+(the diagnosis, the bound, the per-step figures, the sync sites, the bars' and events'
+durations) comes formatted by the views every other output uses
+(:func:`~asynctrace.render.diagnosis.diagnosis_view`, :func:`~asynctrace.render.text.bound_text`,
+:func:`~asynctrace.render.text.figure_rows`, :func:`~asynctrace.render.text.site_rows`,
+:func:`~asynctrace.records.units.format_ns`): the page lays text out, and draws with the raw
+numbers.
 
 Runs: a folder under the logdir holding session records (``*.records.jsonl``) or traces
 (``*.pt.trace.json[.gz]``, ``*.json.gz``, ``*.sqlite``) is a run, named by its path relative to
@@ -41,27 +47,34 @@ import msgspec
 
 from asynctrace.errors import TraceFormatError
 from asynctrace.files.sources import source_kind
+from asynctrace.records.units import format_ns
+from asynctrace.render.diagnosis import DiagnosisView
 from asynctrace.render.legend import LegendEntry, legend
 from asynctrace.render.output import fs_name, is_utf8, utf8
-from asynctrace.render.views import DEFAULT_MAX_EVENTS, MAX_EVENTS, StepBars
+from asynctrace.render.views import DEFAULT_MAX_EVENTS, MAX_EVENTS, StepBars, TimelineWindow
 
 if TYPE_CHECKING:
-    from asynctrace.analysis.report import Analysis
+    from asynctrace.analysis.report import Analysis, Report
     from asynctrace.render.views import TimelineIndex
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
     "DEFAULT_CACHE_ENTRIES",
     "PLUGIN_SCHEMA_VERSION",
+    "BarText",
     "LoadCache",
     "PluginData",
+    "ReportAnswer",
     "RunEntry",
     "RunListing",
     "SourceEntry",
+    "WindowAnswer",
 ]
 
-#: version of the plugin's own JSON wrappers (the Report inside carries its own)
-PLUGIN_SCHEMA_VERSION = 1
+#: version of the plugin's own JSON wrappers (the Report inside carries its own); 2: what the
+#: page reads comes formatted (ReportAnswer's diagnosis, bound_lines, figure_rows, sync_title,
+#: sync_rows, bar_text; WindowAnswer's host_text, device_text)
+PLUGIN_SCHEMA_VERSION = 2
 #: loaded files kept in memory at most
 DEFAULT_CACHE_ENTRIES = 6
 #: and their models' bytes at most (a 400 MB trace's columns take ~170 MB); the newest file
@@ -131,9 +144,29 @@ class StepRef(msgspec.Struct, frozen=True, kw_only=True):
     name: str
 
 
+class BarText(msgspec.Struct, frozen=True, kw_only=True):
+    """The durations the step bars' tooltips read, formatted (:func:`format_ns`), in the
+    order of :class:`~asynctrace.render.views.StepBars`: ``host[i][j]`` is
+    ``bars[i].host[j].dur_ns``. The bars are drawn from the raw ns."""
+
+    host: list[list[str]]
+    device: list[list[str]]
+    #: ``run_ahead_ns[i]`` ("-" where not measured)
+    run_ahead: list[str]
+
+
+def bar_text(bars: StepBars) -> BarText:
+    return BarText(
+        host=[[format_ns(p.dur_ns) for p in b.host] for b in bars.bars],
+        device=[[format_ns(p.dur_ns) for p in b.device] for b in bars.bars],
+        run_ahead=[format_ns(v) for v in bars.run_ahead_ns],
+    )
+
+
 class ReportAnswer(msgspec.Struct, frozen=True, kw_only=True):
     """``/report``: one source's report (a trace's or a session's ``Report``, as its own
-    JSON), its step bars and the steps a window can show."""
+    JSON), its step bars, the steps a window can show, and what the page reads of it as the
+    other views write it."""
 
     schema_version: int = PLUGIN_SCHEMA_VERSION
     path: str
@@ -147,6 +180,25 @@ class ReportAnswer(msgspec.Struct, frozen=True, kw_only=True):
     bars: StepBars | None = None
     #: the steps /step_window can show (traces with steps only)
     windows: list[StepRef] = msgspec.field(default_factory=list)
+    #: the headline and the ranked rest (``diagnosis_view``: at most six, then ``more``)
+    diagnosis: DiagnosisView | None = None
+    #: the bound's figures as lines (``bound_text``; empty without a bound)
+    bound_lines: list[str] = msgspec.field(default_factory=list)
+    #: (figure, mean, median, p90) as printed (``figure_rows``)
+    figure_rows: list[tuple[str, str, str, str]] = msgspec.field(default_factory=list)
+    #: the sync sites' heading, and (site, op, count, wait, steps) as printed (``site_rows``)
+    sync_title: str | None = None
+    sync_rows: list[tuple[str, str, str, str, str]] = msgspec.field(default_factory=list)
+    bar_text: BarText | None = None
+
+
+class WindowAnswer(TimelineWindow, frozen=True, kw_only=True):
+    """``/step_window``: the :class:`~asynctrace.render.views.TimelineWindow`, and the
+    durations its tooltips read (:func:`format_ns`; ``host_text[i]`` is ``host[i].dur_ns``)."""
+
+    schema_version: int = PLUGIN_SCHEMA_VERSION
+    host_text: list[str]
+    device_text: list[str]
 
 
 class ErrorAnswer(msgspec.Struct, frozen=True, kw_only=True):
@@ -167,6 +219,38 @@ class CompareAnswer(msgspec.Struct, frozen=True, kw_only=True):
     verdict_line_b: str | None = None
 
 
+class _Shown(msgspec.Struct, frozen=True, kw_only=True):
+    """What the page reads of one report, formatted once per loaded file."""
+
+    diagnosis: DiagnosisView
+    bound_lines: list[str]
+    figure_rows: list[tuple[str, str, str, str]]
+    sync_title: str
+    sync_rows: list[tuple[str, str, str, str, str]]
+    bar_text: BarText
+
+
+def _shown(report: Report, bars: StepBars) -> _Shown:
+    from asynctrace.render.diagnosis import diagnosis_view
+    from asynctrace.render.text import bound_scope, bound_text, figure_rows, site_rows
+
+    syncs = report.trace.syncs if report.trace is not None else None
+    title = (
+        "Sync sites"
+        if syncs is None
+        else f"Sync sites ({syncs.count} syncs, {format_ns(syncs.total_ns)})"
+    )
+    bound = report.bound
+    return _Shown(
+        diagnosis=diagnosis_view(report.diagnosis),
+        bound_lines=[] if bound is None else bound_text(bound, scope=bound_scope(report)),
+        figure_rows=figure_rows(report.figures),
+        sync_title=title,
+        sync_rows=site_rows(report),
+        bar_text=bar_text(bars),
+    )
+
+
 @dataclass
 class _Loaded:
     """One file, read and analysed once."""
@@ -174,6 +258,7 @@ class _Loaded:
     report_json: bytes
     verdict_line: str
     bars: StepBars
+    shown: _Shown
     analysis: Analysis
     #: step number -> its index in the report's steps (what a step window is asked by)
     index: dict[int, int]
@@ -224,10 +309,12 @@ def _load(path: Path) -> _Loaded:
     # every sync call is in the trace; the page lists the sites
     analysis = analyze_detail(load_source(path), keep_sync_calls=False)
     report = analysis.report
+    bars = step_bars(report)
     return _Loaded(
         report_json=_encode(report),
         verdict_line=report.verdict.line,
-        bars=step_bars(report),
+        bars=bars,
+        shown=_shown(report, bars),
         analysis=analysis,
         index={s.step: i for i, s in enumerate(report.steps)},
     )
@@ -481,6 +568,7 @@ class PluginData:
             verdict_line=got.verdict_line,
             bars=got.bars,
             windows=windows,
+            **msgspec.structs.asdict(got.shown),
         )
         return _encode(answer)
 
@@ -512,7 +600,12 @@ class PluginData:
                 # two first requests at once may both make it: the same arrays, one kept
                 got.timeline = timeline_index(got.analysis.trace)
             window = timeline_window(got.analysis, index, max_events=max_events, at=got.timeline)
-            return _encode(window)
+            answer = WindowAnswer(
+                **msgspec.structs.asdict(window),
+                host_text=[format_ns(h.dur_ns) for h in window.host],
+                device_text=[format_ns(d.dur_ns) for d in window.device],
+            )
+            return _encode(answer)
         return _encode(ErrorAnswer(error=error))
 
     def compare(self, a: str, b: str) -> bytes:

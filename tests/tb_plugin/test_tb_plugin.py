@@ -18,7 +18,10 @@ from typing import Any
 import msgspec
 import pytest
 
+from asynctrace.analysis.diagnosis import Finding
 from asynctrace.files.sources import source_kind
+from asynctrace.render.diagnosis import diagnosis_view
+from asynctrace.render.legend import legend
 from asynctrace.tb_plugin._data import PluginData
 from tests.conftest import ROOT, SHARED_TRACES
 from tests.tb_plugin._server import ENTRY_POINT, _get, _tensorboard
@@ -114,6 +117,56 @@ def test_report_is_the_analysis_json_passed_through(logdir: Path) -> None:
     assert [w["step"] for w in got["windows"]] == [s["step"] for s in want["steps"]]
     assert [w["name"] for w in got["windows"]] == [s["name"] for s in want["trace"]["steps"]]
     assert got["bars"]["queue_max"] == [s["queue_max"] for s in want["trace"]["steps"]]
+
+
+def _ns_figures(report: dict[str, Any]) -> list[tuple[str, list[float]]]:
+    """(label, [mean, median, p90]) of each duration figure the figures table shows, from the
+    report's JSON."""
+    from asynctrace.analysis.accumulate import STEP_FIGURES
+
+    out = []
+    for fig in STEP_FIGURES:
+        f = report["figures"].get(fig.field)
+        if fig.unit == "ns" and f is not None and f["mean"] != 0:
+            out.append((fig.label, [f["mean"], f["median"], f["p90"]]))
+    return out
+
+
+def test_what_the_page_reads_comes_as_the_views_write_it(logdir: Path) -> None:
+    """The diagnosis, bound, figures, sync sites and every duration a tooltip reads are sent
+    formatted by the views every other output uses; the page formats nothing."""
+    from asynctrace.records.units import format_ns
+    from asynctrace.render.diagnosis import diagnosis_view
+    from asynctrace.render.text import bound_scope, bound_text, figure_rows, site_rows
+
+    data = PluginData(logdir)
+    trace = next((logdir / "demo-profiled").glob("*.pt.trace.json.gz"))
+    for path in (logdir / _records(logdir)[0], trace):
+        rel = path.relative_to(logdir).as_posix()
+        got = json.loads(data.report(rel))
+        assert got["schema_version"] == 2
+        report = _analyze(path)
+        want = {
+            "diagnosis": diagnosis_view(report.diagnosis),
+            "bound_lines": bound_text(report.bound, scope=bound_scope(report)),
+            "figure_rows": figure_rows(report.figures),
+            "sync_rows": site_rows(report),
+        }
+        assert {k: got[k] for k in want} == json.loads(msgspec.json.encode(want)), rel
+        assert got["diagnosis"]["message"]
+        # the durations read are format_ns of the report's own values
+        shown = {row[0]: row[1:] for row in got["figure_rows"]}
+        for label, values in _ns_figures(got["report"]):
+            assert shown[label] == [format_ns(v) for v in values], (rel, label)
+        bars, text = got["bars"], got["bar_text"]
+        for side in ("host", "device"):
+            assert text[side] == [[format_ns(p["dur_ns"]) for p in b[side]] for b in bars["bars"]]
+        assert text["run_ahead"] == [format_ns(v) for v in bars["run_ahead_ns"]]
+    win = json.loads(data.step_window(trace.relative_to(logdir).as_posix(), None))
+    assert win["schema_version"] == 2
+    assert win["host"]
+    assert win["host_text"] == [format_ns(h["dur_ns"]) for h in win["host"]]
+    assert win["device_text"] == [format_ns(a["dur_ns"]) for a in win["device"]]
 
 
 def test_unreadable_files_say_why_and_nothing_else_breaks(logdir: Path) -> None:
@@ -365,24 +418,7 @@ def test_page_renders_offline_in_headless_chromium(server: str, logdir: Path) ->
     cpu_trace = next((logdir / "demo-profiled").glob("*.pt.trace.json.gz")).relative_to(logdir)
     problems: list[str] = []
     foreign: list[str] = []
-    bound = {
-        "label": "host-bound",
-        "busy_pct": 12.5,
-        "idle_by_cause_ns": {"host": 3_000_000, "sync": 1_000_000},
-        "evidence": ["the device waited on the host for 3.000 ms of 4.000 ms idle"],
-        "advice": "issue work sooner: a larger batch or CUDA graphs take launch overhead away",
-    }
-    diagnosis = [
-        {
-            "code": "launch-overhead",
-            "cost_ns": 3_000_000,
-            "share": 0.75,
-            "message": "launch-overhead (host-bound): the device waits 3.0 ms for the host",
-            "advice": bound["advice"],
-            "evidence": {"idle_ns": 3_000_000, "launch_gaps": 900},
-        },
-        {"code": "warm-up", "cost_ns": 0, "share": 0.0, "message": "warm-up: x", "advice": "y"},
-    ]
+    diagnosis = msgspec.to_builtins(diagnosis_view(_FINDINGS))
 
     def route(r: Any) -> None:
         url = urllib.parse.urlsplit(r.request.url)
@@ -391,11 +427,11 @@ def test_page_renders_offline_in_headless_chromium(server: str, logdir: Path) ->
             r.abort()
             return
         if url.path.endswith("/report") and urllib.parse.parse_qs(url.query)["path"] == [small]:
-            # a report as the bound analysis will write it: the page shows fields it gets
+            # a diagnosis of more findings than a view lists, with durations where the unit
+            # turns over: the page shows the view's text as it is
             response = r.fetch()
             body = response.json()
-            body["report"]["bound"] = bound
-            body["report"]["diagnosis"] = diagnosis
+            body["diagnosis"] = diagnosis
             body["report"]["warnings"] = ["clock skew of 2 us between host and device"]
             r.fulfill(response=response, json=body)
             return
@@ -429,6 +465,7 @@ def test_page_renders_offline_in_headless_chromium(server: str, logdir: Path) ->
                 assert box.get_attribute("data-status") == "ok", rel
                 assert box.locator(".at-diagnosis b").first.inner_text()
                 assert box.locator("svg.at-bars rect").count() > 0
+                _check_shown_durations(box, json.loads(PluginData(logdir).report(rel)))
             for rel in ("broken/cut.pt.trace.json.gz", "broken/bad.records.jsonl"):
                 box = page.locator(f".at-source[data-path='{rel}']")
                 assert box.get_attribute("data-status") == "unreadable"
@@ -444,7 +481,8 @@ def test_page_renders_offline_in_headless_chromium(server: str, logdir: Path) ->
             page.wait_for_selector(".at-compare-out[data-outcome]")
             assert page.locator(".at-compare-out .at-verdict").count() == 2
             if has_small:
-                _check_gpu_timeline(page, small)
+                first = json.loads(PluginData(logdir).step_window(small, None))
+                _check_gpu_timeline(page, small, first)
         finally:
             browser.close()
     assert foreign == []
@@ -453,21 +491,100 @@ def test_page_renders_offline_in_headless_chromium(server: str, logdir: Path) ->
         pytest.skip(f"the GPU timeline part: {SHARED_TRACES / 'kineto' / SMALL} not available")
 
 
-def _check_gpu_timeline(page: Any, small: str) -> None:
-    """A real GPU trace's step: activities, links, queue depth; the bound label and warnings
-    (added to its report by the test's route), zoom, another step."""
+#: findings past what a view lists (six after the headline), costs where the unit turns over
+_FINDINGS = [
+    Finding(
+        code="launch-overhead",
+        cost_ns=999_600,
+        share=0.75,
+        message="launch-overhead (host-bound): the device waits for the host",
+        advice="issue work sooner: a larger batch or CUDA graphs take launch overhead away",
+        evidence={
+            "idle_ns": 1_500_000,
+            "wait_ns": 999_600,
+            "gap_ns": 1000,
+            "busy_pct": 12.5,
+            "launch_gaps": 900,
+        },
+    ),
+    *(
+        Finding(code=f"other-{i}", cost_ns=1000 * i, share=0.01, message=f"other {i}", advice="")
+        for i in range(8)
+    ),
+]
+
+
+def _cells(box: Any, table: str) -> list[list[str]]:
+    return box.locator(f"table.{table} tbody tr").evaluate_all(
+        "(rs) => rs.map((r) => [...r.cells].map((c) => c.textContent))"
+    )
+
+
+def _check_shown_durations(box: Any, answer: dict[str, Any]) -> None:
+    """Every duration the source's box shows is format_ns of the report's value: the
+    per-step figures, the sync sites, the bound's lines, the bars' tooltips."""
+    from asynctrace.records.units import format_ns
+
+    report = answer["report"]
+    rows = _cells(box, "at-figures")
+    assert rows == [list(r) for r in answer["figure_rows"]]
+    shown = {r[0]: r[1:] for r in rows}
+    for label, values in _ns_figures(report):
+        assert shown[label] == [format_ns(v) for v in values], label
+    sites = report["trace"]["syncs"]["sites"] if report["trace"] else report["sync_sites"]
+    waits = [s["total_ns"] if report["trace"] else s["wait_ns"] for s in sites]
+    got = [r[3] for r in _cells(box, "at-syncs") if len(r) == 5]
+    assert got == [format_ns(w) for w in waits]
+    if answer["bound_lines"]:
+        bound = box.locator(".at-bound p").all_inner_texts()
+        assert bound == [line.strip() for line in answer["bound_lines"]]
+    titles = box.locator("svg.at-bars rect title").all_text_contents()
+    bars = answer["bars"]["bars"]
+    labels = {e.kind: e.label for e in legend()}
+    want = [
+        f"step {b['step']}, {labels[p['kind']]}: {format_ns(p['dur_ns'])}"
+        for b in bars
+        for side in ("host", "device")
+        for p in b[side]
+        if p["dur_ns"]
+    ]
+    assert titles == want
+
+
+def _check_gpu_timeline(page: Any, small: str, first: dict[str, Any]) -> None:
+    """A real GPU trace's first step (``first``, its window): activities with their durations
+    as format_ns writes them, links, queue depth; the diagnosis (the test's route's) and
+    warnings (added to its report), zoom, another step."""
+    from asynctrace.records.units import format_ns
+
     box = page.locator(f".at-source[data-path='{small}']")
     box.locator("svg.at-timeline rect.activity").first.wait_for(timeout=30_000)
     assert box.locator("svg.at-timeline rect.activity").count() > 1
+    titles = set(box.locator("svg.at-timeline rect.activity title").all_text_contents())
+    events = [*first["host"], *first["device"]]
+    assert titles <= {f"{e['name']} ({e['kind']}): {format_ns(e['dur_ns'])}" for e in events}
     assert box.locator("svg.at-timeline line.at-link").count() > 0
     assert box.locator("svg.at-timeline polyline.at-queue").count() > 0
-    b = box.locator(".at-bound[data-bound='host-bound']")
-    assert "12.5 %" in b.inner_text()
-    # the headline: its message, its next step above its figures, times with their units
-    d = box.locator(".at-diagnosis[data-code='launch-overhead']").inner_text()
-    assert d.index("the device waits 3.0 ms") < d.index("issue work sooner") < d.index("3 ms")
-    assert "idle_ns" not in d
-    assert "{" not in d
+    assert box.locator(".at-bound b").inner_text()
+    # the headline: its message, its next step above its figures, times with their units as
+    # format_ns writes them; six other findings, then how many more
+    d = box.locator(".at-diagnosis[data-code='launch-overhead']")
+    text = d.inner_text()
+    order = ("waits for the host", "issue work sooner", "1.50 ms")
+    assert [text.index(x) for x in order] == sorted(text.index(x) for x in order)
+    assert _cells(d, "at-small") == [
+        ["idle", "1.50 ms"],
+        ["wait", "1.00 ms"],
+        ["gap", "1.00 µs"],
+        ["busy", "12.5%"],
+        ["launch gaps", "900"],
+    ]
+    items = d.locator("ol li").all_inner_texts()
+    assert items[0] == "other-0 — other 0 (no step time)"
+    assert items[1] == "other-1 — other 1 (1.00 µs, 1%)"
+    assert items[6:] == ["… and 2 more in the report JSON"]
+    assert "idle_ns" not in text
+    assert "{" not in text
     assert "clock skew" in box.locator(".at-warnings").inner_text()
     assert box.locator(".at-syncs").count() == 1
     # zooming redraws the lanes

@@ -1,11 +1,13 @@
 // asynctrace's TensorBoard plugin page. TensorBoard's plugin_entry.html imports this module
 // in an iframe and calls render(). Everything it shows comes from the plugin's JSON routes
-// (the Report — schema 3, one form for traces and records — as the analysis wrote it, the step
-// bars and step windows of
-// asynctrace/render/views.py, the comparison of asynctrace/analysis/compare.py): this file
-// lays out and draws, it computes no figure. DOM and SVG are built with createElement /
-// textContent only (every string from a trace is text, never markup); nothing is loaded from
-// another origin.
+// (the Report — one form for traces and records — as the analysis wrote it, the step bars and
+// step windows of asynctrace/render/views.py, the comparison of asynctrace/analysis/compare.py,
+// in the answers of asynctrace/tb_plugin/_data.py): this file
+// lays out and draws, it computes no figure and formats no duration: what is read (the
+// diagnosis, the bound, the per-step figures, the sync sites, tooltips) comes as text from the
+// server, written by the views every other output uses; the raw numbers only place what is
+// drawn. DOM and SVG are built with createElement / textContent only (every string from a
+// trace is text, never markup); nothing is loaded from another origin.
 
 import { drawTimeline, svgEl } from "./timeline.js";
 
@@ -48,46 +50,15 @@ async function getJSON(route, params = {}) {
   return r.json();
 }
 
-function ms(ns) {
-  if (ns === null || ns === undefined) return "—";
+// an axis tick in ms: a place on a drawn scale, not a figure read as text
+function axisMs(ns) {
   return (ns / 1e6).toFixed(3);
 }
 
-// a duration in the largest unit that keeps it at 1 or more ("4.43 ms", "310 ns")
-function dur(ns) {
-  const a = Math.abs(ns);
-  for (const [unit, scale] of [["s", 1e9], ["ms", 1e6], ["µs", 1e3]]) {
-    if (a >= scale) return `${Number((ns / scale).toPrecision(3))} ${unit}`;
-  }
-  return `${Math.round(ns)} ns`;
-}
-
-function fmtValue(key, v) {
+// a comparison's number, in the unit its row names
+function num(v) {
   if (v === null || v === undefined) return "—";
-  if (typeof v === "number") {
-    if (key.endsWith("_ns")) return dur(v);
-    if (key.endsWith("_pct") || key.endsWith("pct")) return `${v.toFixed(1)} %`;
-    if (key.endsWith("fraction") || key.endsWith("_frac")) return `${(v * 100).toFixed(1)} %`;
-    return Number.isInteger(v) ? String(v) : v.toFixed(3);
-  }
-  if (typeof v === "string") return v;
-  if (typeof v === "boolean") return v ? "yes" : "no";
-  if (Array.isArray(v)) return v.map((x) => fmtValue(key, x)).join("; ");
-  // an object (a sync site, a host frame): its fields as "name value", never raw JSON
-  return Object.entries(v).map(([k, x]) => `${keyName(k)} ${fmtValue(inherit(key, k), x)}`).join(", ");
-}
-
-// a mapping's key under a key that names the unit ("idle_ns_by_cause" → its "host" is in ns)
-function inherit(parent, k) {
-  if (/_(ns|pct)$/.test(k)) return k;
-  if (/_ns(_|$)/.test(parent)) return `${k}_ns`;
-  if (/_pct(_|$)/.test(parent)) return `${k}_pct`;
-  return k;
-}
-
-// a field's name as people read it: its unit is in the value ("region_ns" -> "region")
-function keyName(k) {
-  return k.replace(/_(ns|pct)$/, "").replaceAll("_", " ");
+  return Number.isInteger(v) ? String(v) : v.toFixed(3);
 }
 
 function table(head, rows, cls = "") {
@@ -119,56 +90,35 @@ function verdictBox(v, line) {
   return box;
 }
 
-// The diagnosis (report.diagnosis) as every view shows it: the headline (diagnosis[0]) with its
-// code in bold, its next step, its evidence as readable figures; then the other findings ranked
-// by what each costs.
-function diagnosisBox(d) {
-  const head = d[0];
-  const box = el("div", { class: "at-diagnosis", "data-code": head.code });
-  const p = el("p", { class: "at-headline" }, el("b", {}, head.code));
+// The diagnosis as every view shows it (answer.diagnosis: render/diagnosis.py's
+// DiagnosisView): the headline with its code in bold, its next step, its evidence as read;
+// then the other findings ranked, each with what it costs, and how many are left out.
+function diagnosisBox(v) {
+  const box = el("div", { class: "at-diagnosis", "data-code": v.code });
+  const p = el("p", { class: "at-headline" }, el("b", {}, v.code));
   p.appendChild(document.createTextNode(
-    head.message.startsWith(head.code) ? head.message.slice(head.code.length) : `: ${head.message}`));
+    v.message.startsWith(v.code) ? v.message.slice(v.code.length) : `: ${v.message}`));
   box.appendChild(p);
-  if (head.advice) box.appendChild(el("p", { class: "at-advice" }, "next step: ", head.advice));
-  const ev = Object.entries(head.evidence || {});
-  if (ev.length) box.appendChild(table(["evidence", ""], ev.map(([k, v]) => [keyName(k), fmtValue(k, v)]), "at-small"));
-  if (d.length > 1) {
+  if (v.advice) box.appendChild(el("p", { class: "at-advice" }, "next step: ", v.advice));
+  if (v.evidence.length) box.appendChild(table(["evidence", ""], v.evidence, "at-small"));
+  if (v.rest.length) {
     box.appendChild(el("p", {}, "then, ranked by what each costs:"));
-    box.appendChild(el("ol", {}, ...d.slice(1).map((f) => el("li", { "data-code": f.code },
-      el("b", {}, f.code), ` — ${f.message} `,
-      el("span", { class: "at-notes" }, f.cost_ns > 0 ? `(${dur(f.cost_ns)}, ${Math.round(100 * f.share)}%)` : "(no step time)")))));
+    const items = v.rest.map(([code, message, cost]) => el("li", { "data-code": code },
+      el("b", {}, code), ` — ${message} `, el("span", { class: "at-notes" }, `(${cost})`)));
+    if (v.more) items.push(el("li", { class: "at-more" }, `… and ${v.more} more in the report JSON`));
+    box.appendChild(el("ol", {}, ...items));
   }
   return box;
 }
 
-// The bound label (report.bound) as the analysis writes it: its label, then every other field
-// as it comes — numbers and mappings of numbers as tables, strings and lists as text — so fields
-// added later show without a change here.
-function boundBox(b) {
-  const label = b.label || b.code || "bound";
+// The bound's figures as the text report writes them (answer.bound_lines: render/text.py's
+// bound_text), the label in bold.
+function boundBox(label, lines) {
   const box = el("div", { class: "at-bound", "data-bound": label });
-  box.appendChild(el("b", {}, label));
-  const rows = [];
-  for (const [k, v] of Object.entries(b)) {
-    // the next step is the diagnosis's, shown above the figures
-    if (k === "label" || k === "code" || k === "advice") continue;
-    if (v && typeof v === "object" && !Array.isArray(v)) {
-      // a mapping's values keep its own unit: idle_ns_by_cause holds ns, idle_pct_by_cause %
-      const sub = Object.entries(v).map(([c, x]) => [keyName(c), fmtValue(inherit(k, c), x)]);
-      box.appendChild(el("div", { class: "at-bound-part" }, el("span", { class: "at-key" }, keyName(k).replace(" by cause", " (by cause)")),
-        table(["", "value"], sub, "at-small")));
-    } else if (Array.isArray(v)) {
-      if (v.length) {
-        box.appendChild(el("div", { class: "at-bound-part" }, el("span", { class: "at-key" }, keyName(k)),
-          el("ul", {}, ...v.map((x) => el("li", {}, fmtValue(k, x))))));
-      }
-    } else if (typeof v === "string" && v.length > 40) {
-      box.appendChild(el("p", {}, el("span", { class: "at-key" }, `${k.replaceAll("_", " ")}: `), v));
-    } else {
-      rows.push([keyName(k), fmtValue(k, v)]);
-    }
-  }
-  if (rows.length) box.insertBefore(table(["", "value"], rows, "at-small"), box.children[1] || null);
+  const head = `bound: ${label}`;
+  const first = lines[0].startsWith(head) ? lines[0].slice(head.length) : lines[0];
+  box.appendChild(el("p", {}, "bound: ", el("b", {}, label), first));
+  for (const line of lines.slice(1)) box.appendChild(el("p", { class: "at-bound-part" }, line.trim()));
   return box;
 }
 
@@ -189,7 +139,7 @@ function legendRow(kinds, colors, labels) {
   return row;
 }
 
-function stepBars(bars, colors, labels) {
+function stepBars(bars, text, colors, labels) {
   const W = 1000, H = 220, L = 56, B = 28, T = 10;
   const n = bars.length;
   const totals = bars.map((b) => Math.max(b.host.reduce((s, p) => s + p.dur_ns, 0), b.device.reduce((s, p) => s + p.dur_ns, 0)));
@@ -205,21 +155,21 @@ function stepBars(bars, colors, labels) {
     const v = (max * i) / 4;
     const y = yOf(v);
     svg.appendChild(svgEl("line", { class: "at-grid", x1: L, x2: W - 10, y1: y, y2: y }));
-    svg.appendChild(svgEl("text", { class: "at-tick", x: L - 4, y: y + 4, "text-anchor": "end" }, ms(v)));
+    svg.appendChild(svgEl("text", { class: "at-tick", x: L - 4, y: y + 4, "text-anchor": "end" }, axisMs(v)));
   }
   svg.appendChild(svgEl("text", { class: "at-tick", x: 4, y: T + 8 }, "ms"));
   const kinds = new Set();
   const stride = Math.max(1, Math.ceil(n / 20));
   bars.forEach((b, i) => {
     const x = L + i * slot + slot / 2 - bw - slot * 0.01;
-    for (const [parts, dx, side] of [[b.host, 0, "host"], [b.device, bw + slot * 0.02, "device"]]) {
+    for (const [parts, read, dx, side] of [[b.host, text.host[i], 0, "host"], [b.device, text.device[i], bw + slot * 0.02, "device"]]) {
       let acc = 0;
-      for (const p of parts) {
+      for (const [j, p] of parts.entries()) {
         if (!p.dur_ns) continue;
         kinds.add(p.kind);
         const r = svgEl("rect", { class: `at-bar at-${side}`, x: (x + dx).toFixed(2), y: yOf(acc + p.dur_ns).toFixed(2),
           width: bw.toFixed(2), height: Math.max(yOf(acc) - yOf(acc + p.dur_ns), 0).toFixed(2), fill: colors[p.kind] || "#999" });
-        r.appendChild(svgEl("title", {}, `step ${b.step}, ${labels[p.kind] || p.kind}: ${ms(p.dur_ns)} ms`));
+        r.appendChild(svgEl("title", {}, `step ${b.step}, ${labels[p.kind] || p.kind}: ${read[j]}`));
         svg.appendChild(r);
         acc += p.dur_ns;
       }
@@ -235,7 +185,7 @@ function stepBars(bars, colors, labels) {
 
 // run-ahead (left axis) and a count per step (right axis): steps in flight, or a trace's
 // highest queue depth in the step
-function seriesChart(bars, colors, counts, countLabel) {
+function seriesChart(bars, text, colors, counts, countLabel) {
   const W = 1000, H = 170, L = 56, R = 56, B = 28, T = 10;
   const n = bars.bars.length;
   const ra = bars.run_ahead_ns;
@@ -252,7 +202,7 @@ function seriesChart(bars, colors, counts, countLabel) {
   const yC = (v) => T + plotH - (v / cmax) * plotH;
   svg.appendChild(svgEl("line", { class: "at-grid", x1: L, x2: W - R, y1: yRa(0), y2: yRa(0) }));
   for (const v of [lo, hi]) {
-    svg.appendChild(svgEl("text", { class: "at-tick", x: L - 4, y: yRa(v) + 4, "text-anchor": "end" }, ms(v)));
+    svg.appendChild(svgEl("text", { class: "at-tick", x: L - 4, y: yRa(v) + 4, "text-anchor": "end" }, axisMs(v)));
   }
   svg.appendChild(svgEl("text", { class: "at-tick", x: W - R + 4, y: yC(cmax / 1.15) + 4 }, String(Math.round(cmax / 1.15))));
   svg.appendChild(svgEl("text", { class: "at-tick", x: W - R + 4, y: yC(0) + 4 }, "0"));
@@ -271,7 +221,7 @@ function seriesChart(bars, colors, counts, countLabel) {
     if (v === null || v === undefined) { flush(); return; }
     seg.push(`${xOf(i).toFixed(1)},${yRa(v).toFixed(1)}`);
     const c = svgEl("circle", { cx: xOf(i).toFixed(1), cy: yRa(v).toFixed(1), r: 2.5, fill: colors.run_ahead });
-    c.appendChild(svgEl("title", {}, `step ${bars.bars[i].step}: run-ahead ${ms(v)} ms, ${countLabel} ${counts[i]}`));
+    c.appendChild(svgEl("title", {}, `step ${bars.bars[i].step}: run-ahead ${text.run_ahead[i]}, ${countLabel} ${counts[i]}`));
     svg.appendChild(c);
   });
   flush();
@@ -289,25 +239,18 @@ function seriesChart(bars, colors, counts, countLabel) {
 
 // ------------------------------------------------------------------ one source
 
-// a trace's every sync call by site (report.trace.syncs), else the sites of the syncs made
-// inside steps (report.sync_sites: a session's)
-function syncTable(report) {
-  const s = report.trace ? report.trace.syncs : null;
-  const sites = s ? s.sites.map((x) => ({ ...x, wait_ns: x.total_ns })) : report.sync_sites;
+// a trace's every sync call by site, else the sites of the syncs made inside steps (a
+// session's), as the text report's table (answer.sync_rows: render/text.py's site_rows)
+function syncTable(answer) {
   return [
-    el("h4", {}, s ? `Sync sites (${s.count} syncs, ${ms(s.total_ns)} ms)` : "Sync sites"),
-    table(["site", "op", "count", s ? "total ms" : "wait ms", "steps"],
-      sites.map((x) => [x.site || "—", x.op, String(x.count), ms(x.wait_ns), String(x.steps)]), "at-syncs"),
+    el("h4", {}, answer.sync_title),
+    table(["site", "op", "count", answer.report.trace ? "total" : "wait", "steps"], answer.sync_rows, "at-syncs"),
   ];
 }
 
-function figuresTable(report) {
-  const rows = Object.entries(report.figures).map(([name, f]) => {
-    const isNs = name.endsWith("_ns");
-    const f2 = (v) => (isNs ? ms(v) : Number(v).toFixed(2));
-    return [name.replace(/_ns$/, "") + (isNs ? " (ms)" : ""), String(f.count), f2(f.mean), f2(f.median), f2(f.p90)];
-  });
-  return table(["figure", "steps", "mean", "median", "p90"], rows, "at-figures");
+// each per-step figure's mean, median and p90 (answer.figure_rows: render/text.py's figure_rows)
+function figuresTable(rows) {
+  return table(["figure", "mean", "median", "p90"], rows, "at-figures");
 }
 
 function timelineSection(src, answer, colors, labels) {
@@ -382,10 +325,10 @@ function renderSource(box, src, answer, colors, labels) {
   box.dataset.status = "ok";
   const r = answer.report;
   box.appendChild(el("p", { class: "at-meta" }, metaLine(r)));
-  // one headline: the diagnosis's first finding (a report of an older asynctrace: its verdict)
-  if (Array.isArray(r.diagnosis) && r.diagnosis.length) box.appendChild(diagnosisBox(r.diagnosis));
+  // one headline: the diagnosis's first finding (without findings: the verdict)
+  if (answer.diagnosis.message) box.appendChild(diagnosisBox(answer.diagnosis));
   else box.appendChild(verdictBox(r.verdict, answer.verdict_line));
-  if (r.bound) box.appendChild(boundBox(r.bound));
+  if (r.bound && answer.bound_lines.length) box.appendChild(boundBox(r.bound.label, answer.bound_lines));
   if (Array.isArray(r.warnings) && r.warnings.length) box.appendChild(warningsBox(r.warnings));
   if (answer.bars && answer.bars.bars.length) {
     box.appendChild(el("h4", {}, "Per step"));
@@ -393,18 +336,18 @@ function renderSource(box, src, answer, colors, labels) {
       box.appendChild(el("p", { class: "at-notes" },
         `one step in ${answer.bars.stride} of ${answer.bars.total_steps} shown (each bar a real step)`));
     }
-    box.appendChild(stepBars(answer.bars.bars, colors, labels));
-    const b = answer.bars;
+    const b = answer.bars, text = answer.bar_text;
+    box.appendChild(stepBars(b.bars, text, colors, labels));
     if (b.bars.length > 1) {
-      box.appendChild(seriesChart(b, colors, b.in_flight, "steps in flight"));
-      if (b.queue_max) box.appendChild(seriesChart(b, colors, b.queue_max, "queue max (ops)"));
+      box.appendChild(seriesChart(b, text, colors, b.in_flight, "steps in flight"));
+      if (b.queue_max) box.appendChild(seriesChart(b, text, colors, b.queue_max, "queue max (ops)"));
     } else {
-      box.appendChild(el("p", { class: "at-meta" }, `run-ahead ${ms(b.run_ahead_ns[0])} ms · ` +
+      box.appendChild(el("p", { class: "at-meta" }, `run-ahead ${text.run_ahead[0]} · ` +
         `in flight ${b.in_flight[0]}` + (b.queue_max ? ` · queue max ${b.queue_max[0]}` : "")));
     }
   }
-  if (Object.keys(r.figures).length) box.appendChild(figuresTable(r));
-  for (const n of syncTable(r)) box.appendChild(n);
+  if (answer.figure_rows.length) box.appendChild(figuresTable(answer.figure_rows));
+  for (const n of syncTable(answer)) box.appendChild(n);
   if (answer.windows.length) box.appendChild(timelineSection(src, answer, colors, labels));
 }
 
@@ -450,8 +393,8 @@ function compareSection(sources) {
           el("div", {}, el("h4", {}, `B: ${c.b.split("/").pop()}`), verdictBox(c.verdict_b, ans.verdict_line_b))),
         el("p", {}, c.verdict_changed ? "the verdict changed" : "the verdict is the same"),
         table(["figure", "unit", "A median", "B median", "delta", "delta %", "p", "change"],
-          c.figures.map((f) => [f.figure, f.unit, fmtValue("", f.a_median), fmtValue("", f.b_median),
-            fmtValue("", f.delta), f.delta_pct === null ? "—" : `${f.delta_pct.toFixed(1)} %`,
+          c.figures.map((f) => [f.figure, f.unit, num(f.a_median), num(f.b_median),
+            num(f.delta), f.delta_pct === null ? "—" : `${f.delta_pct.toFixed(1)} %`,
             f.p_value === null ? "—" : f.p_value.toExponential(2), f.change]), "at-compare-table"),
         ...(c.notes || []).map((n) => el("p", { class: "at-notes" }, n)),
       );

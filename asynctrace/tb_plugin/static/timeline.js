@@ -1,6 +1,8 @@
 // asynctrace: the step timeline, drawn with SVG through DOM calls (no innerHTML, no eval,
 // nothing fetched). Input: a TimelineWindow as /step_window answers it
-// (asynctrace/render/views.py) and the legend of /runs. It draws; it computes no figure.
+// (asynctrace/render/views.py, with the durations its tooltips read as text: host_text,
+// device_text) and the legend of /runs. It draws; it computes no figure and formats no
+// duration.
 //
 // Lanes: host lanes (launch calls, sync stalls, or operators), device lanes (one per stream),
 // queued→executed links (launch call end → activity start), and each stream's queue depth.
@@ -15,6 +17,7 @@ export function svgEl(tag, attrs = {}, text = null) {
   return node;
 }
 
+// an axis tick in ms from the window's start: a place on the drawn scale
 function msLabel(ns) {
   const ms = ns / 1e6;
   const a = Math.abs(ms);
@@ -106,7 +109,8 @@ export function drawTimeline(container, win, colors, opts = {}) {
     return LABEL_W + ((t - view[0]) / (view[1] - view[0])) * plotW;
   }
 
-  function bar(parent, ev, laneId, cls, color) {
+  // `read`: the event's duration as text (win.host_text / win.device_text)
+  function bar(parent, ev, read, laneId, cls, color) {
     const ly = laneY.get(laneId);
     if (ly === undefined) return;
     const x0 = xOf(ev.start_ns);
@@ -116,7 +120,7 @@ export function drawTimeline(container, win, colors, opts = {}) {
       class: cls, x: x0.toFixed(2), y: ly + 2,
       width: Math.max(x1 - x0, 0.6).toFixed(2), height: LANE_H - 4, fill: color,
     });
-    r.appendChild(svgEl("title", {}, `${ev.name} (${ev.kind}): ${msLabel(ev.dur_ns)} ms`));
+    r.appendChild(svgEl("title", {}, `${ev.name} (${ev.kind}): ${read}`));
     parent.appendChild(r);
   }
 
@@ -129,10 +133,10 @@ export function drawTimeline(container, win, colors, opts = {}) {
     content.appendChild(svgEl("rect", {
       class: "at-step-span", x: sx0, y: 0, width: Math.max(sx1 - sx0, 0), height: queueTop - 4,
     }));
-    for (const h of win.host) bar(content, h, h.lane, `host-call at-${h.kind}`, colors[h.kind] || colors.host);
-    for (const a of win.device) {
-      bar(content, a, a.lane, a.in_step ? "activity" : "activity at-other-step", colors.busy);
-    }
+    win.host.forEach((h, i) => bar(content, h, win.host_text[i], h.lane, `host-call at-${h.kind}`, colors[h.kind] || colors.host));
+    win.device.forEach((a, i) => {
+      bar(content, a, win.device_text[i], a.lane, a.in_step ? "activity" : "activity at-other-step", colors.busy);
+    });
     const links = svgEl("g", { class: "at-links" });
     for (const l of win.links) {
       const hy = laneY.get(l.host_lane);
