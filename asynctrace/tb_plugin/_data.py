@@ -10,7 +10,7 @@ windows are :mod:`asynctrace.render.views` of the analysis, a comparison is
 (the diagnosis, the bound, the per-step figures, the sync sites, the bars' and events'
 durations) comes formatted by the views every other output uses
 (:func:`~asynctrace.render.diagnosis.diagnosis_view`, :func:`~asynctrace.render.text.bound_text`,
-:func:`~asynctrace.render.text.figure_rows`, :func:`~asynctrace.render.text.site_rows`,
+:func:`~asynctrace.render.rows.figure_rows`, :func:`~asynctrace.render.text.site_rows`,
 :func:`~asynctrace.records.units.format_ns`): the page lays text out, and draws with the raw
 numbers.
 
@@ -232,7 +232,8 @@ class _Shown(msgspec.Struct, frozen=True, kw_only=True):
 
 def _shown(report: Report, bars: StepBars) -> _Shown:
     from asynctrace.render.diagnosis import diagnosis_view
-    from asynctrace.render.text import bound_scope, bound_text, figure_rows, site_rows
+    from asynctrace.render.rows import bound_scope, figure_rows, shown_bound
+    from asynctrace.render.text import bound_text, site_rows
 
     syncs = report.trace.syncs if report.trace is not None else None
     title = (
@@ -240,11 +241,12 @@ def _shown(report: Report, bars: StepBars) -> _Shown:
         if syncs is None
         else f"Sync sites ({syncs.count} syncs, {format_ns(syncs.total_ns)})"
     )
-    bound = report.bound
+    # shown where every view shows it (not for a synchronous run: no device timeline)
+    bound = shown_bound(report)
     return _Shown(
         diagnosis=diagnosis_view(report.diagnosis),
         bound_lines=[] if bound is None else bound_text(bound, scope=bound_scope(report)),
-        figure_rows=figure_rows(report.figures),
+        figure_rows=[(r.label, r.mean, r.median, r.p90) for r in figure_rows(report.figures)],
         sync_title=title,
         sync_rows=site_rows(report),
         bar_text=bar_text(bars),

@@ -137,7 +137,8 @@ def test_what_the_page_reads_comes_as_the_views_write_it(logdir: Path) -> None:
     formatted by the views every other output uses; the page formats nothing."""
     from asynctrace.records.units import format_ns
     from asynctrace.render.diagnosis import diagnosis_view
-    from asynctrace.render.text import bound_scope, bound_text, figure_rows, site_rows
+    from asynctrace.render.rows import bound_scope, figure_rows, shown_bound
+    from asynctrace.render.text import bound_text, site_rows
 
     data = PluginData(logdir)
     trace = next((logdir / "demo-profiled").glob("*.pt.trace.json.gz"))
@@ -148,8 +149,14 @@ def test_what_the_page_reads_comes_as_the_views_write_it(logdir: Path) -> None:
         report = _analyze(path)
         want = {
             "diagnosis": diagnosis_view(report.diagnosis),
-            "bound_lines": bound_text(report.bound, scope=bound_scope(report)),
-            "figure_rows": figure_rows(report.figures),
+            "bound_lines": (
+                bound_text(bound, scope=bound_scope(report))
+                if (bound := shown_bound(report)) is not None
+                else []
+            ),
+            "figure_rows": [
+                (r.label, r.mean, r.median, r.p90) for r in figure_rows(report.figures)
+            ],
             "sync_rows": site_rows(report),
         }
         assert {k: got[k] for k in want} == json.loads(msgspec.json.encode(want)), rel
