@@ -47,14 +47,24 @@ _LABEL_OF_CAUSE = {
 }
 
 
-def label_of(region_ns: int, busy_ns: int, idle: IdleByCause) -> tuple[str, str]:
-    """(label, leading cause): device-bound below the idle threshold, else the leading cause."""
+def _busy_fills(region_ns: int, busy_ns: int) -> bool:
+    """Idle below the device-bound threshold: what is busy sets the pace."""
+    return region_ns > 0 and region_ns - busy_ns < DEVICE_BOUND_IDLE_FRACTION * region_ns
+
+
+def label_of(
+    region_ns: int, busy_ns: int, idle: IdleByCause, *, asynchronous: bool = True
+) -> tuple[str, str]:
+    """(label, leading cause): device-bound below the idle threshold, else the leading cause.
+    On a synchronous device (``asynchronous`` False: the CPU backend, whose "busy" is the
+    host's own compute) never device-bound: below the threshold the host's compute sets the
+    pace, host-bound."""
     by = idle.as_dict()
     leading = max(CAUSES, key=lambda c: (by[c], -CAUSES.index(c)))
     if region_ns <= 0:
         return "undetermined", leading
-    if region_ns - busy_ns < DEVICE_BOUND_IDLE_FRACTION * region_ns:
-        return "device-bound", leading
+    if _busy_fills(region_ns, busy_ns):
+        return ("device-bound" if asynchronous else "host-bound"), leading
     return _LABEL_OF_CAUSE[leading], leading
 
 
@@ -92,7 +102,8 @@ def step_bound(
 
 def run_bound(whole: StepBound, *, asynchronous: bool, clocks_disagree: bool = False) -> Bound:
     """A run's bound (of a trace or of a session's records): its whole region's, taken as one
-    share, with advice."""
+    share, with advice (on a synchronous device whose host compute fills the region, the
+    advice about that compute)."""
     run = Bound(
         label=whole.label,
         region_ns=whole.region_ns,
@@ -101,9 +112,13 @@ def run_bound(whole: StepBound, *, asynchronous: bool, clocks_disagree: bool = F
         idle_ns_by_cause=whole.idle_ns_by_cause,
         evidence=whole.evidence,
     )
+    computes = not asynchronous and _busy_fills(run.region_ns, run.busy_ns)
     return msgspec.structs.replace(
         run,
         advice=advice_for(
-            run.label, run, asynchronous=asynchronous, clocks_disagree=clocks_disagree
+            "device-bound" if computes else run.label,
+            run,
+            asynchronous=asynchronous,
+            clocks_disagree=clocks_disagree,
         ),
     )
