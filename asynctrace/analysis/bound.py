@@ -623,10 +623,9 @@ class _SyncIdle(msgspec.Struct, frozen=True, eq=False):
 
     #: the sync idle: the gaps that begin while the host is in a sync
     opened: Cover
-    #: the idle known to be the device's waiting, for the host or for other work (host, input
-    #: and dependency idle): a sync's wait in it costs; unattributed idle is not known to be
-    other: Cover
-    #: the syncs' waits (every call, as one cover) inside ``other``
+    #: the syncs' waits (every call, as one cover) inside the idle known to be the device's
+    #: waiting, for the host or for other work (host, input and dependency idle); not inside
+    #: unattributed idle, which is not known to be
     waited: Cover
 
 
@@ -638,25 +637,29 @@ def _call_spans(syncs: SyncSummary) -> tuple[I64, I64]:
     return start, start + dur
 
 
-def _waits_in(other: Cover, waits: Cover) -> Cover:
-    """The part of ``waits`` inside ``other`` (only the pieces of ``other`` a wait overlaps
-    are intersected: a run has far fewer syncs than gaps)."""
-    if not len(waits) or not len(other):
+def _overlap(a: Cover, b_s: I64, b_e: I64) -> Cover:
+    """The part of the sorted, disjoint ``[b_s, b_e)`` inside ``a``: each of ``a``'s
+    intervals clipped to each of those it overlaps (binary searches from the side of ``a``,
+    the fewer: the syncs, whose waits can span many gaps)."""
+    if not len(a) or not len(b_s):
         return Cover.of([], [])
-    hit = waits.between(other.start_ns, other.end_ns) > 0
-    return Cover._from_disjoint(other.start_ns[hit], other.end_ns[hit]).intersect(waits)
+    first = np.searchsorted(b_e, a.start_ns, side="right")
+    n = np.maximum(np.searchsorted(b_s, a.end_ns, side="left") - first, 0)
+    i = np.repeat(np.arange(len(a)), n)
+    # the intervals of b over each of a's: first, first + 1, ... (n of them)
+    j = np.repeat(first - np.cumsum(n) + n, n) + np.arange(len(i))
+    s, e = np.maximum(a.start_ns[i], b_s[j]), np.minimum(a.end_ns[i], b_e[j])
+    return Cover.of(s, e)  # sorted already; touching pieces join
 
 
 def _sync_idle(causes: _Causes, calls: tuple[I64, I64]) -> _SyncIdle:
-    """The sync idle, the idle a sync's wait costs in, and the syncs' waits inside it."""
+    """The sync idle, and the syncs' waits inside the idle a wait costs in."""
     bc = causes.by_class
     sync = bc.cls == _SYNC
-    known = np.isin(bc.cls, (_H_SHORT, _H_LONG, _INPUT, _DEP))
-    other = Cover._from_disjoint(bc.start_ns[known], bc.end_ns[known])
+    known = (bc.cls != _SYNC) & (bc.cls != _UNATTR)
     return _SyncIdle(
         opened=Cover._from_disjoint(bc.start_ns[sync], bc.end_ns[sync]),
-        other=other,
-        waited=_waits_in(other, Cover.of(*calls)),
+        waited=_overlap(Cover.of(*calls), bc.start_ns[known], bc.end_ns[known]),
     )
 
 
@@ -939,9 +942,8 @@ def _sync_costs(
     for (site, op), i in keys.items():
         mine = sg[opener == i]
         opened = Cover._from_disjoint(g0[mine], g1[mine])
-        mine_c = c_key == i
-        waited = idle.waited.intersect(Cover.of(c_start[mine_c], c_end[mine_c]))
-        cost = int(_sync_cost(opened, waited, lo_a, hi_a)[0])
+        calls_i = Cover.of(c_start[c_key == i], c_end[c_key == i])
+        waited = _overlap(calls_i, idle.waited.start_ns, idle.waited.end_ns)
         out.append(
             SyncCost(
                 site=site,
@@ -949,7 +951,7 @@ def _sync_costs(
                 count=int(count[i]),
                 wait_ns=int(wait[i]),
                 idle_ns=opened.total_ns,
-                cost_ns=cost,
+                cost_ns=int(_sync_cost(opened, waited, lo_a, hi_a)[0]),
                 kind="blocking-copy" if (site, op) in copies else "sync",
             )
         )

@@ -177,13 +177,8 @@ def _record_bounds(c: _RecordsColumns, *, asynchronous: bool) -> list[StepBound]
     """Each step record's label and figures, from its columns."""
     idle_total = c.host + c.sync + c.input
     busy = c.wall - idle_total
-    # label_of, over the columns: the leading cause (most idle; ties to the earlier cause),
-    # device-bound below the idle threshold, undetermined without a wall time
     by = np.stack([c.host, c.sync, c.input])  # host, sync, input: the causes a record has
-    lead = np.argmax(by, axis=0)
-    dev_bound = (c.wall - busy) < rule.DEVICE_BOUND_IDLE_FRACTION * c.wall.astype(np.float64)
-    # index in LABELS: device (host on a synchronous device), host, sync, input
-    labels = np.where(c.wall <= 0, 5, np.where(dev_bound, 0 if asynchronous else 1, lead + 1))
+    labels, lead = rule.labels_of(c.wall, busy, by, asynchronous=asynchronous)
     # what busy and each cause are of the wall time, as the rule rounds them (Python's round)
     columns = (
         c.start.tolist(),
