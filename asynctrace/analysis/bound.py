@@ -663,13 +663,13 @@ def _sync_idle(causes: _Causes, calls: tuple[I64, I64]) -> _SyncIdle:
     )
 
 
-def _sync_cost(opened: Cover, waited: Cover, lo: I64, hi: I64) -> I64:
-    """What syncs cost in each ``[lo, hi)`` (a step's share, the run's region, a site's calls
-    over the region): the sync idle they open, ``opened``, plus their wait inside the idle
-    the device is known to spend waiting, ``waited`` (docs/how-it-works.md, "What a sync
-    costs"). Never above the idle of ``[lo, hi)``, and additive: shares that tile the region
-    cost what the region costs."""
-    return opened.between(lo, hi) + waited.between(lo, hi)
+def _sync_cost(opened_ns: I64, waited: Cover, lo: I64, hi: I64) -> I64:
+    """What syncs cost over each stretch ``[lo, hi)`` (docs/how-it-works.md, "What a sync
+    costs"): ``opened_ns``, the sync idle they opened (a share's: the sync idle in it; a site's
+    calls': the sync gaps that began inside one), plus their wait inside the idle the device is
+    known to spend waiting, ``waited`` (:class:`_SyncIdle`), in the stretch. A share's is never
+    above its idle, and shares that tile the region cost what the region costs."""
+    return opened_ns + waited.between(lo, hi)
 
 
 class _Parts(msgspec.Struct, frozen=True, eq=False):
@@ -706,7 +706,9 @@ def _shares(
         blocked=parts.host.blocked.between(w_start, w_end),
         sync_wait=parts.host.sync.between(w_start, w_end) if sync_wait is None else sync_wait,
         sync_span=(w_end - w_start).tolist(),
-        sync_cost=_sync_cost(parts.sync_idle.opened, parts.sync_idle.waited, lo, hi),
+        sync_cost=_sync_cost(
+            parts.sync_idle.opened.between(lo, hi), parts.sync_idle.waited, lo, hi
+        ),
         data_wait=parts.host.data.between(w_start, w_end),
         gap_share=gap_share,
     )
@@ -916,7 +918,8 @@ def _sync_costs(
     copies = {(c.site, c.op) for c in calls if c.kind == "blocking-copy"}
     g0, g1, cls = gaps
     sg = np.flatnonzero(cls == _SYNC)
-    opener = np.full(len(sg), -1, np.intp)
+    # the sync idle each call opened
+    opened = np.zeros(len(calls), np.int64)
     if len(sg):
         # calls that start together in the order of their end and (site, op), not of the rows
         rank = np.empty(len(keys), np.intp)
@@ -931,30 +934,40 @@ def _sync_costs(
         jj = np.maximum(j, 0)
         pick = np.where(ce[jj] > g0[sg], jj, far[jj])
         got = (j >= 0) & (ce[pick] > g0[sg])
-        opener[got] = c_key[order[pick[got]]]
+        np.add.at(opened, order[pick[got]], (g1 - g0)[sg][got])
     # integer sums: float weights would overflow (and warn) on a hostile file's durations
     w_s, w_e = np.maximum(c_start, lo), np.minimum(c_end, hi)
     wait = np.zeros(len(keys), np.int64)
-    np.add.at(wait, c_key, np.maximum(w_e - w_s, 0))
+    np.add.at(wait, c_key, w_e - w_s)
+    idle_ns = np.zeros(len(keys), np.int64)
+    np.add.at(idle_ns, c_key, opened)
+    cost = np.zeros(len(keys), np.int64)
+    np.add.at(cost, c_key, _sync_cost(opened, idle.waited, w_s, w_e))
+    # calls of one (site, op) that overlap (on two threads) wait together: that wait costs
+    # once, measured over their union
+    srt = np.lexsort((w_s, c_key))
+    k_s, s_s, e_s = c_key[srt], w_s[srt], w_e[srt]
+    twice = (k_s[1:] == k_s[:-1]) & (s_s[1:] < e_s[:-1])
+    for i in sorted_unique(k_s[1:][twice]).tolist():
+        mine = c_key == i
+        u = Cover.of(w_s[mine], w_e[mine])
+        # each call's opened idle to the stretch of the union that holds it
+        held = np.zeros(len(u), np.int64)
+        np.add.at(held, np.maximum(u.index_at(w_s[mine]), 0), opened[mine])
+        cost[i] = int(_sync_cost(held, idle.waited, u.start_ns, u.end_ns).sum())
     count = np.bincount(c_key, minlength=len(keys))
-    lo_a, hi_a = np.array([lo], np.int64), np.array([hi], np.int64)
-    out = []
-    for (site, op), i in keys.items():
-        mine = sg[opener == i]
-        opened = Cover._from_disjoint(g0[mine], g1[mine])
-        calls_i = Cover.of(c_start[c_key == i], c_end[c_key == i])
-        waited = _overlap(calls_i, idle.waited.start_ns, idle.waited.end_ns)
-        out.append(
-            SyncCost(
-                site=site,
-                op=op,
-                count=int(count[i]),
-                wait_ns=int(wait[i]),
-                idle_ns=opened.total_ns,
-                cost_ns=int(_sync_cost(opened, waited, lo_a, hi_a)[0]),
-                kind="blocking-copy" if (site, op) in copies else "sync",
-            )
+    out = [
+        SyncCost(
+            site=site,
+            op=op,
+            count=int(count[i]),
+            wait_ns=int(wait[i]),
+            idle_ns=int(idle_ns[i]),
+            cost_ns=int(cost[i]),
+            kind="blocking-copy" if (site, op) in copies else "sync",
         )
+        for (site, op), i in keys.items()
+    ]
     out.sort(key=lambda c: (-c.cost_ns, -c.count, c.site, c.op))
     return out[:10]
 

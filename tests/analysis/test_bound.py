@@ -510,6 +510,24 @@ def test_records_one_long_sync_per_step_is_sync_bound() -> None:
     assert ".item()" in rb.run.advice[0]
 
 
+def test_a_sites_overlapping_calls_cost_their_common_wait_once() -> None:
+    # b, queued at 20, waits on a: dependency idle [100, 300); two threads wait in a sync at
+    # the same line meanwhile, [150, 250) and [200, 280): 130 µs of that idle, not 180
+    b = TraceBuilder("threads.json")
+    b.range("ProfilerStep#0", 0, 1000 * US, kind=RangeKind.STEP, step=0)
+    b.runtime("cudaLaunchKernel", 0, 10 * US, kind=LAUNCH, correlation=1)
+    b.activity("a", 10 * US, 90 * US, correlation=1)
+    b.runtime("cudaLaunchKernel", 20 * US, 10 * US, kind=LAUNCH, correlation=2)
+    b.activity("b", 300 * US, 100 * US, correlation=2)
+    b.runtime("cudaStreamSynchronize", 150 * US, 100 * US, kind=RuntimeKind.SYNC, tid=1)
+    b.runtime("cudaStreamSynchronize", 200 * US, 80 * US, kind=RuntimeKind.SYNC, tid=2)
+    r = analyze(b.build(device_name="Fake GPU"))
+    assert r.bound is not None
+    (site,) = r.bound.evidence.sync_sites
+    assert (site.count, site.wait_ns, site.idle_ns, site.cost_ns) == (2, 180 * US, 0, 130 * US)
+    assert r.bound.evidence.sync_cost_pct == 13.0
+
+
 def test_records_on_cpu_are_never_device_bound() -> None:
     # the host computes 95% of each step itself: the host's compute sets the pace
     steps = [
