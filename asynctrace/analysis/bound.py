@@ -76,6 +76,7 @@ from asynctrace.analysis._bound_rule import (
     run_bound,
     step_bound,
 )
+from asynctrace.analysis.defaults import DEFAULT_QUEUE_CAP
 from asynctrace.analysis.kernels import (
     DeviceTime,
     device_times,
@@ -154,8 +155,9 @@ class TraceBound(msgspec.Struct, frozen=True, kw_only=True):
     run: Bound
     steps: list[StepBound]
     warnings: list[ReportWarning]
-    #: sync cost (idle opened + wait) / region
-    sync_cost_fraction: float
+    #: what the syncs cost over the run's region (:func:`_sync_cost`; its evidence's
+    #: ``sync_cost_pct``)
+    sync_cost_ns: int = 0
     #: the clocks disagree: delay and run-ahead verdicts are withheld
     clocks_disagree: bool = False
     #: the gaps themselves (not in the report's JSON)
@@ -609,9 +611,65 @@ class _Shares(msgspec.Struct, frozen=True, eq=False):
     sync_wait: I64
     #: what the sync wait is a share of: the window's length
     sync_span: list[int]
+    #: what the syncs cost in the share (:func:`_sync_cost`)
+    sync_cost: I64
     data_wait: I64
     #: each gap's share (index)
     gap_share: npt.NDArray[np.intp]
+
+
+class _SyncIdle(msgspec.Struct, frozen=True, eq=False):
+    """The idle that prices the syncs (docs/how-it-works.md, "What a sync costs")."""
+
+    #: the sync idle: the gaps that begin while the host is in a sync
+    opened: Cover
+    #: the syncs' waits (every call, as one cover) inside the idle known to be the device's
+    #: waiting, for the host or for other work (host, input and dependency idle); not inside
+    #: unattributed idle, which is not known to be
+    waited: Cover
+
+
+def _call_spans(syncs: SyncSummary) -> tuple[I64, I64]:
+    """Each sync call's [start, end), in the order of ``syncs.calls``."""
+    calls = syncs.calls
+    start = np.fromiter((c.start_ns for c in calls), np.int64, len(calls))
+    dur = np.fromiter((c.dur_ns for c in calls), np.int64, len(calls))
+    return start, start + dur
+
+
+def _overlap(a: Cover, b_s: I64, b_e: I64) -> Cover:
+    """The part of the sorted, disjoint ``[b_s, b_e)`` inside ``a``: each of ``a``'s
+    intervals clipped to each of those it overlaps (binary searches from the side of ``a``,
+    the fewer: the syncs, whose waits can span many gaps)."""
+    if not len(a) or not len(b_s):
+        return Cover.of([], [])
+    first = np.searchsorted(b_e, a.start_ns, side="right")
+    n = np.maximum(np.searchsorted(b_s, a.end_ns, side="left") - first, 0)
+    i = np.repeat(np.arange(len(a)), n)
+    # the intervals of b over each of a's: first, first + 1, ... (n of them)
+    j = np.repeat(first - np.cumsum(n) + n, n) + np.arange(len(i))
+    s, e = np.maximum(a.start_ns[i], b_s[j]), np.minimum(a.end_ns[i], b_e[j])
+    return Cover.of(s, e)  # sorted already; touching pieces join
+
+
+def _sync_idle(causes: _Causes, calls: tuple[I64, I64]) -> _SyncIdle:
+    """The sync idle, and the syncs' waits inside the idle a wait costs in."""
+    bc = causes.by_class
+    sync = bc.cls == _SYNC
+    known = (bc.cls != _SYNC) & (bc.cls != _UNATTR)
+    return _SyncIdle(
+        opened=Cover._from_disjoint(bc.start_ns[sync], bc.end_ns[sync]),
+        waited=_overlap(Cover.of(*calls), bc.start_ns[known], bc.end_ns[known]),
+    )
+
+
+def _sync_cost(opened_ns: I64, waited: Cover, lo: I64, hi: I64) -> I64:
+    """What syncs cost over each stretch ``[lo, hi)`` (docs/how-it-works.md, "What a sync
+    costs"): ``opened_ns``, the sync idle they opened (a share's: the sync idle in it; a site's
+    calls': the sync gaps that began inside one), plus their wait inside the idle the device is
+    known to spend waiting, ``waited`` (:class:`_SyncIdle`), in the stretch. A share's is never
+    above its idle, and shares that tile the region cost what the region costs."""
+    return opened_ns + waited.between(lo, hi)
 
 
 class _Parts(msgspec.Struct, frozen=True, eq=False):
@@ -620,6 +678,7 @@ class _Parts(msgspec.Struct, frozen=True, eq=False):
     busy: Cover
     causes: _Causes
     host: _HostWaits
+    sync_idle: _SyncIdle
 
 
 def _shares(
@@ -631,9 +690,11 @@ def _shares(
     sync_wait: I64 | None = None,
 ) -> _Shares:
     """The figures of the shares ``[lo, hi)`` of the timeline, whose host windows are
-    ``window`` (their sync wait: ``sync_wait`` where given); ``gap_share``: each gap's share."""
+    ``window`` (their sync wait: ``sync_wait`` where given); ``gap_share``: each gap's share,
+    -1 for a gap outside every share (the gap counts are of the gaps in the share)."""
     w_start, w_end = window
-    cls, n = parts.causes.cls, len(lo)
+    n = len(lo)
+    cls = np.where(gap_share >= 0, parts.causes.cls, -1)
     return _Shares(
         start=lo.tolist(),
         end=hi.tolist(),
@@ -645,6 +706,9 @@ def _shares(
         blocked=parts.host.blocked.between(w_start, w_end),
         sync_wait=parts.host.sync.between(w_start, w_end) if sync_wait is None else sync_wait,
         sync_span=(w_end - w_start).tolist(),
+        sync_cost=_sync_cost(
+            parts.sync_idle.opened.between(lo, hi), parts.sync_idle.waited, lo, hi
+        ),
         data_wait=parts.host.data.between(w_start, w_end),
         gap_share=gap_share,
     )
@@ -680,7 +744,9 @@ def _region_share(
     start = steps.start[first_step] if steps is not None and first_step else tl.r0
     lo, hi = np.array([start], np.int64), np.array([tl.r1], np.int64)
     wait = np.array([steps.sync_wait[first_step:].sum()], np.int64) if steps is not None else None
-    whole = _shares(parts, lo, hi, (lo, hi), np.zeros(len(tl.g0), np.intp), wait)
+    # the gaps with idle in the region: those its idle figures (and the run's lists) measure
+    in_region = np.where(tl.g1 > start, 0, -1).astype(np.intp)
+    whole = _shares(parts, lo, hi, (lo, hi), in_region, wait)
     # its length as _Timeline has it (a Python int, never below 0)
     region = tl.region if start == tl.r0 else max(tl.r1 - start, 0)
     return msgspec.structs.replace(whole, region=[region], sync_span=[region])
@@ -703,7 +769,7 @@ def _share_bound(sh: _Shares, k: int) -> StepBound:
         blocked_at_cap_ns=int(sh.blocked[k]),
         sync_wait_ns=wait,
         sync_wait_pct=pct(wait, sh.sync_span[k]),
-        sync_cost_pct=pct(wait + int(sh.cls[_SYNC, k]), region),
+        sync_cost_pct=pct(int(sh.sync_cost[k]), region),
         data_wait_ns=int(sh.data_wait[k]),
     )
     return step_bound(label, sh.start[k], sh.end[k], region, busy, idle, evidence)
@@ -712,7 +778,7 @@ def _share_bound(sh: _Shares, k: int) -> StepBound:
 def _trace_run(
     trace: Trace,
     tl: _Timeline,
-    causes: _Causes,
+    parts: _Parts,
     whole: _Shares,
     syncs: SyncSummary,
     group_keys: Sequence[str],
@@ -724,6 +790,7 @@ def _trace_run(
     """The run's bound: the region's (its share ``whole``: the steady state), with the run's
     lists (host frames, sync sites, the top of ``kernels``, waits) and advice."""
     share = _share_bound(whole, 0)
+    causes = parts.causes
     lo = whole.start[0]
     steady = tl.g1 > lo
     g0, g1, cls = np.maximum(tl.g0[steady], lo), tl.g1[steady], causes.cls[steady]
@@ -740,7 +807,7 @@ def _trace_run(
         share.evidence,
         host_frames=frames,
         host_explained_pct=explained,
-        sync_sites=_sync_costs(syncs, g0, g1, cls),
+        sync_sites=_sync_costs(syncs, parts.sync_idle, (g0, g1, cls), (lo, tl.r1)),
         top_kernels=_top_kernels(kernels),
         waited_on=_waited_on(trace, g0, g1, cls, tl.ender[steady], group_keys, group_of),
         notes=notes,
@@ -772,7 +839,7 @@ def bound_of_trace(
     *,
     syncs: SyncSummary,
     queues: Mapping[str, tuple[QueueSeries, QueueSeries]] | None = None,
-    cap: int = 1022,
+    cap: int = DEFAULT_QUEUE_CAP,
     step_sync_wait_ns: Sequence[int] = (),
     group_keys: Sequence[str] = (),
     group_of: npt.NDArray[np.intp] | None = None,
@@ -793,7 +860,9 @@ def bound_of_trace(
     host = _host_waits(trace, queues, cap)
     checks = _checks(trace, links, tl, host, clock)
     causes = _gap_causes(links, tl, host, checks)
-    parts = _Parts(busy=tl.busy, causes=causes, host=host)
+    parts = _Parts(
+        busy=tl.busy, causes=causes, host=host, sync_idle=_sync_idle(causes, _call_spans(syncs))
+    )
     per = (
         _step_shares(trace, links, tl, parts, windows, step_sync_wait_ns, one_clock=clock is None)
         if windows
@@ -807,13 +876,11 @@ def bound_of_trace(
     elif left_out:
         notes.append(f"warm-up: the first {left_out} step(s) are left out of the run's figures")
     whole = _region_share(tl, parts, per, left_out)
-    # what syncs cost: their wait plus the sync idle they opened
-    cost = int(whole.sync_wait[0]) + int(whole.cls[_SYNC, 0])
     # one definition of time per name, over the run's region: the report's table, whose busy
     # times add up to the run's busy time, and the top kernels of its evidence
     kernels = device_times(trace, start_ns=whole.start[0], end_ns=whole.end[0])
     run = _trace_run(
-        trace, tl, causes, whole, syncs, group_keys, group_of, kernels=kernels, clock=clock
+        trace, tl, parts, whole, syncs, group_keys, group_of, kernels=kernels, clock=clock
     )
     if notes:
         ev = msgspec.structs.replace(run.evidence, notes=[*run.evidence.notes, *notes])
@@ -822,26 +889,37 @@ def bound_of_trace(
         run=run,
         steps=[_share_bound(per, k) for k in range(len(windows))] if per is not None else [],
         warnings=checks.warnings,
-        sync_cost_fraction=cost / whole.region[0] if whole.region[0] > 0 else 0.0,
+        sync_cost_ns=int(whole.sync_cost[0]),
         clocks_disagree=checks.clocks_disagree,
         gaps=_idle_gaps(tl, causes, per),
         kernels=kernels,
     )
 
 
-def _sync_costs(syncs: SyncSummary, g0: I64, g1: I64, cls: I64) -> list[SyncCost]:
-    """Per (site, op): calls, wait, the sync idle opened while the host was in one of them."""
-    calls = syncs.calls
+def _sync_costs(
+    syncs: SyncSummary,
+    idle: _SyncIdle,
+    gaps: tuple[I64, I64, I64],
+    region: tuple[int, int],
+) -> list[SyncCost]:
+    """Per (site, op), over the run's region ``[lo, hi)``: its calls there (those that overlap
+    it), their wait there, the sync idle opened while the host was in one of them (``gaps``:
+    the region's gaps, their start clipped to it) and what they cost (:func:`_sync_cost`)."""
+    lo, hi = region
+    c_start, c_end = _call_spans(syncs)
+    inside = (c_start < hi) & (np.maximum(c_end, c_start + 1) > lo)
+    calls = [c for c, x in zip(syncs.calls, inside.tolist(), strict=True) if x]
     if not calls:
         return []
-    c_start = np.array([c.start_ns for c in calls], np.int64)
-    c_end = c_start + np.array([c.dur_ns for c in calls], np.int64)
+    c_start, c_end = c_start[inside], c_end[inside]
     keys: dict[tuple[str, str], int] = {}
     c_key = np.array([keys.setdefault((c.site, c.op), len(keys)) for c in calls], np.intp)
     # a blocking copy where any call of the (site, op) is one (one op is one kind in practice)
     copies = {(c.site, c.op) for c in calls if c.kind == "blocking-copy"}
-    opened = np.zeros(len(keys), np.int64)
+    g0, g1, cls = gaps
     sg = np.flatnonzero(cls == _SYNC)
+    # the sync idle each call opened
+    opened = np.zeros(len(calls), np.int64)
     if len(sg):
         # calls that start together in the order of their end and (site, op), not of the rows
         rank = np.empty(len(keys), np.intp)
@@ -856,10 +934,27 @@ def _sync_costs(syncs: SyncSummary, g0: I64, g1: I64, cls: I64) -> list[SyncCost
         jj = np.maximum(j, 0)
         pick = np.where(ce[jj] > g0[sg], jj, far[jj])
         got = (j >= 0) & (ce[pick] > g0[sg])
-        np.add.at(opened, c_key[order[pick[got]]], (g1 - g0)[sg][got])
+        np.add.at(opened, order[pick[got]], (g1 - g0)[sg][got])
     # integer sums: float weights would overflow (and warn) on a hostile file's durations
+    w_s, w_e = np.maximum(c_start, lo), np.minimum(c_end, hi)
     wait = np.zeros(len(keys), np.int64)
-    np.add.at(wait, c_key, c_end - c_start)
+    np.add.at(wait, c_key, w_e - w_s)
+    idle_ns = np.zeros(len(keys), np.int64)
+    np.add.at(idle_ns, c_key, opened)
+    cost = np.zeros(len(keys), np.int64)
+    np.add.at(cost, c_key, _sync_cost(opened, idle.waited, w_s, w_e))
+    # calls of one (site, op) that overlap (on two threads) wait together: that wait costs
+    # once, measured over their union
+    srt = np.lexsort((w_s, c_key))
+    k_s, s_s, e_s = c_key[srt], w_s[srt], w_e[srt]
+    twice = (k_s[1:] == k_s[:-1]) & (s_s[1:] < e_s[:-1])
+    for i in sorted_unique(k_s[1:][twice]).tolist():
+        mine = c_key == i
+        u = Cover.of(w_s[mine], w_e[mine])
+        # each call's opened idle to the stretch of the union that holds it
+        held = np.zeros(len(u), np.int64)
+        np.add.at(held, np.maximum(u.index_at(w_s[mine]), 0), opened[mine])
+        cost[i] = int(_sync_cost(held, idle.waited, u.start_ns, u.end_ns).sum())
     count = np.bincount(c_key, minlength=len(keys))
     out = [
         SyncCost(
@@ -867,8 +962,8 @@ def _sync_costs(syncs: SyncSummary, g0: I64, g1: I64, cls: I64) -> list[SyncCost
             op=op,
             count=int(count[i]),
             wait_ns=int(wait[i]),
-            idle_ns=int(opened[i]),
-            cost_ns=int(wait[i]) + int(opened[i]),
+            idle_ns=int(idle_ns[i]),
+            cost_ns=int(cost[i]),
             kind="blocking-copy" if (site, op) in copies else "sync",
         )
         for (site, op), i in keys.items()

@@ -157,7 +157,8 @@ def _estimated_evidence(
     notes: list[str] | None = None,
 ) -> BoundEvidence:
     """The evidence a session's step records give (a step's or the run's): no timeline, so
-    the sync cost is the host's wait."""
+    the sync cost is the estimated sync idle (``idle.sync``), as the verdict and the diagnosis
+    price syncs (:func:`asynctrace.analysis.diagnosis.sync_cost_fraction`)."""
     return BoundEvidence(
         busy_pct=rule.pct(busy_ns, region),
         idle_pct_by_cause=rule.pcts(idle, region),
@@ -165,25 +166,19 @@ def _estimated_evidence(
         host_work_ns=idle.host,
         sync_wait_ns=sync_wait_ns,
         sync_wait_pct=rule.pct(sync_wait_ns, region),
-        sync_cost_pct=rule.pct(sync_wait_ns, region),
+        sync_cost_pct=rule.pct(idle.sync, region),
         data_wait_ns=data_wait_ns,
         estimated=True,
         notes=notes if notes is not None else [],
     )
 
 
-def _record_bounds(c: _RecordsColumns) -> list[StepBound]:
+def _record_bounds(c: _RecordsColumns, *, asynchronous: bool) -> list[StepBound]:
     """Each step record's label and figures, from its columns."""
     idle_total = c.host + c.sync + c.input
     busy = c.wall - idle_total
-    # label_of, over the columns: the leading cause (most idle; ties to the earlier cause),
-    # device-bound below the idle threshold, undetermined without a wall time
     by = np.stack([c.host, c.sync, c.input])  # host, sync, input: the causes a record has
-    lead = np.argmax(by, axis=0)
-    dev_bound = (c.wall - busy) < rule.DEVICE_BOUND_IDLE_FRACTION * c.wall.astype(np.float64)
-    labels = np.where(
-        c.wall <= 0, 5, np.where(dev_bound, 0, lead + 1)
-    )  # index in LABELS: device, host, sync, input
+    labels, lead = rule.labels_of(c.wall, busy, by, asynchronous=asynchronous)
     # what busy and each cause are of the wall time, as the rule rounds them (Python's round)
     columns = (
         c.start.tolist(),
@@ -213,7 +208,7 @@ def _record_bounds(c: _RecordsColumns) -> list[StepBound]:
             host_work_ns=h,
             sync_wait_ns=sw,
             sync_wait_pct=rule.pct(sw, wall),
-            sync_cost_pct=rule.pct(sw, wall),
+            sync_cost_pct=rule.pct(sy, wall),
             data_wait_ns=dw,
             estimated=True,
         )
@@ -246,7 +241,7 @@ def _sum_records(
         _exact_sum(c.sync_wait),
         _exact_sum(c.data_wait),
     )
-    return sums, _record_bounds(c) if per_step else []
+    return sums, _record_bounds(c, asynchronous=asynchronous) if per_step else []
 
 
 def _records_run(sums: _RecordsSums, *, asynchronous: bool) -> Bound:
@@ -254,7 +249,7 @@ def _records_run(sums: _RecordsSums, *, asynchronous: bool) -> Bound:
     t = sums.idle
     region, busy_ns = _int64(sums.region), _int64(sums.region - t.total())
     idle = IdleByCause(host=_int64(t.host), sync=_int64(t.sync), input=_int64(t.input))
-    label, lead = rule.label_of(region, busy_ns, idle)
+    label, lead = rule.label_of(region, busy_ns, idle, asynchronous=asynchronous)
     notes = [
         "estimated from per-step totals (a live session has no per-gap timeline): "
         f"the device was behind the host in {sums.behind} of {sums.steps} step(s)"

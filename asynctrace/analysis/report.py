@@ -30,7 +30,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from asynctrace.analysis._bound_model import CAUSES, StepBound, WarmUp
+from asynctrace.analysis._bound_model import StepBound, WarmUp
 from asynctrace.analysis._trust import check_trust
 from asynctrace.analysis.accumulate import FigureStats, StepAccumulator
 from asynctrace.analysis.bound import (
@@ -74,7 +74,6 @@ from asynctrace.analysis.steps import (
     without_clock_figures,
 )
 from asynctrace.analysis.syncs import SyncCall, SyncSummary, find_syncs
-from asynctrace.analysis.timeline import Cover
 from asynctrace.analysis.verdict import judge_steps, verdict_line
 from asynctrace.analysis.warmup import find_warmup
 from asynctrace.errors import TraceFormatError
@@ -346,7 +345,7 @@ class _Version(msgspec.Struct):
 def report_diagnosis(report: Report, sync_cost_ns: int | None = None) -> list[Finding]:
     """:func:`~asynctrace.analysis.diagnosis.diagnose` of a report's own figures: what
     ``Report.diagnosis`` holds (pure). ``sync_cost_ns``: what the syncs cost, where the
-    timeline gave it (:func:`_sync_cost_ns`); else the bound's sync idle."""
+    timeline gave it (``TraceBound.sync_cost_ns``); else the bound's sync idle."""
     t = report.trace
     # a session's summary holds only its recent steps; the diagnosis counts them all
     steps = report.source.events if report.source.session is not None else len(report.steps)
@@ -524,8 +523,8 @@ def _trace_analysis(
     # the figures that compare the host's clock with the device's are left out where those
     # clocks disagree (docs/how-it-works.md, the clock rule)
     cross = tb.clocks_disagree
-    sync_cost = _sync_cost_ns(tb.gaps, syncs)
-    run = _priced_run(trust.bound(tb.run), sync_cost)
+    sync_cost = tb.sync_cost_ns
+    run = trust.bound(tb.run)
     v = judge_steps(
         split.steps,
         asynchronous=has_device,
@@ -573,17 +572,6 @@ def _source_info(trace: Trace, *, asynchronous: bool) -> SourceInfo:
         world_size=trace.world_size,
         events=trace.n_events,
         skipped=dict(trace.skipped),
-    )
-
-
-def _priced_run(run: Bound, sync_cost: int | None) -> Bound:
-    """The run's bound, its evidence stating the syncs' cost by the one definition the
-    verdict and the diagnosis rank them by (where a timeline measured it)."""
-    if sync_cost is None:
-        return run
-    pct = round(100 * sync_cost_fraction(run, sync_cost), 2)
-    return msgspec.structs.replace(
-        run, evidence=msgspec.structs.replace(run.evidence, sync_cost_pct=pct)
     )
 
 
@@ -657,29 +645,6 @@ def _without_delays(trace: Trace, links: LaunchLinks) -> LaunchStats:
     return msgspec.structs.replace(
         stats, queue_delay_ns=Percentiles(), launch_to_start_ns=Percentiles()
     )
-
-
-def _sync_cost_ns(gaps: IdleGaps | None, syncs: SyncSummary) -> int | None:
-    """What a trace's syncs cost (docs/how-it-works.md#diagnosis): the device idle they open
-    (the sync gaps) plus the host's wait in them not overlapped by device work (the wait inside
-    the host, input and dependency gaps: a host held in a pageable copy while queued work
-    waits is the blocking copy's cost too — the driver stages such a copy through the host);
-    a wait the device is busy through costs nothing, and so does one in unattributed idle,
-    where the device's activity is not known (graph replays or another process's work not
-    traced). None without the gaps."""
-    if gaps is None:
-        return None
-    sync = gaps.cause == CAUSES.index("sync")
-    opened = int((gaps.end_ns[sync] - gaps.start_ns[sync]).sum())
-    calls = syncs.calls
-    idle = ~sync & (gaps.cause != CAUSES.index("unattributed"))
-    if not calls or not idle.any():
-        return opened
-    start = np.fromiter((c.start_ns for c in calls), np.int64, len(calls))
-    dur = np.fromiter((c.dur_ns for c in calls), np.int64, len(calls))
-    other = Cover.of(gaps.start_ns[idle], gaps.end_ns[idle])
-    waits = Cover.of(start, start + dur)  # disjoint: no wait counted twice
-    return opened + int(other.between(waits.start_ns, waits.end_ns).sum())
 
 
 def _activity_counts(trace: Trace, keys: list[str], group_of: np.ndarray) -> ActivityCounts:

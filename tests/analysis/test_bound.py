@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -82,14 +83,16 @@ def test_every_cause_by_hand() -> None:
     # the host frame at the longest host gap, with its line
     assert (e.host_frames[0].frame, e.host_frames[0].site) == ("log_metrics", "train.py:12")
     assert e.host_frames[0].idle_ns == 600 * US
-    # the sync's cost: the 150 µs idle it opened plus its 150 µs wait
+    # the sync's cost: the 150 µs idle it opened; of its wait [450, 600), [450, 500) the
+    # device is busy through and [500, 600) lies in that same idle: no more
     (site,) = e.sync_sites
     assert (site.op, site.wait_ns, site.idle_ns, site.cost_ns) == (
         "cudaStreamSynchronize",
         150 * US,
         150 * US,
-        300 * US,
+        150 * US,
     )
+    assert e.sync_cost_pct == 7.5  # 150 of 2000 µs
     assert "log_metrics (train.py:12)" in b.advice[0]
     # per step: step 1's share starts at its host start (1000), as the device was idle from
     # then to its first activity (e, 1020) (schema 4; it was at 1020); step 0 owns the rest
@@ -107,6 +110,8 @@ def test_every_cause_by_hand() -> None:
         host=150 * US, sync=150 * US, input=200 * US, dependency=100 * US
     )
     assert s0.label == "input-bound"
+    # the sync's cost is step 0's (150 of its 1000 µs); step 1 has none: they add up to the run
+    assert [s.evidence.sync_cost_pct for s in (s0, s1)] == [15.0, 0.0]
     assert (s1.busy_ns, s1.idle_ns) == (190 * US, 810 * US)
     assert s1.idle_ns_by_cause == IdleByCause(host=740 * US, unattributed=70 * US)
     assert s1.label == "host-bound"
@@ -126,6 +131,83 @@ def test_label_rule_and_threshold() -> None:
     assert label_of(100, 50, IdleByCause(input=30, host=20))[0] == "input-bound"
     assert label_of(100, 50, IdleByCause(dependency=30, host=20))[0] == "dependency-bound"
     assert label_of(100, 50, IdleByCause(unattributed=30, host=20))[0] == "undetermined"
+    # a synchronous device (the CPU backend): the host's compute fills the step, never
+    # device-bound; above the threshold the rule is the same
+    assert label_of(100, 86, idle, asynchronous=False) == ("host-bound", "host")
+    assert label_of(100, 85, idle, asynchronous=False) == ("host-bound", "host")
+    assert label_of(100, 50, IdleByCause(sync=30), asynchronous=False)[0] == "sync-bound"
+    assert label_of(0, 0, idle, asynchronous=False)[0] == "undetermined"
+
+
+def _warm_up_and_syncs() -> Trace:
+    """Three steps of 1000 µs, the first inside a "warmup" range (a warm-up step, left out of
+    the run's region [1000, 3000)), a sync in each (worked out in the test)."""
+    b = TraceBuilder("warm.json")
+    for i in range(3):
+        b.range(f"ProfilerStep#{i}", i * 1000 * US, 1000 * US, kind=RangeKind.STEP, step=i)
+    b.range("warmup", 0, 1000 * US, kind=RangeKind.ANNOTATION)
+    # step 0: host work [0, 100), a launch gap [200, 210); from 300 the device idles until
+    # c at 1030 (host work, its share split at step 1's host start); the host waits in a sync
+    # [350, 450) inside that idle (it began before the sync: host, not sync, idle)
+    b.runtime("cudaLaunchKernel", 0, 10 * US, kind=LAUNCH, correlation=1)
+    b.activity("a", 100 * US, 100 * US, correlation=1)
+    b.runtime("cudaLaunchKernel", 200 * US, 5 * US, kind=LAUNCH, correlation=2)
+    b.activity("b", 210 * US, 90 * US, correlation=2)
+    b.runtime("cudaStreamSynchronize", 350 * US, 100 * US, kind=RuntimeKind.SYNC)
+    # step 1: a launch gap [1100, 1120); a sync [1150, 1400) that opens [1200, 1420) (sync
+    # idle, 220 µs); host work [1500, 2100) split at step 2's host start
+    b.runtime("cudaLaunchKernel", 1000 * US, 10 * US, kind=LAUNCH, correlation=3)
+    b.activity("c", 1030 * US, 70 * US, correlation=3)
+    b.runtime("cudaLaunchKernel", 1100 * US, 5 * US, kind=LAUNCH, correlation=4)
+    b.activity("d", 1120 * US, 80 * US, correlation=4)
+    b.runtime("cudaStreamSynchronize", 1150 * US, 250 * US, kind=RuntimeKind.SYNC)
+    b.runtime("cudaLaunchKernel", 1400 * US, 10 * US, kind=LAUNCH, correlation=5)
+    b.activity("e", 1420 * US, 80 * US, correlation=5)
+    # step 2: g, queued at 2010, waits on f (dependency idle [2200, 2300)); the host waits in
+    # a sync [2250, 2350), 50 µs of it inside that idle; host idle [2400, 3000) to the end
+    b.runtime("cudaLaunchKernel", 2000 * US, 5 * US, kind=LAUNCH, correlation=6)
+    b.activity("f", 2100 * US, 100 * US, correlation=6)
+    b.runtime("cudaLaunchKernel", 2010 * US, 5 * US, kind=LAUNCH, correlation=7)
+    b.activity("g", 2300 * US, 100 * US, correlation=7)
+    b.runtime("cudaDeviceSynchronize", 2250 * US, 100 * US, kind=RuntimeKind.SYNC)
+    return b.build(device_name="Fake GPU")
+
+
+def test_sync_cost_is_one_figure_for_steps_sites_and_the_run() -> None:
+    r = analyze(_warm_up_and_syncs())
+    assert r.warmup is not None
+    assert r.warmup.steps == 1
+    run = r.bound
+    assert run is not None
+    assert run.region_ns == 2000 * US
+    steps = [s.bound for s in flat_steps(r)]
+    assert [(s.share_start_ns, s.share_end_ns) for s in steps if s] == [
+        (0, 1000 * US),
+        (1000 * US, 2000 * US),
+        (2000 * US, 3000 * US),
+    ]
+    # what the syncs cost in each share: step 0 the warm-up sync's 100 µs wait inside host
+    # idle; step 1 the 220 µs of idle its sync opened (its wait lies in that idle or while
+    # the device is busy); step 2 its sync's 50 µs inside dependency idle
+    assert [s.evidence.sync_cost_pct for s in steps if s] == [10.0, 22.0, 5.0]
+    # the run's region is the steady steps' shares: 270 of 2000 µs
+    assert run.evidence.sync_cost_pct == 13.5
+    # the diagnosis prices them the same
+    (f,) = [f for f in r.diagnosis if f.code == "over-synchronized"]
+    assert (f.cost_ns, f.share) == (270 * US, 0.135)
+    # per site, over the run's region: the warm-up call is outside it
+    sites = {(c.op, c.count, c.wait_ns, c.idle_ns, c.cost_ns) for c in run.evidence.sync_sites}
+    assert sites == {
+        ("cudaStreamSynchronize", 1, 250 * US, 220 * US, 220 * US),
+        ("cudaDeviceSynchronize", 1, 100 * US, 0, 50 * US),
+    }
+    # the gap counts are of the gaps the run's idle figures measure: those with idle in its
+    # region, [300, 1030) among them (its last 30 µs are step 1's)
+    e = run.evidence
+    assert (e.launch_gaps, e.launch_gaps_ns) == (1, 20 * US)
+    assert (e.host_work_gaps, e.host_work_ns) == (3, (30 + 600 + 600) * US)
+    per = [(s.evidence.launch_gaps, s.evidence.host_work_gaps) for s in steps if s]
+    assert per == [(1, 2), (1, 1), (0, 1)]
 
 
 def _back_to_back(steps: int, kernels: int, *, gap_ns: int = 0) -> Trace:
@@ -335,6 +417,15 @@ def test_shares_add_up_and_causes_sum_to_idle(acts, syncs, steps) -> None:  # ty
         assert shares[0][0] <= shares[-1][1]
     e = run.evidence
     assert e.launch_gaps_ns + e.host_work_ns == run.idle_ns_by_cause.host
+    # one sync cost: no share's above its idle, and the steps' (no warm-up here) add up to the
+    # run's, to the rounding of the percentages
+    bounds = [s.bound for s in flat_steps(r) if s.bound]
+    for x in [run, *bounds]:
+        if x.region_ns:
+            assert x.evidence.sync_cost_pct <= 100.0 * x.idle_ns / x.region_ns + 0.01
+    if bounds and run.region_ns:
+        got = sum(x.evidence.sync_cost_pct * x.region_ns for x in bounds) / run.region_ns
+        assert abs(got - e.sync_cost_pct) <= 0.01 * (len(bounds) + 1)
 
 
 # --- live session records ----------------------------------------------------------------------
@@ -417,6 +508,67 @@ def test_records_one_long_sync_per_step_is_sync_bound() -> None:
     assert rb.run.label == "sync-bound"
     assert rb.run.idle_ns_by_cause.sync == 20 * 6 * MS
     assert ".item()" in rb.run.advice[0]
+
+
+def test_a_sites_overlapping_calls_cost_their_common_wait_once() -> None:
+    # b, queued at 20, waits on a: dependency idle [100, 300); two threads wait in a sync at
+    # the same line meanwhile, [150, 250) and [200, 280): 130 µs of that idle, not 180
+    b = TraceBuilder("threads.json")
+    b.range("ProfilerStep#0", 0, 1000 * US, kind=RangeKind.STEP, step=0)
+    b.runtime("cudaLaunchKernel", 0, 10 * US, kind=LAUNCH, correlation=1)
+    b.activity("a", 10 * US, 90 * US, correlation=1)
+    b.runtime("cudaLaunchKernel", 20 * US, 10 * US, kind=LAUNCH, correlation=2)
+    b.activity("b", 300 * US, 100 * US, correlation=2)
+    b.runtime("cudaStreamSynchronize", 150 * US, 100 * US, kind=RuntimeKind.SYNC, tid=1)
+    b.runtime("cudaStreamSynchronize", 200 * US, 80 * US, kind=RuntimeKind.SYNC, tid=2)
+    r = analyze(b.build(device_name="Fake GPU"))
+    assert r.bound is not None
+    (site,) = r.bound.evidence.sync_sites
+    assert (site.count, site.wait_ns, site.idle_ns, site.cost_ns) == (2, 180 * US, 0, 130 * US)
+    assert r.bound.evidence.sync_cost_pct == 13.0
+
+
+def test_records_on_cpu_are_never_device_bound() -> None:
+    # the host computes 95% of each step itself: the host's compute sets the pace
+    steps = [
+        StepRecord(step=i, start_ns=i * MS, frontend_ns=MS, sync_wait_ns=50 * US, device_ns=MS)
+        for i in range(10)
+    ]
+    rb = bound_of_records(steps, asynchronous=False)
+    assert rb.run.label == "host-bound"
+    assert {s.label for s in rb.steps} == {"host-bound"}
+    assert "host's own compute fills 95%" in rb.run.advice[0]
+    # the same records on an asynchronous device whose markers keep pace: the estimate's
+    # floor makes the idle 15%, host-bound too; the rule alone differs at the threshold
+    assert bound_of_records(steps, asynchronous=True).run.label == "host-bound"
+
+
+def test_records_sync_cost_is_the_estimated_sync_idle() -> None:
+    # the device is behind in every step (2 steps in flight): the host's 4 ms sync wait
+    # overlaps device work and costs nothing
+    steps = [
+        StepRecord(
+            step=i,
+            start_ns=i * 10 * MS,
+            frontend_ns=10 * MS,
+            device_ns=10 * MS,
+            run_ahead_ns=6 * MS,
+            in_flight=2,
+            sync_count=1,
+            sync_wait_ns=4 * MS,
+        )
+        for i in range(10)
+    ]
+    rb = bound_of_records(steps, asynchronous=True)
+    assert rb.run.idle_ns_by_cause.sync == 0
+    assert rb.run.evidence.sync_wait_pct == 40.0
+    assert rb.run.evidence.sync_cost_pct == 0.0
+    assert {s.evidence.sync_cost_pct for s in rb.steps} == {0.0}
+    # kept pace: the wait is sync idle, and its cost
+    kept = [msgspec.structs.replace(s, run_ahead_ns=5 * US, in_flight=0) for s in steps]
+    rb = bound_of_records(kept, asynchronous=True)
+    assert rb.run.evidence.sync_cost_pct == 40.0
+    assert {s.evidence.sync_cost_pct for s in rb.steps} == {40.0}
 
 
 def test_records_on_cpu_say_the_label_is_about_the_host() -> None:

@@ -10,9 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from asynctrace.analysis._bound_model import CAUSES
+from asynctrace.analysis._bound_rule import pct
 from asynctrace.analysis.launches import link_launches
 from asynctrace.analysis.queue import queue_series
-from asynctrace.analysis.report import analyze
+from asynctrace.analysis.report import analyze, analyze_detail
 from asynctrace.traces.builder import TraceBuilder
 from asynctrace.traces.model import ActivityKind, RangeKind, RuntimeKind, Trace
 from tests.analysis._flat import flat_steps
@@ -118,6 +120,52 @@ def test_invariants(launches, syncs, steps) -> None:  # type: ignore[no-untyped-
     assert sum(s.activities for s in flat_steps(report)) == inside
     assert report.trace.launch.matched == sum(2 if g else 1 for *_r, g in launches)
     assert report.trace.launch.unmatched == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_launch, max_size=25), st.lists(_sync, max_size=6), _steps)
+def test_sync_cost_matches_brute_force(launches, syncs, steps) -> None:  # type: ignore[no-untyped-def]
+    """What syncs cost, nanosecond by nanosecond from the gaps: the sync idle, and the waits
+    inside host, input and dependency idle; per step share, for the run and for the site."""
+    a = analyze_detail(_build(_rows(launches, syncs, steps)))
+    report = a.report
+    assert a.trace is not None
+    gaps = a.trace.gaps
+    waits = {t for ss, sd, _ in syncs for t in range(ss, ss + sd)}
+    opened: set[int] = set()
+    known: set[int] = set()
+    spans = zip(gaps.start_ns.tolist(), gaps.end_ns.tolist(), gaps.cause.tolist(), strict=True)
+    for g0, g1, c in spans:
+        if c == CAUSES.index("sync"):
+            opened.update(range(g0, g1))
+        elif c != CAUSES.index("unattributed"):
+            known.update(range(g0, g1))
+    cost = sorted(opened | (known & waits))
+
+    def within(lo: int, hi: int) -> int:
+        return sum(1 for t in cost if lo <= t < hi)
+
+    run = report.bound
+    assert run is not None
+    shares = [s.bound for s in flat_steps(report) if s.bound]
+    for b in shares:
+        got = within(b.share_start_ns, b.share_end_ns)
+        assert b.evidence.sync_cost_pct == pct(got, b.region_ns)
+        assert got <= b.idle_ns
+    r0 = shares[0].share_start_ns  # no warm-up: the run's region is every step's share
+    r1 = r0 + run.region_ns
+    assert run.evidence.sync_cost_pct == pct(within(r0, r1), run.region_ns)
+    # one site (every call is cudaStreamSynchronize, without a frame): the run's cost, over
+    # the calls that overlap the region, their wait clipped to it
+    inside = [(ss, ss + sd) for ss, sd, _ in syncs if ss < r1 and max(ss + sd, ss + 1) > r0]
+    sites = run.evidence.sync_sites
+    assert [(c.count, c.wait_ns, c.cost_ns) for c in sites] == (
+        [(len(inside), sum(max(min(e, r1) - max(s, r0), 0) for s, e in inside), within(r0, r1))]
+        if inside
+        else []
+    )
+    if sites:
+        assert sites[0].idle_ns == len([t for t in opened if r0 <= t < r1])
 
 
 @settings(max_examples=40, deadline=None)

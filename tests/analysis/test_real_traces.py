@@ -95,6 +95,29 @@ def _partition_holds(report: Report) -> None:
         assert s.bound is not None
         assert s.gpu_busy_ns + s.gpu_idle_ns == s.bound.region_ns
     _kernels_are_the_runs(report)
+    _one_sync_cost(report)
+
+
+def _one_sync_cost(report: Report) -> None:
+    """What syncs cost, one figure: no share's above its idle (so never above 100%), the
+    steps' add up to the run's and so do the sites' (to the rounding of the percentages: a
+    hundredth of a percent of each)."""
+    b = report.bound
+    assert b is not None
+    shares = [s.bound for s in flat_steps(report) if s.bound]
+    for x in [b, *shares]:
+        if x.region_ns:
+            assert x.evidence.sync_cost_pct <= 100.0 * x.idle_ns / x.region_ns + 0.01
+    run = b.evidence.sync_cost_pct * b.region_ns / 100
+    half = 0.00005  # half a hundredth of a percent: the rounding of one percentage
+    if shares:
+        steps = sum(x.evidence.sync_cost_pct * x.region_ns / 100 for x in shares)
+        assert abs(steps - run) <= half * (b.region_ns + sum(x.region_ns for x in shares)) + 1
+    sites = b.evidence.sync_sites
+    for c in sites:
+        assert c.idle_ns <= c.cost_ns <= c.idle_ns + c.wait_ns
+    if len(sites) < 10:  # every site listed (and no two sites' calls overlap on these traces)
+        assert abs(sum(c.cost_ns for c in sites) - run) <= half * b.region_ns + 1
 
 
 def _kernels_are_the_runs(report: Report) -> None:
