@@ -287,7 +287,6 @@ class StepAccumulator:
         own compute sets the pace: never ``device-bound``, which is about a device."""
         if not self.recent:
             return None
-        from asynctrace.analysis.advice import advice_for
         from asynctrace.analysis.records_bound import bound_of_records
 
         recent = list(self.recent)
@@ -295,12 +294,7 @@ class StepAccumulator:
             drop = warmup_in_window(warmup.steps, seen=self.steps, kept=len(recent))
             recent = recent[drop:] or recent
         # the run's figures only: a summary of 10^6 steps needs no 10^6 per-step objects
-        b = bound_of_records(recent, asynchronous=asynchronous, per_step=False).run
-        if not asynchronous and b.label == "device-bound":
-            b = msgspec.structs.replace(
-                b, label="host-bound", advice=advice_for("device-bound", b, asynchronous=False)
-            )
-        return b
+        return bound_of_records(recent, asynchronous=asynchronous, per_step=False).run
 
     def notes(self, *, asynchronous: bool, verdict: str) -> list[Note]:
         """What the summary says about how its figures were made."""

@@ -46,11 +46,10 @@ import msgspec
 import numpy as np
 
 from asynctrace.analysis._bound_model import CAUSES
-from asynctrace.analysis.accumulate import warmup_in_window
 from asynctrace.analysis.defaults import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, DEFAULT_MIN_STEPS
 from asynctrace.analysis.diagnosis import Finding
 from asynctrace.analysis.records_bound import bound_of_records
-from asynctrace.analysis.report import Report, VerdictInfo
+from asynctrace.analysis.report import Report, VerdictInfo, warmup_steps
 from asynctrace.records import SessionHeader, StepRecord
 
 __all__ = [
@@ -140,8 +139,8 @@ class HostDelta(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class SyncSiteDelta(msgspec.Struct, frozen=True, kw_only=True):
-    """A sync site on each side: calls and cost (host wait plus the sync idle it opened, where
-    the trace measured it; the wait otherwise) per step."""
+    """A sync site on each side: calls per step, and cost per step (``SyncCost.cost_ns`` per
+    steady step where the trace measured it; the host wait per step otherwise)."""
 
     site: str
     op: str
@@ -445,18 +444,8 @@ class _Side(msgspec.Struct, frozen=True, kw_only=True):
     index: list[int]
 
 
-def _warmup_steps(r: Report) -> int:
-    """How many of the report's leading steps are warm-up
-    (:func:`~asynctrace.analysis.accumulate.warmup_in_window`): a session's summary holds the
-    last window of its ``source.events`` steps; a trace or records file read back, them all."""
-    if r.warmup is None:
-        return 0
-    seen = r.source.events if r.source.session is not None else len(r.steps)
-    return warmup_in_window(r.warmup.steps, seen=max(seen, len(r.steps)), kept=len(r.steps))
-
-
 def _align(a: Report, b: Report) -> tuple[_Side, _Side, StepAlignment]:
-    wa, wb = _warmup_steps(a), _warmup_steps(b)
+    wa, wb = warmup_steps(a), warmup_steps(b)
     ia, ib = list(range(wa, len(a.steps))), list(range(wb, len(b.steps)))
     if not (_numbered(a) and _numbered(b)):
         return (
@@ -652,7 +641,7 @@ class _Parts(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _parts(r: Report) -> _Parts:
-    w = _warmup_steps(r)
+    w = warmup_steps(r)
     if r.trace is not None and r.step_bounds:
         shares = r.step_bounds[w:]
         idle = {c: sum(getattr(s.idle_ns_by_cause, c) for s in shares) for c in CAUSES}
@@ -749,17 +738,21 @@ _TOP_FRAMES = 5
 _TOP_HOST = 10
 
 
-def _sync_table(r: Report) -> dict[tuple[str, str], tuple[int, int]]:
-    """(site, op) → (calls, cost ns): the trace's measured cost (wait + the sync idle opened)
-    where the bound has it, else the host wait."""
+def _sync_table(r: Report) -> dict[tuple[str, str], tuple[int, float]]:
+    """(site, op) → (calls, cost ns per step): where the bound measured the site, its cost
+    (``SyncCost.cost_ns``, over the run's region: per steady step), else its host wait (over
+    every step, as the calls are counted)."""
     cost = {}
     if r.bound is not None:
         cost = {(c.site or c.op, c.op): c.cost_ns for c in r.bound.evidence.sync_sites}
-    out: dict[tuple[str, str], tuple[int, int]] = {}
+    every = max(len(r.steps), 1)
+    steady = max(len(r.steps) - warmup_steps(r), 1)
+    out: dict[tuple[str, str], tuple[int, float]] = {}
     for s in r.sync_sites:
         key = (s.site, s.op)
-        n, c = out.get(key, (0, 0))
-        out[key] = (n + s.count, c + cost.get(key, s.wait_ns))
+        n, c = out.get(key, (0, 0.0))
+        per_step = cost[key] / steady if key in cost else s.wait_ns / every
+        out[key] = (n + s.count, c + per_step)
     return out
 
 
@@ -769,7 +762,7 @@ def _sync_changes(a: Report, b: Report, *, min_effect: float) -> SyncSiteChanges
     na, nb = max(len(a.steps), 1), max(len(b.steps), 1)
     added, removed, changed = [], [], []
     for key in sorted(ta.keys() | tb.keys()):
-        (ca, xa), (cb, xb) = ta.get(key, (0, 0)), tb.get(key, (0, 0))
+        (ca, xa), (cb, xb) = ta.get(key, (0, 0.0)), tb.get(key, (0, 0.0))
         d = SyncSiteDelta(
             site=key[0],
             op=key[1],
@@ -777,9 +770,9 @@ def _sync_changes(a: Report, b: Report, *, min_effect: float) -> SyncSiteChanges
             b_count=cb,
             a_count_per_step=ca / na,
             b_count_per_step=cb / nb,
-            a_cost_ns_per_step=xa / na,
-            b_cost_ns_per_step=xb / nb,
-            delta_cost_ns_per_step=xb / nb - xa / na,
+            a_cost_ns_per_step=xa,
+            b_cost_ns_per_step=xb,
+            delta_cost_ns_per_step=xb - xa,
         )
         if key not in ta:
             added.append(d)

@@ -201,9 +201,10 @@ def _syncs(
 ) -> _Syncs:
     costs = list(bound.evidence.sync_sites) if bound is not None else []
     if costs:
-        total = sum(c.idle_ns for c in costs) or sum(c.wait_ns for c in costs)
+        # the share of what the syncs cost (one definition: SyncCost.cost_ns), else of the wait
+        total = sum(c.cost_ns for c in costs) or sum(c.wait_ns for c in costs)
         part = sum(
-            (c.idle_ns if any(x.idle_ns for x in costs) else c.wait_ns)
+            (c.cost_ns if any(x.cost_ns for x in costs) else c.wait_ns)
             for c in costs
             if c.kind == "blocking-copy"
         )

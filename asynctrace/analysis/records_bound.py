@@ -13,12 +13,12 @@ import numpy.typing as npt
 
 from asynctrace.analysis import _bound_rule as rule
 from asynctrace.analysis._bound_model import CAUSES, Bound, BoundEvidence, IdleByCause, StepBound
+from asynctrace.analysis.verdict import SATURATED_IN_FLIGHT
 from asynctrace.records import StepRecord
 
 __all__ = [
     "PHASE_DOMINANT_FRACTION",
     "RECORDS_BEHIND_FRACTION",
-    "RECORDS_FULL_IN_FLIGHT",
     "RecordsBound",
     "bound_columns_of_records",
     "bound_of_records",
@@ -28,10 +28,6 @@ I64 = npt.NDArray[np.int64]
 
 #: records: run-ahead at a step's end above this share of the step: the device is behind
 RECORDS_BEHIND_FRACTION = 0.05
-
-
-#: records: this many steps in flight: the queue holds whole steps, the device is behind
-RECORDS_FULL_IN_FLIGHT = 2
 
 
 class RecordsBound(msgspec.Struct, frozen=True, kw_only=True):
@@ -121,7 +117,7 @@ def _records_columns(steps: Sequence[StepRecord], asynchronous: bool) -> _Record
         # the host ran every op itself: "busy" is the host's own compute, idle its waits
         return _RecordsColumns(start, wall, sw, dw, zero, sync, data, np.zeros(n, bool))
     behind_ra = (has_ra != 0) & (ra > RECORDS_BEHIND_FRACTION * wall.astype(np.float64))
-    late = behind_ra | (flight >= RECORDS_FULL_IN_FLIGHT)
+    late = behind_ra | (flight >= SATURATED_IN_FLIGHT)
     # the marker window's shortfall (frontend - device), 0 without a device figure
     shortfall = np.where(has_dev != 0, np.maximum(_minus(wall, dev), 0), 0)
     # kept pace: the device waited for the host; markers cannot see how long, so the idle is
@@ -281,10 +277,10 @@ def bound_of_records(
     (``evidence.estimated``):
 
     * the device is **behind** in a step when its run-ahead at the step's end exceeds
-      :data:`RECORDS_BEHIND_FRACTION` of the step, or :data:`RECORDS_FULL_IN_FLIGHT` steps
-      were in flight at its start: the device had queued work across the step and sets the
-      pace; idle is only the marker
-      window's shortfall (``frontend − device``, usually 0) → device-bound;
+      :data:`RECORDS_BEHIND_FRACTION` of the step, or
+      :data:`~asynctrace.analysis.verdict.SATURATED_IN_FLIGHT` steps were in flight at its
+      start: the device had queued work across the step and sets the pace; idle is only the
+      marker window's shortfall (``frontend − device``, usually 0) → device-bound;
     * otherwise the device **kept pace**, so it waited for the host. How long it was idle is
       not measurable from markers (their window includes that idle); the estimate is the
       largest of the window's shortfall, the host's data and sync waits, and the device-bound

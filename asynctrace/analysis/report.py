@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from asynctrace.analysis._bound_model import StepBound, WarmUp
 from asynctrace.analysis._trust import check_trust
-from asynctrace.analysis.accumulate import FigureStats, StepAccumulator
+from asynctrace.analysis.accumulate import FigureStats, StepAccumulator, warmup_in_window
 from asynctrace.analysis.bound import (
     Bound,
     IdleGaps,
@@ -620,8 +620,14 @@ def _gaps_of(tb: TraceBound) -> IdleGaps:
 
 
 def warmup_steps(report: Report) -> int:
-    """How many leading steps are warm-up, outside the steady state (``report.warmup``)."""
-    return min(report.warmup.steps, len(report.steps)) if report.warmup is not None else 0
+    """How many of the report's leading steps are warm-up, outside the steady state
+    (:func:`~asynctrace.analysis.accumulate.warmup_in_window`): a session's summary holds the
+    last window of its ``source.events`` steps; a trace or records file read back, them all."""
+    if report.warmup is None:
+        return 0
+    kept = len(report.steps)
+    seen = report.source.events if report.source.session is not None else kept
+    return warmup_in_window(report.warmup.steps, seen=max(seen, kept), kept=kept)
 
 
 def _host_ops(trace: Trace, report: Report) -> list[HostOpTime]:
