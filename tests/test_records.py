@@ -112,3 +112,36 @@ def test_a_newer_version_is_refused(tmp_path: Path) -> None:
     path = _write(tmp_path / "a.records.jsonl", _header(3))
     with pytest.raises(TraceFormatError, match="v3 is newer than this asynctrace"):
         read_records(path)
+
+
+def test_issuing_time_is_one_definition_in_every_view() -> None:
+    """A step's issuing time: host time less data and sync waits, never below zero; the
+    series' column and the step bars give the same, step by step."""
+    from asynctrace.analysis.report import Report, SourceInfo, VerdictInfo
+    from asynctrace.analysis.series import steps_series
+    from asynctrace.records import StepRecord
+    from asynctrace.render.views import step_bars
+
+    steps = [
+        StepRecord(step=0, start_ns=0, frontend_ns=10, data_wait_ns=3, sync_wait_ns=2),
+        # the waits reach past the host span: nothing was issued, not a negative time
+        StepRecord(step=1, start_ns=10, frontend_ns=10, data_wait_ns=3, sync_wait_ns=9),
+    ]
+    assert [s.issuing_ns for s in steps] == [5, 0]
+    series = steps_series(steps, max_bins=len(steps))
+    assert list(series.figures["issuing_ns"].median) == [5.0, 0.0]
+    report = Report(
+        source=SourceInfo(
+            path="x",
+            format="records",
+            device="cpu",
+            asynchronous=False,
+            rank=None,
+            world_size=None,
+            events=2,
+        ),
+        steps=steps,
+        verdict=VerdictInfo(code="x", message="x"),
+    )
+    hosts = [p.dur_ns for b in step_bars(report).bars for p in b.host if p.kind == "host"]
+    assert hosts == [5, 0]

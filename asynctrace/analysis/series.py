@@ -111,9 +111,8 @@ def envelope(values: Sequence[float] | F64, bin_steps: int) -> Envelope:
 
 
 def issuing_ns(frontend_ns: F64, data_wait_ns: F64, sync_wait_ns: F64) -> F64:
-    """The host's time issuing work in each step: its host time less its data and sync waits,
-    never below zero (a wait can reach past the step's host span), as the plugin's per-step
-    bars draw it (every view's "host: issuing")."""
+    """:attr:`StepRecord.issuing_ns <asynctrace.records.StepRecord.issuing_ns>` over columns
+    of steps (a property read per record costs a long run's series half as much again)."""
     out: F64 = np.maximum(frontend_ns - data_wait_ns - sync_wait_ns, 0.0)
     return out
 

@@ -117,6 +117,13 @@ class StepRecord(msgspec.Struct, frozen=True, kw_only=True, tag="step", tag_fiel
     #: with no DataLoader, backward or optimizer step), or in files of before phases
     phases_ns: StepPhases | None = None
 
+    @property
+    def issuing_ns(self) -> int:
+        """The host's time issuing work in the step: its host time less its data and sync
+        waits, never below zero (a wait can reach past the step's host span); every view's
+        "host: issuing"."""
+        return max(self.frontend_ns - self.data_wait_ns - self.sync_wait_ns, 0)
+
 
 class SyncSite(msgspec.Struct, frozen=True, kw_only=True, tag="sync", tag_field="type"):
     #: "file.py:123"

@@ -241,7 +241,7 @@ def _record_lanes(analysis: Analysis, steps: tuple[int, int] | None) -> _Lanes:
     spans: list[tuple[float, float, str]] = []
     for s in chosen:
         x = (s.start_ns - t0) * ms
-        issue = s.frontend_ns - s.sync_wait_ns - s.data_wait_ns
+        issue = s.issuing_ns
         if s.data_wait_ns:
             # session.steps() measures the wait for the batch at the start of the step
             host.append((x, s.data_wait_ns * ms, "data"))

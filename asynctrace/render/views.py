@@ -502,7 +502,7 @@ def step_bars(report: Report, *, max_steps: int = DEFAULT_MAX_STEPS) -> StepBars
     for i in rows:
         s = report.steps[i]
         host = [
-            BarPart(kind="host", dur_ns=max(s.frontend_ns - s.data_wait_ns - s.sync_wait_ns, 0)),
+            BarPart(kind="host", dur_ns=s.issuing_ns),
             BarPart(kind="data", dur_ns=s.data_wait_ns),
             BarPart(kind="sync", dur_ns=s.sync_wait_ns),
         ]
