@@ -113,7 +113,7 @@ def summary_markdown(report: Report) -> str:
     end shows (:func:`asynctrace.render.text.render_report`, the same sections in Markdown):
     the diagnosis, the bound's figures, the per-step figures, the notes and the top sync
     sites. A live session's TensorBoard text at its end is this of its report."""
-    from asynctrace.render.rows import bound_scope, figure_rows, shown_bound
+    from asynctrace.render.rows import bound_scope, shown_bound, shown_figure_rows
     from asynctrace.render.text import bound_text, known_fix_lines, more_sites_text, site_rows
 
     h = _header(report)
@@ -131,7 +131,7 @@ def summary_markdown(report: Report) -> str:
     b = shown_bound(report)
     if b is not None:
         lines += _bound_lines(b, bound_text(b, scope=bound_scope(report)))
-    lines += _figure_lines([row[:4] for row in figure_rows(report.figures)])
+    lines += _figure_lines([row[:4] for row in shown_figure_rows(report)])
     lines += _note_lines(report.notes)
     rows = site_rows(report)
     if rows:

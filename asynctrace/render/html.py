@@ -180,11 +180,14 @@ def _pictures(analysis: Analysis) -> str:
 
 
 def _figures_table(r: Report) -> str:
-    """The report's one summary (:func:`~asynctrace.render.rows.figure_rows`): each figure's
-    mean, median and p90 over the steps with it."""
+    """The report's one summary (:func:`~asynctrace.render.rows.shown_figure_rows`): each
+    figure's mean, median and p90 over the steps with it."""
+    rows = _rows.shown_figure_rows(r)
+    if not rows:
+        return ""
     return "<h2>Per-step figures</h2>" + _table(
         ["figure", "steps", "mean", "median", "p90"],
-        ((f.label, f.steps, f.mean, f.median, f.p90) for f in _rows.figure_rows(r.figures)),
+        ((f.label, f.steps, f.mean, f.median, f.p90) for f in rows),
     )
 
 

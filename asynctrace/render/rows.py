@@ -33,6 +33,7 @@ __all__ = [
     "format_pct",
     "format_value",
     "shown_bound",
+    "shown_figure_rows",
     "step_row",
     "withheld",
 ]
@@ -128,6 +129,12 @@ def figure_rows(figures: Mapping[str, FigureStats | None]) -> list[FigureRow]:
             )
         )
     return rows
+
+
+def shown_figure_rows(report: Report) -> list[FigureRow]:
+    """The per-step figures table as every view shows it: :func:`figure_rows` of the report,
+    none for a trace judged as one step (its steps table shows that step's figures)."""
+    return [] if report.whole_trace else figure_rows(report.figures)
 
 
 class StepRow(NamedTuple):

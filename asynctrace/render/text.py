@@ -29,8 +29,8 @@ from asynctrace.render.printable import printable
 from asynctrace.render.rows import (
     bound_scope,
     bound_view,
-    figure_rows,
     shown_bound,
+    shown_figure_rows,
     step_row,
     withheld,
 )
@@ -178,8 +178,8 @@ def _print_figures(report: Report, console: Console) -> None:
     """Mean, median and p90 of each per-step figure
     (:func:`~asynctrace.render.rows.figure_rows`); not for a trace
     judged as one step, whose steps table shows that step's figures."""
-    rows = figure_rows(report.figures)
-    if not rows or report.whole_trace:
+    rows = shown_figure_rows(report)
+    if not rows:
         return
     t = Table(title="per-step figures")
     for col in ("per step", "mean", "median", "p90"):
