@@ -1,9 +1,12 @@
 """The views of a before/after :class:`~asynctrace.analysis.compare.Comparison`: the terminal
 text (the headline change and what explains it first, then the figure table) and a compact
 Markdown summary for a pull-request comment. They compute nothing: every figure is the
-comparison's."""
+comparison's. The figure table's rows (:func:`comparison_rows`) are the terminal's and the
+TensorBoard page's."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from rich.console import Console
 from rich.table import Table
@@ -14,6 +17,8 @@ from asynctrace.records.units import UNITS, format_ns
 from asynctrace.render.printable import printable
 
 __all__ = [
+    "ComparisonRow",
+    "comparison_rows",
     "explained_line",
     "gate_line",
     "headline",
@@ -99,6 +104,34 @@ def gate_line(g: Gate) -> str:
     return f"gate (--fail-on regression): {'FAIL' if g.regression else 'pass'}: {g.message}"
 
 
+class ComparisonRow(NamedTuple):
+    """One figure of a comparison as printed: its label (with its unit unless a duration),
+    both medians, the change with its percentage, the noise test's p and the judgement."""
+
+    figure: str
+    a: str
+    b: str
+    delta: str
+    p: str
+    judged: str
+
+
+def comparison_rows(c: Comparison) -> list[ComparisonRow]:
+    """The figure table's rows, in the comparison's order; ``—`` where a side has no value."""
+    return [
+        ComparisonRow(
+            # a duration's value says its unit
+            figure=f.figure if f.unit in _DURATION else f"{f.figure} ({f.unit})",
+            a=_num(f.a_median, f.unit),
+            b=_num(f.b_median, f.unit),
+            delta="—" if f.delta is None else _num(f.delta, f.unit, sign=True) + _pct(f.delta_pct),
+            p="—" if f.p_value is None else f"{f.p_value:.3g}",
+            judged=f.change,
+        )
+        for f in c.figures
+    ]
+
+
 def render_comparison(c: Comparison, console: Console, *, gate: bool = False) -> None:
     """The comparison as terminal text: what changed and why first, then every figure."""
     p = printable  # names and paths come from files: control characters shown escaped
@@ -111,15 +144,9 @@ def render_comparison(c: Comparison, console: Console, *, gate: bool = False) ->
     for col in ("figure", "A median", "B median", "delta", "p", "judged"):
         table.add_column(col, justify="left" if col in ("figure", "judged") else "right")
     style = {"improvement": "green", "regression": "red", "changed": "yellow"}
-    for f in c.figures:
+    for r in comparison_rows(c):
         table.add_row(
-            # a duration's value says its unit
-            p(f.figure if f.unit in _DURATION else f"{f.figure} ({f.unit})"),
-            _num(f.a_median, f.unit),
-            _num(f.b_median, f.unit),
-            "—" if f.delta is None else _num(f.delta, f.unit, sign=True) + _pct(f.delta_pct),
-            "—" if f.p_value is None else f"{f.p_value:.3g}",
-            Text(f.change, style=style.get(f.change, "")),
+            p(r.figure), r.a, r.b, r.delta, r.p, Text(r.judged, style=style.get(r.judged, ""))
         )
     console.print(table)
     _print_explain(e, console)

@@ -11,6 +11,7 @@ windows are :mod:`asynctrace.render.views` of the analysis, a comparison is
 durations) comes formatted by the views every other output uses
 (:func:`~asynctrace.render.diagnosis.diagnosis_view`, :func:`~asynctrace.render.text.bound_text`,
 :func:`~asynctrace.render.rows.figure_rows`, :func:`~asynctrace.render.text.site_rows`,
+:func:`~asynctrace.render.compare.comparison_rows`,
 :func:`~asynctrace.records.units.format_ns`): the page lays text out, and draws with the raw
 numbers.
 
@@ -48,6 +49,7 @@ import msgspec
 from asynctrace.errors import TraceFormatError
 from asynctrace.files.sources import source_kind
 from asynctrace.records.units import format_ns
+from asynctrace.render.compare import ComparisonRow, comparison_rows
 from asynctrace.render.diagnosis import DiagnosisView
 from asynctrace.render.legend import LegendEntry, legend
 from asynctrace.render.output import fs_name, is_utf8, utf8
@@ -73,8 +75,9 @@ __all__ = [
 
 #: version of the plugin's own JSON wrappers (the Report inside carries its own); 2: what the
 #: page reads comes formatted (ReportAnswer's diagnosis, bound_lines, figure_rows, sync_title,
-#: sync_rows, bar_text; WindowAnswer's host_text, device_text)
-PLUGIN_SCHEMA_VERSION = 2
+#: sync_rows, bar_text; WindowAnswer's host_text, device_text); 3: CompareAnswer's
+#: figure_rows, as ``asynctrace compare`` prints them
+PLUGIN_SCHEMA_VERSION = 3
 #: loaded files kept in memory at most
 DEFAULT_CACHE_ENTRIES = 6
 #: and their models' bytes at most (a 400 MB trace's columns take ~170 MB); the newest file
@@ -208,6 +211,9 @@ class ErrorAnswer(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class CompareAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    """``/compare``: two sources' :class:`~asynctrace.analysis.compare.Comparison`, both
+    verdicts as one line each, and its figure table as the terminal prints it."""
+
     schema_version: int = PLUGIN_SCHEMA_VERSION
     ok: bool
     a: str
@@ -217,6 +223,8 @@ class CompareAnswer(msgspec.Struct, frozen=True, kw_only=True):
     comparison: msgspec.Raw | None = None
     verdict_line_a: str | None = None
     verdict_line_b: str | None = None
+    #: (figure, A median, B median, delta, p, judged) as printed (``comparison_rows``)
+    figure_rows: list[ComparisonRow] = msgspec.field(default_factory=list)
 
 
 class _Shown(msgspec.Struct, frozen=True, kw_only=True):
@@ -628,5 +636,6 @@ class PluginData:
             comparison=msgspec.Raw(_encode(comparison)),
             verdict_line_a=comparison.verdict_a.line,
             verdict_line_b=comparison.verdict_b.line,
+            figure_rows=comparison_rows(comparison),
         )
         return _encode(answer)

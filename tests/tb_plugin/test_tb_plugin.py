@@ -22,7 +22,7 @@ from asynctrace.analysis.diagnosis import Finding
 from asynctrace.files.sources import source_kind
 from asynctrace.render.diagnosis import diagnosis_view
 from asynctrace.render.legend import legend
-from asynctrace.tb_plugin._data import PluginData
+from asynctrace.tb_plugin._data import PLUGIN_SCHEMA_VERSION, PluginData
 from tests.conftest import ROOT, SHARED_TRACES
 from tests.tb_plugin._server import ENTRY_POINT, _get, _tensorboard
 
@@ -145,7 +145,7 @@ def test_what_the_page_reads_comes_as_the_views_write_it(logdir: Path) -> None:
     for path in (logdir / _records(logdir)[0], trace):
         rel = path.relative_to(logdir).as_posix()
         got = json.loads(data.report(rel))
-        assert got["schema_version"] == 2
+        assert got["schema_version"] == 3
         report = _analyze(path)
         want = {
             "diagnosis": diagnosis_view(report.diagnosis),
@@ -170,7 +170,7 @@ def test_what_the_page_reads_comes_as_the_views_write_it(logdir: Path) -> None:
             assert text[side] == [[format_ns(p["dur_ns"]) for p in b[side]] for b in bars["bars"]]
         assert text["run_ahead"] == [format_ns(v) for v in bars["run_ahead_ns"]]
     win = json.loads(data.step_window(trace.relative_to(logdir).as_posix(), None))
-    assert win["schema_version"] == 2
+    assert win["schema_version"] == 3
     assert win["host"]
     assert win["host_text"] == [format_ns(h["dur_ns"]) for h in win["host"]]
     assert win["device_text"] == [format_ns(a["dur_ns"]) for a in win["device"]]
@@ -274,6 +274,7 @@ def test_inactive_without_records_or_traces(tmp_path: Path) -> None:
 
 def test_compare_uses_the_analysis_compare_for_any_two_sources(logdir: Path) -> None:
     from asynctrace.analysis.compare import compare
+    from asynctrace.render.compare import comparison_rows
 
     data = PluginData(logdir)
     a, b = _records(logdir)[:2]
@@ -282,6 +283,9 @@ def test_compare_uses_the_analysis_compare_for_any_two_sources(logdir: Path) -> 
     want = compare(_analyze(logdir / a), _analyze(logdir / b))
     assert got["comparison"] == json.loads(msgspec.json.encode(want))
     assert got["comparison"]["kind"] == "records"
+    # the figure table as `asynctrace compare` prints it: the same rows, one function
+    assert got["figure_rows"] == [list(r) for r in comparison_rows(want)]
+    assert got["schema_version"] == PLUGIN_SCHEMA_VERSION == 3
     # a session's records beside a trace: the same step figures, compared
     trace = next((logdir / "demo-profiled").glob("*.pt.trace.json.gz")).relative_to(logdir)
     mixed = json.loads(data.compare(a, trace.as_posix()))
@@ -292,6 +296,9 @@ def test_compare_uses_the_analysis_compare_for_any_two_sources(logdir: Path) -> 
     assert mixed["comparison"]["kind"] == "mixed"
     assert mixed["verdict_line_a"]
     assert mixed["verdict_line_b"]
+    assert mixed["figure_rows"] == [
+        list(r) for r in comparison_rows(compare(_analyze(logdir / a), _analyze(logdir / trace)))
+    ]
 
 
 def test_step_bars_of_a_trace_split_its_device_idle_by_cause() -> None:
@@ -487,6 +494,9 @@ def test_page_renders_offline_in_headless_chromium(server: str, logdir: Path) ->
             page.locator("button.at-compare-go").click()
             page.wait_for_selector(".at-compare-out[data-outcome]")
             assert page.locator(".at-compare-out .at-verdict").count() == 2
+            shown = _cells(page.locator(".at-compare-out"), "at-compare-table")
+            answer = json.loads(PluginData(logdir).compare(*_records(logdir)[:2]))
+            assert shown == answer["figure_rows"]
             if has_small:
                 first = json.loads(PluginData(logdir).step_window(small, None))
                 _check_gpu_timeline(page, small, first)

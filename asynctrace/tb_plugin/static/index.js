@@ -4,10 +4,11 @@
 // step windows of asynctrace/render/views.py, the comparison of asynctrace/analysis/compare.py,
 // in the answers of asynctrace/tb_plugin/_data.py): this file
 // lays out and draws, it computes no figure and formats no duration: what is read (the
-// diagnosis, the bound, the per-step figures, the sync sites, tooltips) comes as text from the
-// server, written by the views every other output uses; the raw numbers only place what is
-// drawn. DOM and SVG are built with createElement / textContent only (every string from a
-// trace is text, never markup); nothing is loaded from another origin.
+// diagnosis, the bound, the per-step figures, the sync sites, tooltips, the comparison's
+// figure table) comes as text from the server, written by the views every other output uses;
+// the raw numbers only place what is drawn. DOM and SVG are built with createElement /
+// textContent only (every string from a trace is text, never markup); nothing is loaded from
+// another origin.
 
 import { drawTimeline, svgEl } from "./timeline.js";
 
@@ -53,12 +54,6 @@ async function getJSON(route, params = {}) {
 // an axis tick in ms: a place on a drawn scale, not a figure read as text
 function axisMs(ns) {
   return (ns / 1e6).toFixed(3);
-}
-
-// a comparison's number, in the unit its row names
-function num(v) {
-  if (v === null || v === undefined) return "—";
-  return Number.isInteger(v) ? String(v) : v.toFixed(3);
 }
 
 function table(head, rows, cls = "") {
@@ -392,10 +387,8 @@ function compareSection(sources) {
           el("div", {}, el("h4", {}, `A: ${c.a.split("/").pop()}`), verdictBox(c.verdict_a, ans.verdict_line_a)),
           el("div", {}, el("h4", {}, `B: ${c.b.split("/").pop()}`), verdictBox(c.verdict_b, ans.verdict_line_b))),
         el("p", {}, c.verdict_changed ? "the verdict changed" : "the verdict is the same"),
-        table(["figure", "unit", "A median", "B median", "delta", "delta %", "p", "change"],
-          c.figures.map((f) => [f.figure, f.unit, num(f.a_median), num(f.b_median),
-            num(f.delta), f.delta_pct === null ? "—" : `${f.delta_pct.toFixed(1)} %`,
-            f.p_value === null ? "—" : f.p_value.toExponential(2), f.change]), "at-compare-table"),
+        // answer.figure_rows: render/compare.py's comparison_rows, as `asynctrace compare` prints
+        table(["figure", "A median", "B median", "delta", "p", "judged"], ans.figure_rows, "at-compare-table"),
         ...(c.notes || []).map((n) => el("p", { class: "at-notes" }, n)),
       );
     } catch (e) {
