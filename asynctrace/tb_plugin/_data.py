@@ -10,7 +10,7 @@ windows are :mod:`asynctrace.render.views` of the analysis, a comparison is
 (the diagnosis, the bound, the per-step figures, the sync sites, the bars' and events'
 durations) comes formatted by the views every other output uses
 (:func:`~asynctrace.render.diagnosis.diagnosis_view`, :func:`~asynctrace.render.text.bound_text`,
-:func:`~asynctrace.render.rows.figure_rows`, :func:`~asynctrace.render.text.site_rows`,
+:func:`~asynctrace.render.rows.shown_figure_rows`, :func:`~asynctrace.render.text.site_rows`,
 :func:`~asynctrace.render.compare.comparison_rows`,
 :func:`~asynctrace.records.units.format_ns`): the page lays text out, and draws with the raw
 numbers.
@@ -240,7 +240,7 @@ class _Shown(msgspec.Struct, frozen=True, kw_only=True):
 
 def _shown(report: Report, bars: StepBars) -> _Shown:
     from asynctrace.render.diagnosis import diagnosis_view
-    from asynctrace.render.rows import bound_scope, figure_rows, shown_bound
+    from asynctrace.render.rows import bound_scope, shown_bound, shown_figure_rows
     from asynctrace.render.text import bound_text, site_rows
 
     syncs = report.trace.syncs if report.trace is not None else None
@@ -254,7 +254,7 @@ def _shown(report: Report, bars: StepBars) -> _Shown:
     return _Shown(
         diagnosis=diagnosis_view(report.diagnosis),
         bound_lines=[] if bound is None else bound_text(bound, scope=bound_scope(report)),
-        figure_rows=[(r.label, r.mean, r.median, r.p90) for r in figure_rows(report.figures)],
+        figure_rows=[(r.label, r.mean, r.median, r.p90) for r in shown_figure_rows(report)],
         sync_title=title,
         sync_rows=site_rows(report),
         bar_text=bar_text(bars),

@@ -137,7 +137,7 @@ def test_what_the_page_reads_comes_as_the_views_write_it(logdir: Path) -> None:
     formatted by the views every other output uses; the page formats nothing."""
     from asynctrace.records.units import format_ns
     from asynctrace.render.diagnosis import diagnosis_view
-    from asynctrace.render.rows import bound_scope, figure_rows, shown_bound
+    from asynctrace.render.rows import bound_scope, shown_bound, shown_figure_rows
     from asynctrace.render.text import bound_text, site_rows
 
     data = PluginData(logdir)
@@ -154,9 +154,7 @@ def test_what_the_page_reads_comes_as_the_views_write_it(logdir: Path) -> None:
                 if (bound := shown_bound(report)) is not None
                 else []
             ),
-            "figure_rows": [
-                (r.label, r.mean, r.median, r.p90) for r in figure_rows(report.figures)
-            ],
+            "figure_rows": [(r.label, r.mean, r.median, r.p90) for r in shown_figure_rows(report)],
             "sync_rows": site_rows(report),
         }
         assert {k: got[k] for k in want} == json.loads(msgspec.json.encode(want)), rel
