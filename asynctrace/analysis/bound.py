@@ -85,7 +85,7 @@ from asynctrace.analysis.kernels import (
 )
 from asynctrace.analysis.launches import LaunchLinks
 from asynctrace.analysis.queue import QueueSeries, launch_cover
-from asynctrace.analysis.steps import SYNC_KINDS, StepWindow, host_span
+from asynctrace.analysis.steps import SYNC_KINDS, StepWindow, host_span, window_of
 from asynctrace.analysis.syncs import SyncSummary
 from asynctrace.analysis.timeline import (
     ClassCover,
@@ -573,8 +573,8 @@ def _share_bounds(
     m_rows = rows[np.isin(rows, np.flatnonzero(links.matched))] if len(rows) else rows
     if len(m_rows):
         ls = links.launch_start_ns[m_rows]
-        k = np.searchsorted(w_start, ls, side="right") - 1
-        ok = (k >= 0) & (ls < w_end[np.maximum(k, 0)])
+        k = window_of(ls, w_start, w_end)
+        ok = k >= 0
         ks, first_s = k[ok], np.maximum(trace.activities.start_ns[m_rows][ok], tl.r0)
         if len(ks):
             np.minimum.at(firsts, ks, first_s)

@@ -10,7 +10,9 @@ then EMA), the last of each repetition ends the step; else the whole trace as on
 step is kept, the last one included, at ns precision.
 
 A device activity belongs to the step in which its **launch call started** (so work queued in
-step N and executed during step N+1 is N's). Unmatched activities belong to no step.
+step N and executed during step N+1 is N's); a sync call, to the step in which it started.
+Where step windows overlap, that is the one that started last (:func:`window_of`, the one rule
+of every table and the bound). Unmatched activities belong to no step.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
     "step_windows",
     "sync_rows",
     "union_length",
+    "window_of",
     "without_clock_figures",
 ]
 
@@ -351,6 +354,41 @@ def host_span(trace: Trace) -> tuple[int, int] | None:
     return min(int(s.min()) for s, _ in host), max(int((s + d).max()) for s, d in host)
 
 
+def window_of(times: I64, start: I64, end: I64) -> npt.NDArray[np.intp]:
+    """Per time: the index of the step window ``[start, end)`` that holds it, -1 where none
+    does (vectorised over the times: binary searches, a loop only over overlapping windows).
+
+    Where windows overlap, a time belongs to the one that **started last** of those holding it
+    (of two that started together, the later in the list). That is the bound's hand-over: its
+    shares of the device timeline are consecutive, each step's from its first activity to the
+    next step's, so once a step has begun the host's work is that step's. It is also the step a
+    nest of ranges means: a ``ProfilerStep#N`` that ends a rounding step after the next one
+    begins hands its seam to ``N + 1``, and a step range opened inside another is the inner
+    step while it lasts (its outer step's again after it ends)."""
+    out = np.full(len(times), -1, np.intp)
+    if not len(start) or not len(times):
+        return out
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    if bool((s[1:] >= e[:-1]).all()):
+        # disjoint windows (every trace's usual case): at most one holds a time
+        j = np.searchsorted(s, times, side="right") - 1
+        held = (j >= 0) & (times < e[np.maximum(j, 0)])
+        out[held] = order[j[held]]
+        return out
+    # segments between consecutive window edges, each owned by the last-started window that
+    # covers it: the windows, by start, paint their segments over those of earlier ones
+    edges = np.unique(np.r_[s, e])
+    owner = np.full(len(edges), -1, np.intp)
+    lo, hi = np.searchsorted(edges, s), np.searchsorted(edges, e)
+    for k, (a, b) in enumerate(zip(lo.tolist(), hi.tolist(), strict=True)):
+        owner[a:b] = order[k]
+    seg = np.searchsorted(edges, times, side="right") - 1
+    inside = seg >= 0
+    out[inside] = owner[seg[inside]]
+    return out
+
+
 def split_steps(
     trace: Trace,
     links: LaunchLinks,
@@ -361,7 +399,9 @@ def split_steps(
 ) -> StepSplit:
     """Figures of every step; ``queues`` (from :func:`~asynctrace.analysis.queue.queue_series`)
     gives ``queue_max``, 0 without it; ``syncs``: the trace's :func:`sync_rows`, where the
-    caller has them."""
+    caller has them. A step's figures are its own span's: every launch and sync that started in
+    it, so where windows overlap, work in the overlap counts in each (the one step of each
+    activity and call, in the tables and the bound, is :func:`window_of`'s)."""
     if windows is None:
         windows = step_windows(trace)
     act = trace.activities

@@ -22,7 +22,13 @@ import msgspec
 import numpy as np
 
 from asynctrace._frames import is_user_frame, site_of
-from asynctrace.analysis.steps import SYNC_KIND_NAMES, StepWindow, SyncRows, sync_rows
+from asynctrace.analysis.steps import (
+    SYNC_KIND_NAMES,
+    StepWindow,
+    SyncRows,
+    sync_rows,
+    window_of,
+)
 from asynctrace.traces.model import I32, I64, Trace
 
 __all__ = ["SyncCall", "SyncSiteStats", "SyncSummary", "find_syncs", "is_user_frame", "site_of"]
@@ -138,23 +144,12 @@ def find_syncs(
 
 
 def _steps_of(start: I64, windows: Sequence[StepWindow]) -> list[int | None]:
-    """Per call start: the step of the last window (in the windows' order) whose span holds
-    it, None if none does."""
-    if not len(windows) or not len(start):
-        return [None] * len(start)
+    """Per call start: the step of the window whose span holds it (:func:`window_of`: where
+    windows overlap, the one that started last), None if none does."""
     w_start = np.array([w.start_ns for w in windows], np.int64)
     w_end = np.array([w.end_ns for w in windows], np.int64)
     numbers = [w.step for w in windows]
-    if bool((w_start[1:] >= w_end[:-1]).all()):
-        # disjoint windows in time order (the usual case): one binary search for all
-        j = np.searchsorted(w_start, start, side="right") - 1
-        ok = (j >= 0) & (start < w_end[np.maximum(j, 0)])
-        return [numbers[k] if hit else None for k, hit in zip(j.tolist(), ok.tolist(), strict=True)]
-    out: list[int | None] = []
-    for t in start.tolist():
-        inside = np.flatnonzero((w_start <= t) & (t < w_end))
-        out.append(numbers[int(inside[-1])] if len(inside) else None)
-    return out
+    return [numbers[k] if k >= 0 else None for k in window_of(start, w_start, w_end).tolist()]
 
 
 class _ThreadFrames:

@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from asynctrace.analysis.launches import LaunchLinks, activity_delays, link_launches
 from asynctrace.analysis.queue import stream_groups
-from asynctrace.analysis.steps import StepWindow, step_windows
+from asynctrace.analysis.steps import StepWindow, step_windows, window_of
 from asynctrace.traces.model import ActivityKind, Trace
 
 __all__ = ["ActivityRows", "activity_rows", "activity_steps"]
@@ -53,20 +53,17 @@ class ActivityRows(msgspec.Struct, frozen=True, eq=False, kw_only=True):
 
 
 def activity_steps(links: LaunchLinks, windows: list[StepWindow]) -> I64:
-    """The step number of each activity (-1 for none): the first window whose host span
-    ``[start, end)`` holds the start of its launch call, as :func:`split_steps` counts."""
+    """The step number of each activity (-1 for none): the window whose host span
+    ``[start, end)`` holds the start of its launch call (:func:`window_of`: where windows
+    overlap, the one that started last)."""
     out = np.full(len(links.launch_index), -1, dtype=np.int64)
     m = np.flatnonzero(links.matched)
-    launch = links.launch_start_ns[m]
-    order = np.argsort(launch, kind="stable")
-    by_launch, launch_sorted = m[order], launch[order]
-    taken = np.zeros(len(out), dtype=np.bool_)
-    for w in windows:
-        i0, i1 = np.searchsorted(launch_sorted, [w.start_ns, w.end_ns], side="left")
-        sel = by_launch[i0:i1]
-        sel = sel[~taken[sel]]
-        out[sel] = w.step
-        taken[sel] = True
+    w_start = np.array([w.start_ns for w in windows], np.int64)
+    w_end = np.array([w.end_ns for w in windows], np.int64)
+    k = window_of(links.launch_start_ns[m], w_start, w_end)
+    # index -1 (no window) reads the appended -1
+    numbers = np.array([w.step for w in windows] + [-1], np.int64)
+    out[m] = numbers[k]
     return out
 
 
