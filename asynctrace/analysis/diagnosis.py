@@ -323,6 +323,11 @@ def _sync_said(c: _Ctx, syncs: _Syncs, *, asynchronous: bool) -> _Said:
         if syncs.per_step
         else ""
     )
+    # the sites named are the bound's, over the run's region: a whole trace's count includes
+    # the warm-up's syncs, which that region leaves out
+    in_region = sum(x.count for x in syncs.costs)
+    if rate and syncs.whole_trace and syncs.costs and in_region < syncs.per_step:
+        rate += f", {in_region} of them after warm-up,"
     opened = b.idle_ns_by_cause.sync
     waited = (
         f" and hold the host {format_ns(idle - opened)} while the device waited for it"

@@ -441,3 +441,24 @@ def test_the_advice_and_the_diagnosis_ask_one_launch_overhead_question() -> None
         ]
         assert (f.code == "launch-overhead") is want
         assert advice_for("host-bound", b)[0].startswith("launch overhead") is want
+
+
+def test_a_whole_trace_says_how_many_of_its_syncs_the_sites_named_cover() -> None:
+    """A whole trace's sync count includes its warm-up's; the sites the headline names are the
+    bound's, over the region after warm-up: the headline says how many of them that is (the
+    alexnet trace: 37 calls, 3 of them after its warm-up, all at cudaDeviceSynchronize)."""
+    from asynctrace.analysis.report import analyze
+    from asynctrace.files.sources import load_source
+    from tests.conftest import shared_trace
+
+    r = analyze(load_source(shared_trace("kineto", "hta_a100_alexnet_syncs.json.gz")))
+    head = r.diagnosis[0]
+    assert r.warmup is not None
+    assert head.code == "sync-bound"
+    assert r.bound is not None
+    named = sum(c.count for c in r.bound.evidence.sync_sites)
+    assert named == 3
+    assert (
+        f"37 in the whole trace, {named} of them after warm-up, at cudaDeviceSynchronize (×3,"
+        in head.message
+    )
