@@ -163,6 +163,14 @@ _WHOLE_RUN_NOTE = Note(
 )
 
 
+def _window_note(judged: int, steps: int) -> Note:
+    return Note(
+        code="budget-over-window",
+        text=f"the records could not be written: the budget judged the last {judged} of "
+        f"{steps} steps, the ones the summary keeps",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from asynctrace.analysis.budget import sync_budget
     from asynctrace.tracing import trace
@@ -198,6 +206,9 @@ def run(args: argparse.Namespace) -> int:
     judged = sync_budget(steps, max_syncs_per_step=budget, sync_sites=sites)
     if judged.whole_run:
         notes.append(_WHOLE_RUN_NOTE)
+    elif judged.steps < report.source.events:
+        # no records: the summary kept the last steps only
+        notes.append(_window_note(judged.steps, report.source.events))
     sites = sorted(sites, key=lambda s: (-s.count, s.site))
     exit_code = status if status != 0 else (1 if judged.exceeded else 0)
 
@@ -234,8 +245,8 @@ def _checked_run(
     records_path: Path | None, report: Report, cwd: str
 ) -> tuple[Sequence[StepRecord], list[SyncSite]]:
     """The run's steps and its sync sites (shown from ``cwd``): from the records the session
-    wrote, else (records could not be written: a note says why) the summary's sites without
-    steps."""
+    wrote, else (records could not be written: a note says why) the summary's, whose steps
+    are its last window (``report.steps``)."""
     from asynctrace.files.sources import load_source
     from asynctrace.records import Records
 
@@ -249,7 +260,8 @@ def _checked_run(
             for s in records.syncs
         ]
         return records.steps, sites
-    return [], [msgspec.structs.replace(s, site=_display(s.site, cwd)) for s in report.sync_sites]
+    sites = [msgspec.structs.replace(s, site=_display(s.site, cwd)) for s in report.sync_sites]
+    return report.steps, sites
 
 
 def _display_frame(frame: str, cwd: str) -> str:

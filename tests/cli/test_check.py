@@ -324,3 +324,28 @@ def test_dash_m_missing_module(
     err = capsys.readouterr().err
     assert err.startswith("asynctrace check: error: -m no_such_module_here: no such module")
     assert err.count("\n") == 1
+
+
+def test_without_records_the_budget_judges_the_summarys_steps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records that cannot be written leave the summary's steps: the budget judges those, not
+    the whole run as one step (which would say no step completed)."""
+    from asynctrace.records.writer import RecordsWriter
+
+    def refuse(self: RecordsWriter) -> None:
+        raise PermissionError(13, "Permission denied", str(self.path))
+
+    from asynctrace.errors import AsyncTraceWarning
+
+    monkeypatch.setattr(RecordsWriter, "open", refuse)
+    script = write_script(tmp_path)
+    with pytest.warns(AsyncTraceWarning, match="could not write the session records"):
+        assert check(tmp_path, str(script), "--max-syncs-per-step", "1", "--json") == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["records_path"] is None
+    assert result["steps"] == 10
+    codes = [n["code"] for n in result["notes"]]
+    assert "whole-run-one-step" not in codes
+    assert result["over_budget_steps"] == 0
+    assert result["max_syncs_in_a_step"] == 1
