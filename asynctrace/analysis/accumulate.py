@@ -99,6 +99,9 @@ class FigureStats(msgspec.Struct, frozen=True, kw_only=True):
     count: int
     #: mean over every step of the run
     mean: float
+    #: the sum over those steps, exact (``mean × count`` as an integer; 0 in reports of
+    #: before it)
+    total: int = 0
     #: median and nearest-rank 90th percentile (an observed value, as ``asynctrace report``
     #: computes it) over the last ``window_steps`` steps
     median: float
@@ -227,6 +230,7 @@ class StepAccumulator:
             out[fig.field] = FigureStats(
                 count=count,
                 mean=total / count,
+                total=total,
                 median=float(median(values)) if values else math.nan,
                 p90=nearest_rank(values, 90) if values else math.nan,
                 window_steps=len(values),

@@ -218,6 +218,7 @@ def _ranks_table(report: Report, trace: TraceFigures, source: str) -> Any:
     pa = _pa()
     t, launch = report.source, trace.launch
     steps = report.steps
+    front = report.figures.get("frontend_ns")
     row: dict[str, Any] = {
         "source": _text([source]),
         "format": pa.array([t.format], type=pa.string()),
@@ -226,7 +227,7 @@ def _ranks_table(report: Report, trace: TraceFigures, source: str) -> Any:
         "events": _int([t.events]),
         "step_source": pa.array([trace.step_source], type=pa.string()),
         "steps": _int([len(steps)]),
-        "frontend_ns_total": _int([sum(x.frontend_ns for x in steps)]),
+        "frontend_ns_total": _int([front.total if front is not None else 0]),
         "activities": _int([trace.activities.total]),
         "launch_matched": _int([launch.matched]),
         "launch_unmatched": _int([launch.unmatched]),

@@ -95,6 +95,9 @@ def _partition_holds(report: Report) -> None:
         assert s.bound is not None
         assert s.gpu_busy_ns + s.gpu_idle_ns == s.bound.region_ns
     _kernels_are_the_runs(report)
+    # a figure's total is its steps' sum, exactly
+    front = report.figures.get("frontend_ns")
+    assert (front.total if front else 0) == sum(s.frontend_ns for s in report.steps)
     _one_sync_cost(report)
 
 

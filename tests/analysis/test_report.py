@@ -66,7 +66,14 @@ def test_json_has_the_documented_fields() -> None:
     }
     assert t["step_source"] == "trace"
     assert {"frontend_ns", "sync_count"} <= set(obj["figures"])
-    assert set(obj["figures"]["frontend_ns"]) == {"count", "mean", "median", "p90", "window_steps"}
+    assert set(obj["figures"]["frontend_ns"]) == {
+        "count",
+        "mean",
+        "total",
+        "median",
+        "p90",
+        "window_steps",
+    }
     assert set(obj["verdict"]) == {"code", "message", "findings", "codes"}
     # schema 2: what bounds the run, per step too, and consistency warnings
     bound = obj["bound"]
@@ -229,3 +236,20 @@ def test_a_schema_2_report_reads_back_as_the_same_report() -> None:
 
     old = msgspec.structs.replace(old, diagnosis=report_diagnosis(old))
     assert old == new
+
+
+def test_a_figures_total_is_the_exact_sum_of_its_steps() -> None:
+    from asynctrace.analysis.accumulate import StepAccumulator
+    from asynctrace.records import StepRecord
+
+    steps = [
+        StepRecord(step=i, start_ns=10 * i, frontend_ns=f, device_ns=d)
+        for i, (f, d) in enumerate([(3, None), (5, 7), (2**62, 1)])
+    ]
+    figures = StepAccumulator(window=2).extend(steps).figures()
+    front, dev = figures["frontend_ns"], figures["device_ns"]
+    assert front is not None
+    assert dev is not None
+    # over every step, not the window; exact where a float mean is not
+    assert (front.total, front.count) == (3 + 5 + 2**62, 3)
+    assert (dev.total, dev.count) == (8, 2)
