@@ -518,11 +518,11 @@ def _trace_analysis(
         without_clock_figures(plain) if tb.clocks_disagree or trust.run_ahead_withheld else plain
     )
     whole = bool(windows) and windows[0].source == "trace"
-    # syncs are judged by the device idle they open, as the diagnosis ranks them: the host's
-    # wait while the device stays busy costs nothing
     # the figures that compare the host's clock with the device's are left out where those
     # clocks disagree (docs/how-it-works.md, the clock rule)
     cross = tb.clocks_disagree
+    # syncs are judged by what they cost, as the diagnosis ranks them: the host's wait while
+    # the device stays busy costs nothing
     sync_cost = tb.sync_cost_ns
     run = trust.bound(tb.run)
     v = judge_steps(
