@@ -350,7 +350,7 @@ def _loop_result(
         profiler_traces=profiler_traces,
         annotated_traces=annotated_traces,
         sync_detection=session.sync_detection if session is not None else None,
-        sync_sites=site_rows(sites, judged),
+        sync_sites=site_rows(sites, steps=judged.steps),
     )
 
 

@@ -1,30 +1,28 @@
-"""A sync site as ``asynctrace check`` and the demo list it: one row, its calls per judged step
-(:class:`~asynctrace.analysis.budget.SyncBudget` ``.steps``), and for a sync inside a library
-the user frame that led there and what the known-sync table says of it."""
+"""A sync site as ``asynctrace check`` and the demo list it: one row, its calls per step of the
+steps its count was taken over, and for a sync inside a library the user frame that led there
+and what the known-sync table says of it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asynctrace.records import SyncSite
-
-if TYPE_CHECKING:
-    from asynctrace.analysis.budget import SyncBudget
 
 __all__ = ["library_fields", "site_rows"]
 
 
-def site_rows(sites: Sequence[SyncSite], judged: SyncBudget) -> list[dict[str, Any]]:
+def site_rows(sites: Sequence[SyncSite], *, steps: int) -> list[dict[str, Any]]:
     """The sync sites as ``check --json`` lists them, in their order; each one's calls per
-    step are over the steps ``judged`` counts (the run as one step where none completed)."""
+    step are its count over ``steps``, the steps that count was taken over (1: the run as one
+    step, where none completed)."""
     return [
         {
             "site": s.site,
             "op": s.op,
             "count": s.count,
             "steps": s.steps,
-            "per_step": s.count / judged.steps,
+            "per_step": s.count / steps,
             "wait_ns": s.wait_ns,
             "stack": list(s.stack),
             **library_fields(s.stack),

@@ -204,11 +204,14 @@ def run(args: argparse.Namespace) -> int:
     notes = [n for n in report.notes if n.code != "cpu-synchronous"]
     steps, sites = _checked_run(session.records_path, report, cwd)
     judged = sync_budget(steps, max_syncs_per_step=budget, sync_sites=sites)
+    # the sites' counts are over the steps they were counted in: the records', else the run's
+    counted = judged.steps
     if judged.whole_run:
         notes.append(_WHOLE_RUN_NOTE)
     elif judged.steps < report.source.events:
-        # no records: the summary kept the last steps only
+        # no records: the summary kept the last steps only, but counted the sites over all
         notes.append(_window_note(judged.steps, report.source.events))
+        counted = report.source.events
     sites = sorted(sites, key=lambda s: (-s.count, s.site))
     exit_code = status if status != 0 else (1 if judged.exceeded else 0)
 
@@ -221,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
         asynchronous=report.source.asynchronous,
         detect=args.detect,
         steps=report.source.events,
-        sync_sites=site_rows(sites, judged),
+        sync_sites=site_rows(sites, steps=counted),
         diagnosis=report.diagnosis,
         max_syncs_per_step=budget,
         over_budget_steps=judged.over_budget_steps,

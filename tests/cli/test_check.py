@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -349,3 +350,53 @@ def test_without_records_the_budget_judges_the_summarys_steps(
     assert "whole-run-one-step" not in codes
     assert result["over_budget_steps"] == 0
     assert result["max_syncs_in_a_step"] == 1
+
+
+def test_without_records_a_run_longer_than_the_window_is_judged_over_the_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no records, the summary keeps its last ``window`` steps only: the budget judges
+    those, and a note says how many of the run's steps that was; the sites' counts, over the
+    whole run, are per step of the run. Here steps 1 to 5 of 10 sync three times (the syncs
+    after an ``optimizer.step()`` fall in the next step), the last 4 once: a budget of 1 passes
+    over the 4 it can see."""
+    import asynctrace.tracing
+    from asynctrace.errors import AsyncTraceWarning
+    from asynctrace.records.writer import RecordsWriter
+
+    def refuse(self: RecordsWriter) -> None:
+        raise PermissionError(13, "Permission denied", str(self.path))
+
+    real_trace = asynctrace.tracing.trace
+
+    def trace_with_a_short_window(name: str, **options: Any) -> asynctrace.tracing.Session:
+        return real_trace(name, window=4, **options)
+
+    monkeypatch.setattr(RecordsWriter, "open", refuse)
+    monkeypatch.setattr(asynctrace.tracing, "trace", trace_with_a_short_window)
+    script = write_script(tmp_path, extra="if step < 5:\n        loss.item()\n        loss.item()")
+    with pytest.warns(AsyncTraceWarning, match="could not write the session records"):
+        assert check(tmp_path, str(script), "--max-syncs-per-step", "1", "--json") == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["records_path"] is None
+    assert result["steps"] == 10
+    notes = {n["code"]: n["text"] for n in result["notes"]}
+    assert "last 4 of 10 steps" in notes["budget-over-window"]
+    assert result["over_budget_steps"] == 0
+    assert result["max_syncs_in_a_step"] == 1
+    # the hidden .item() is called in every iteration: 10 over the run's 10 steps
+    assert [(s["count"], s["per_step"]) for s in result["sync_sites"]] == [
+        (10, 1.0),
+        (5, 0.5),
+        (5, 0.5),
+    ]
+
+    # the same run with its records judges all 10 steps: the 5 of three syncs fail the budget
+    monkeypatch.undo()
+    monkeypatch.setattr(asynctrace.tracing, "trace", trace_with_a_short_window)
+    assert check(tmp_path, str(script), "--max-syncs-per-step", "1", "--json") == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["over_budget_steps"] == 5
+    assert result["max_syncs_in_a_step"] == 3
+    assert [s["per_step"] for s in result["sync_sites"]] == [1.0, 0.5, 0.5]
+    assert "budget-over-window" not in {n["code"] for n in result["notes"]}
