@@ -180,6 +180,30 @@ def test_few_modules_at_the_top() -> None:
     assert len(top) <= 7, top
 
 
+#: the size a person can hold in their head at once (the module map, docs/contributing.md)
+MAX_FUNCTION_LINES = 80
+MAX_CLASS_LINES = 500
+
+
+def test_units_a_person_can_hold() -> None:
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            limit = (
+                MAX_FUNCTION_LINES
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                else MAX_CLASS_LINES
+                if isinstance(node, ast.ClassDef)
+                else None
+            )
+            if limit is None:
+                continue
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            if lines > limit:
+                too_long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} {lines}")
+    assert too_long == []
+
+
 def _views() -> list[Path]:
     return sorted(
         p for d in ("render", "export") for p in (PACKAGE / d).rglob("*.py") if p.read_text()

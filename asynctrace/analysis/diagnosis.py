@@ -545,31 +545,12 @@ def _host_finding(
             + (f" ({detail})" if detail else "")
             + "; nothing was queued to a device"
         )
-        advice = (
-            "to see what a device waits on, profile with its activity recorded "
-            "(torch.profiler activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]); on a "
-            "CPU-only job, speed up the host's own ops (the profiler's top ops by self time)"
-        )
     else:
         message = (
             "cpu-synchronous: the CPU runs every op synchronously, so the step is the host's "
             "own time" + (f" — {detail}" if detail else "")
         )
-        if is_input_bound(data_fraction):
-            advice = (
-                "the host waits for data: raise DataLoader(num_workers=...) and prefetch "
-                "(prefetch_factor)"
-            )
-        elif syncs.sites:
-            advice = (
-                "before moving to an accelerator, remove the syncs listed: each would block "
-                "the host there (keep values on the device, read them once per log interval)"
-            )
-        else:
-            advice = (
-                "profile the host's step (torch.profiler, py-spy) and speed up its top ops; "
-                "on an accelerator the same loop may be bound differently"
-            )
+    advice = _host_advice(code, data_fraction=data_fraction, syncs=bool(syncs.sites))
     return Finding(
         code=code,
         cost_ns=region,
@@ -577,6 +558,32 @@ def _host_finding(
         message=message,
         advice=advice,
         evidence=ev,
+    )
+
+
+def _host_advice(code: str, *, data_fraction: float, syncs: bool) -> str:
+    """The next step for a host-run headline: record the device's activity (no device
+    activity), else wait less for data, remove the syncs before an accelerator, or speed up the
+    host's own ops."""
+    if code == "no-device-activity":
+        return (
+            "to see what a device waits on, profile with its activity recorded "
+            "(torch.profiler activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]); on a "
+            "CPU-only job, speed up the host's own ops (the profiler's top ops by self time)"
+        )
+    if is_input_bound(data_fraction):
+        return (
+            "the host waits for data: raise DataLoader(num_workers=...) and prefetch "
+            "(prefetch_factor)"
+        )
+    if syncs:
+        return (
+            "before moving to an accelerator, remove the syncs listed: each would block "
+            "the host there (keep values on the device, read them once per log interval)"
+        )
+    return (
+        "profile the host's step (torch.profiler, py-spy) and speed up its top ops; "
+        "on an accelerator the same loop may be bound differently"
     )
 
 
